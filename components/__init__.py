@@ -1,0 +1,1 @@
+"""Reusable Pulumi components, one concern per module. They know nothing of this lab's config."""

@@ -1,0 +1,382 @@
+"""The lab's settings: one typed, frozen object, validated before any resource is registered.
+
+Every setting is declared once, in ``SETTINGS`` (key, type, default, description); ``Pulumi.yaml``
+declares the same keys and a test keeps the two in step. ``load_config`` reads raw string values
+(as Pulumi hands them over), checks every rule and raises one ``ConfigError`` that lists every
+violation with the key, the value and the rule — so a wrong setting costs one run, not one per
+mistake, and nothing is created.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
+
+import pulumi
+
+PROJECT = "eks-hybrid-lab"
+
+#: The six layers, in creation order; destroy runs the reverse.
+LAYERS: tuple[str, ...] = ("network", "cluster", "hybrid", "gateway", "karpenter", "demo")
+
+#: The layers this version of the program builds. It grows as layers land; ``upToLayer``
+#: defaults to the last of them, so a stack with default settings always deploys.
+AVAILABLE_LAYERS: tuple[str, ...] = LAYERS[:1]
+
+#: Kubernetes minor versions EKS offers for new clusters (standard or extended support) as of
+#: 2026-11: 1.31 left extended support on 2026-11-26; 1.36 is the newest EKS release the docs
+#: name. The one place to move when EKS adds or retires a version.
+KUBERNETES_MINORS = range(32, 37)
+
+RFC1918 = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    type: str  # the Pulumi.yaml config type: string | integer | boolean | array
+    default: Any
+    description: str
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("upToLayer", "string", AVAILABLE_LAYERS[-1],
+            "Build the layers up to and including this one: network, cluster, hybrid, gateway, "
+            "karpenter or demo. Lowering it removes the layers above (staged teardown)."),
+    Setting("clusterName", "string", "hybrid-lab",
+            "EKS cluster name; also the karpenter.sh/discovery tag value."),
+    Setting("kubernetesVersion", "string", "1.35",
+            "Kubernetes version of the cluster and of nodeadm on hybrid hosts (1.<minor>)."),
+    Setting("availabilityZoneCount", "integer", 2,
+            "Availability zones for the cloud VPC's private subnets (2 or 3)."),
+    Setting("cloudVpcCidr", "string", "10.0.0.0/16",
+            "CIDR of the cloud VPC (RFC 1918, /16 to /24)."),
+    Setting("onPremVpcCidr", "string", "172.16.0.0/16",
+            "CIDR of the simulated on-prem VPC (RFC 1918, /16 to /24); its server LAN subnet is "
+            "the cluster's remote node network."),
+    Setting("hybridPodCidr", "string", "172.17.0.0/16",
+            "Remote pod network: the pod CIDR of hybrid nodes (Cilium cluster-pool IPAM)."),
+    Setting("serviceCidr", "string", "172.20.0.0/16",
+            "Kubernetes service CIDR of the cluster (RFC 1918, /12 to /24)."),
+    Setting("endpointAccess", "string", "public",
+            "EKS API endpoint: public or private (hybrid nodes need one, not both)."),
+    Setting("adminCidrs", "array", [],
+            "CIDRs allowed to reach a public API endpoint; empty leaves it open to the internet "
+            "(IAM-authenticated) with a warning."),
+    Setting("hybridNodeCount", "integer", 2,
+            "Simulated on-prem hosts joined as hybrid nodes (1 to 10)."),
+    Setting("hybridNodeInstanceType", "string", "m5.xlarge",
+            "EC2 instance type of the simulated on-prem hosts."),
+    Setting("gpuEnabled", "boolean", False,
+            "Add one GPU host as a hybrid node for demo 3 (costs money; off by default)."),
+    Setting("gpuInstanceType", "string", "g6.xlarge",
+            "EC2 instance type of the GPU host."),
+    Setting("systemNodeInstanceType", "string", "m6i.large",
+            "EC2 instance type of the system managed node group."),
+    Setting("gatewayInstanceType", "string", "m6i.large",
+            "EC2 instance type of the hybrid nodes gateway node group."),
+    Setting("karpenterVersion", "string", "1.15.0",
+            "Karpenter chart version (no leading v)."),
+    Setting("burstScenario", "string", "A",
+            "Demo 2 scale-in scenario: A (nothing), B (Kyverno pod-deletion-cost), "
+            "C (B plus Karpenter's podDeletionCostManagement)."),
+    Setting("burstCpuLimit", "integer", 32,
+            "CPU cap of the cloud-burst NodePool (at least 4): a cost guard."),
+)
+
+SETTINGS_BY_KEY = {s.key: s for s in SETTINGS}
+
+
+@dataclass(frozen=True)
+class Violation:
+    key: str
+    value: Any
+    rule: str
+
+    def __str__(self) -> str:
+        shown = "(not set)" if self.value is None else json.dumps(self.value)
+        return f"{self.key} = {shown}: {self.rule}"
+
+
+class ConfigError(pulumi.RunError):
+    """Every broken rule at once; raised before any resource is registered.
+
+    A RunError, so `pulumi up` prints the message without a Python traceback."""
+
+    def __init__(self, violations: list[Violation]):
+        self.violations = violations
+        lines = "\n".join(f"  - {v}" for v in violations)
+        super().__init__(
+            f"invalid configuration ({len(violations)} problem{'s' if len(violations) > 1 else ''}); "
+            f"nothing was created:\n{lines}"
+        )
+
+
+@dataclass(frozen=True)
+class LabConfig:
+    project: str
+    stack: str
+    region: str
+    up_to_layer: str
+    cluster_name: str
+    kubernetes_version: str
+    availability_zone_count: int
+    cloud_vpc_cidr: ipaddress.IPv4Network
+    on_prem_vpc_cidr: ipaddress.IPv4Network
+    hybrid_pod_cidr: ipaddress.IPv4Network
+    service_cidr: ipaddress.IPv4Network
+    endpoint_access: str
+    admin_cidrs: tuple[ipaddress.IPv4Network, ...]
+    hybrid_node_count: int
+    hybrid_node_instance_type: str
+    gpu_enabled: bool
+    gpu_instance_type: str
+    system_node_instance_type: str
+    gateway_instance_type: str
+    karpenter_version: str
+    burst_scenario: str
+    burst_cpu_limit: int
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        """The layers this stack builds, in creation order."""
+        return LAYERS[: LAYERS.index(self.up_to_layer) + 1]
+
+    @property
+    def lab_tag(self) -> dict[str, str]:
+        """The tag every AWS resource of this stack carries; the leftovers audit looks for it."""
+        return {f"{PROJECT}:stack": f"{self.project}/{self.stack}"}
+
+
+# --- parsing: raw Pulumi config strings into Python values --------------------------------------
+
+_TRUE, _FALSE = {"true", "True", "TRUE"}, {"false", "False", "FALSE"}
+
+
+def _parse(setting: Setting, raw: Optional[str]) -> tuple[Any, Optional[str]]:
+    """Returns (value, problem). ``raw`` is the string Pulumi stores; None means not set."""
+    if raw is None:
+        return setting.default, None
+    if setting.type == "string":
+        return raw, None
+    if setting.type == "integer":
+        if re.fullmatch(r"[+-]?\d+", raw.strip()):
+            return int(raw), None
+        return raw, "must be a whole number"
+    if setting.type == "boolean":
+        if raw in _TRUE:
+            return True, None
+        if raw in _FALSE:
+            return False, None
+        return raw, "must be true or false"
+    if setting.type == "array":
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = None
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return value, None
+        return raw, (
+            "must be a list of strings; set items with "
+            f"pulumi config set --path '{setting.key}[0]' <value>"
+        )
+    raise AssertionError(f"unknown setting type {setting.type}")  # pragma: no cover
+
+
+# --- rules --------------------------------------------------------------------------------------
+
+_CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
+_INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*[0-9][a-z0-9-]*\.[a-z0-9][a-z0-9-]*")
+_SEMVER = re.compile(r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)")
+_REGION = re.compile(r"[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-\d")
+
+
+def _network(value: str) -> tuple[Optional[ipaddress.IPv4Network], Optional[str]]:
+    try:
+        net = ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        return None, "must be an IPv4 CIDR such as 10.0.0.0/16"
+    if net.version != 4:
+        return None, "must be an IPv4 CIDR (EKS hybrid nodes and this lab are IPv4 only)"
+    if str(net) != value.strip():
+        return None, f"has host bits set; the network is {net}"
+    return net, None
+
+
+def _private_network(value: str, min_prefix: int, max_prefix: int):
+    net, problem = _network(value)
+    if problem:
+        return None, problem
+    if not any(net.subnet_of(block) for block in RFC1918):
+        return None, "must be inside an RFC 1918 range (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16)"
+    if not min_prefix <= net.prefixlen <= max_prefix:
+        return None, f"must be a /{min_prefix} to /{max_prefix} block"
+    return net, None
+
+
+def _rule_choice(choices: tuple[str, ...]) -> Callable[[Any], tuple[Any, Optional[str]]]:
+    def check(value):
+        if value in choices:
+            return value, None
+        return None, "must be one of " + ", ".join(choices)
+    return check
+
+
+def _rule_int(low: int, high: Optional[int] = None):
+    def check(value):
+        if value >= low and (high is None or value <= high):
+            return value, None
+        if high is None:
+            return None, f"must be at least {low}"
+        if high == low + 1:
+            return None, f"must be {low} or {high}"
+        return None, f"must be from {low} to {high}"
+    return check
+
+
+def _rule_cluster_name(value):
+    if _CLUSTER_NAME.fullmatch(value):
+        return value, None
+    return None, ("must be 1-100 characters of letters, digits, hyphens and underscores, "
+                  "starting with a letter or digit (EKS cluster name rules)")
+
+
+def _rule_kubernetes_version(value):
+    match = re.fullmatch(r"1\.(\d+)", value)
+    if match and int(match.group(1)) in KUBERNETES_MINORS:
+        return value, None
+    return None, (f"must be 1.<minor> with minor from {KUBERNETES_MINORS.start} to "
+                  f"{KUBERNETES_MINORS.stop - 1} (the versions EKS offers)")
+
+
+def _rule_instance_type(value):
+    if _INSTANCE_TYPE.fullmatch(value):
+        return value, None
+    return None, "must be an EC2 instance type name such as m6i.large"
+
+
+def _rule_karpenter_version(value):
+    if value.startswith("v"):
+        return None, "must be a semantic version without the leading v (chart tags have none), e.g. 1.15.0"
+    match = _SEMVER.fullmatch(value)
+    if not match:
+        return None, "must be a semantic version MAJOR.MINOR.PATCH such as 1.15.0"
+    if int(match.group(1)) < 1:
+        return None, "must be 1.0.0 or later (the karpenter.sh/v1 NodePool API)"
+    return value, None
+
+
+def _rule_admin_cidrs(values):
+    nets = []
+    for item in values:
+        net, problem = _network(item)
+        if problem:
+            return None, f"item {json.dumps(item)} {problem}"
+        nets.append(net)
+    return tuple(nets), None
+
+
+_RULES: dict[str, Callable[[Any], tuple[Any, Optional[str]]]] = {
+    "upToLayer": _rule_choice(LAYERS),
+    "clusterName": _rule_cluster_name,
+    "kubernetesVersion": _rule_kubernetes_version,
+    "availabilityZoneCount": _rule_int(2, 3),
+    "cloudVpcCidr": lambda v: _private_network(v, 16, 24),
+    "onPremVpcCidr": lambda v: _private_network(v, 16, 24),
+    # /8 to /32 is what EKS accepts for a remote network.
+    "hybridPodCidr": lambda v: _private_network(v, 8, 32),
+    "serviceCidr": lambda v: _private_network(v, 12, 24),
+    "endpointAccess": _rule_choice(("public", "private")),
+    "adminCidrs": _rule_admin_cidrs,
+    "hybridNodeCount": _rule_int(1, 10),
+    "hybridNodeInstanceType": _rule_instance_type,
+    "gpuEnabled": lambda v: (v, None),
+    "gpuInstanceType": _rule_instance_type,
+    "systemNodeInstanceType": _rule_instance_type,
+    "gatewayInstanceType": _rule_instance_type,
+    "karpenterVersion": _rule_karpenter_version,
+    "burstScenario": _rule_choice(("A", "B", "C")),
+    "burstCpuLimit": _rule_int(4),
+}
+
+# Pairs of networks that must not overlap (REFERENCE §1): the key that is reported, then the
+# key it collides with. Each pair is reported once, on the later key of the table above.
+_DISJOINT = (
+    ("onPremVpcCidr", "cloudVpcCidr"),
+    ("hybridPodCidr", "cloudVpcCidr"),
+    ("hybridPodCidr", "onPremVpcCidr"),
+    ("serviceCidr", "cloudVpcCidr"),
+    ("serviceCidr", "onPremVpcCidr"),
+    ("serviceCidr", "hybridPodCidr"),
+)
+
+
+def _field(key: str) -> str:
+    """camelCase setting key -> snake_case LabConfig field (onPremVpcCidr -> on_prem_vpc_cidr)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+
+
+def load_config(values: Mapping[str, str], *, stack: str, region: Optional[str],
+                project: str = PROJECT) -> LabConfig:
+    """Builds the validated config from raw values keyed by setting name (no namespace).
+
+    ``region`` is the ``aws:region`` setting. Raises ConfigError listing every violation.
+    """
+    violations: list[Violation] = []
+    parsed: dict[str, Any] = {}
+
+    for key in sorted(set(values) - set(SETTINGS_BY_KEY)):
+        close = difflib.get_close_matches(key, SETTINGS_BY_KEY, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        violations.append(Violation(f"{project}:{key}", values[key],
+                                    f"is not a setting of {project}{hint}"))
+
+    for setting in SETTINGS:
+        raw = values.get(setting.key)
+        value, problem = _parse(setting, raw)
+        if problem is None:
+            value, problem = _RULES[setting.key](value)
+        if problem is None:
+            parsed[setting.key] = value
+        else:
+            violations.append(Violation(setting.key, raw, problem))
+
+    for key, other in _DISJOINT:
+        if key in parsed and other in parsed and parsed[key].overlaps(parsed[other]):
+            violations.append(Violation(
+                key, str(parsed[key]), f"must not overlap {other} ({parsed[other]})"))
+
+    layer = parsed.get("upToLayer")
+    if layer is not None and layer not in AVAILABLE_LAYERS:
+        violations.append(Violation(
+            "upToLayer", layer,
+            f"this version builds only the layers {', '.join(AVAILABLE_LAYERS)}; "
+            f"set upToLayer to one of them"))
+
+    if region is None or not _REGION.fullmatch(region):
+        violations.append(Violation(
+            "aws:region", region, "must be an AWS region such as ap-northeast-2 "
+            "(pulumi config set aws:region ap-northeast-2)"))
+
+    if violations:
+        raise ConfigError(violations)
+    return LabConfig(project=project, stack=stack, region=region,
+                     **{_field(k): v for k, v in parsed.items()})
+
+
+def read_pulumi_config() -> LabConfig:
+    """Loads the config of the running Pulumi program (real or under mocks)."""
+    from pulumi.runtime import config as runtime_config
+
+    # Every key set for this stack, so a misspelt key is reported instead of silently ignored.
+    everything: dict[str, Any] = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    prefix = f"{PROJECT}:"
+    values = {k[len(prefix):]: v for k, v in everything.items() if k.startswith(prefix)}
+    # Pulumi.yaml's project-level defaults are applied by the CLI and arrive here as values;
+    # defaults for keys that are absent come from SETTINGS.
+    return load_config(values, stack=pulumi.get_stack(), project=pulumi.get_project(),
+                       region=pulumi.Config("aws").get("region"))

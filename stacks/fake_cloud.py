@@ -1,0 +1,140 @@
+"""A stand-in for AWS while the program runs offline (the plan and the tests).
+
+It answers the invokes the program makes and gives each new resource the outputs AWS would:
+ids with the real prefixes, ARNs, public IPs from the documentation range. An invoke it does not
+know raises instead of quietly returning nothing, so a new lookup in the program cannot slip
+through the plan and the tests unanswered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable
+
+import pulumi
+
+#: The example account of the AWS documentation; never a real one.
+ACCOUNT_ID = "111122223333"
+
+#: Zones per region as (name suffix, zone-id number). Regions not listed get three. us-west-1
+#: lists usw1-az2, which EKS does not support, so it is left with two usable zones.
+_ZONES: dict[str, list[tuple[str, int]]] = {
+    "ap-northeast-2": [("a", 1), ("b", 2), ("c", 3), ("d", 4)],
+    "us-east-1": [("a", 4), ("b", 6), ("c", 1), ("d", 2), ("e", 3), ("f", 5)],
+    "us-west-1": [("a", 1), ("b", 3), ("c", 2)],
+}
+_REGION_ID_PREFIX = {"ap-northeast-2": "apne2", "us-east-1": "use1", "us-west-1": "usw1"}
+
+# Resource type token -> (id prefix, ARN resource type) for EC2-style resources.
+_EC2: dict[str, tuple[str, str]] = {
+    "aws:ec2/vpc:Vpc": ("vpc", "vpc"),
+    "aws:ec2/subnet:Subnet": ("subnet", "subnet"),
+    "aws:ec2/routeTable:RouteTable": ("rtb", "route-table"),
+    "aws:ec2/internetGateway:InternetGateway": ("igw", "internet-gateway"),
+    "aws:ec2/natGateway:NatGateway": ("nat", "natgateway"),
+    "aws:ec2/eip:Eip": ("eipalloc", "elastic-ip"),
+    "aws:ec2/securityGroup:SecurityGroup": ("sg", "security-group"),
+    "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup": ("sg", "security-group"),
+    "aws:ec2/instance:Instance": ("i", "instance"),
+    "aws:ec2/launchTemplate:LaunchTemplate": ("lt", "launch-template"),
+    "aws:ec2transitgateway/transitGateway:TransitGateway": ("tgw", "transit-gateway"),
+    "aws:ec2transitgateway/routeTable:RouteTable": ("tgw-rtb", "transit-gateway-route-table"),
+    "aws:ec2transitgateway/vpcAttachment:VpcAttachment": ("tgw-attach", "transit-gateway-attachment"),
+}
+_ID_ONLY = {
+    "aws:ec2/routeTableAssociation:RouteTableAssociation": "rtbassoc",
+    "aws:ec2/route:Route": "r",
+    "aws:ec2transitgateway/route:Route": "tgw-route",
+    "aws:ec2transitgateway/routeTableAssociation:RouteTableAssociation": "tgw-rtb-assoc",
+}
+
+
+def _hex(*parts: str, length: int = 17) -> str:
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:length]
+
+
+class UnknownInvoke(LookupError):
+    pass
+
+
+class FakeCloud(pulumi.runtime.Mocks):
+    def __init__(self, region: str, account_id: str = ACCOUNT_ID):
+        self.region = region
+        self.account_id = account_id
+        self.invokes: dict[str, Callable[[dict], dict]] = {
+            "aws:index/getAvailabilityZones:getAvailabilityZones": self._availability_zones,
+            "aws:index/getCallerIdentity:getCallerIdentity": self._caller_identity,
+            "aws:index/getRegion:getRegion": lambda args: {"name": self.region, "region": self.region,
+                                                           "id": self.region},
+            "aws:index/getPartition:getPartition": lambda args: {
+                "partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"},
+        }
+        self.calls: list[str] = []
+
+    # --- invokes -------------------------------------------------------------------------------
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        self.calls.append(args.token)
+        handler = self.invokes.get(args.token)
+        if handler is None:
+            raise UnknownInvoke(
+                f"the offline fake cloud does not answer invoke {args.token}; "
+                "add it to stacks/fake_cloud.py")
+        return handler(args.args)
+
+    def _availability_zones(self, args: dict) -> dict:
+        prefix = _REGION_ID_PREFIX.get(self.region, self.region.replace("-", "")[:6])
+        zones = _ZONES.get(self.region, [("a", 1), ("b", 2), ("c", 3)])
+        excluded = set(args.get("excludeZoneIds") or [])
+        pairs = [(f"{self.region}{s}", f"{prefix}-az{n}") for s, n in zones]
+        pairs = [(name, zid) for name, zid in pairs if zid not in excluded]
+        return {
+            "id": self.region,
+            "names": [name for name, _ in pairs],
+            "zoneIds": [zid for _, zid in pairs],
+            "groupNames": [self.region] * len(pairs),
+            "state": args.get("state"),
+        }
+
+    def _caller_identity(self, args: dict) -> dict:
+        return {"accountId": self.account_id, "id": self.account_id,
+                "arn": f"arn:aws:iam::{self.account_id}:user/lab-deployer",
+                "userId": "AIDAEXAMPLEDEPLOYER"}
+
+    # --- resources -----------------------------------------------------------------------------
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        state: dict[str, Any] = dict(args.inputs)
+        if args.typ.startswith("pulumi:providers:"):
+            return f"{args.name}-provider-id", state
+        rid = self._id(args.typ, args.name)
+        if args.typ in _EC2:
+            state["arn"] = f"arn:aws:ec2:{self.region}:{self.account_id}:{_EC2[args.typ][1]}/{rid}"
+        state["id"] = rid
+        state.update(self._computed(args.typ, args.name, rid, state))
+        return rid, state
+
+    def _id(self, typ: str, name: str) -> str:
+        if typ in _EC2:
+            return f"{_EC2[typ][0]}-0{_hex(typ, name, length=16)}"
+        if typ in _ID_ONLY:
+            return f"{_ID_ONLY[typ]}-0{_hex(typ, name, length=16)}"
+        return f"{name}-{_hex(typ, name, length=8)}"
+
+    def _public_ip(self, allocation_id: str) -> str:
+        # 203.0.113.0/24 (TEST-NET-3) is reserved for documentation.
+        return f"203.0.113.{int(_hex(allocation_id, length=4), 16) % 254 + 1}"
+
+    def _computed(self, typ: str, name: str, rid: str, state: dict) -> dict:
+        if typ == "aws:ec2/vpc:Vpc":
+            return {"defaultSecurityGroupId": self._id("aws:ec2/securityGroup:SecurityGroup", name + "-default"),
+                    "mainRouteTableId": self._id("aws:ec2/routeTable:RouteTable", name + "-main"),
+                    "ownerId": self.account_id}
+        if typ == "aws:ec2/eip:Eip":
+            return {"allocationId": rid, "publicIp": self._public_ip(rid)}
+        if typ == "aws:ec2/natGateway:NatGateway":
+            # The same address as the Elastic IP it was given.
+            return {"publicIp": self._public_ip(state.get("allocationId", rid)), "networkInterfaceId": f"eni-0{_hex(name, length=16)}"}
+        if typ == "aws:ec2transitgateway/transitGateway:TransitGateway":
+            return {"associationDefaultRouteTableId": "", "ownerId": self.account_id}
+        return {}

@@ -1,0 +1,58 @@
+"""The six layers and their wiring: build the ones `upToLayer` asks for, in order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import pulumi
+import pulumi_aws as aws
+
+from components.zones import eks_availability_zones
+from stacks.config import AVAILABLE_LAYERS, ConfigError, LabConfig, Violation
+from stacks.layers.network import NetworkLayer
+
+
+@dataclass
+class Lab:
+    """What has been built; a layer that `upToLayer` leaves out stays None."""
+
+    config: LabConfig
+    aws_provider: aws.Provider
+    zones: list[str]
+    network: Optional[NetworkLayer] = None
+
+
+def _build_network(lab: Lab) -> None:
+    lab.network = NetworkLayer(lab.config, lab.zones, opts=_layer_options(lab))
+
+
+#: One builder per layer this version builds, in creation order. Each may use only the layers
+#: built before it (so every prefix of layers is a complete stack).
+BUILDERS: dict[str, Callable[[Lab], None]] = {
+    "network": _build_network,
+}
+assert tuple(BUILDERS) == AVAILABLE_LAYERS, "BUILDERS and config.AVAILABLE_LAYERS disagree"
+
+
+def _layer_options(lab: Lab) -> pulumi.ResourceOptions:
+    # Children inherit the provider from their layer, so every AWS resource carries the lab tag.
+    return pulumi.ResourceOptions(providers=[lab.aws_provider])
+
+
+def build_lab(cfg: LabConfig) -> Lab:
+    provider = aws.Provider(
+        "aws",
+        region=cfg.region,
+        default_tags=aws.ProviderDefaultTagsArgs(tags=cfg.lab_tag),
+    )
+    zones = eks_availability_zones(provider)
+    if len(zones) < cfg.availability_zone_count:
+        # Checked before any layer registers a resource (the provider is not a cloud resource).
+        raise ConfigError([Violation(
+            "availabilityZoneCount", cfg.availability_zone_count,
+            f"region {cfg.region} offers only {len(zones)} zone(s) EKS can use: {', '.join(zones)}")])
+    lab = Lab(config=cfg, aws_provider=provider, zones=zones)
+    for layer in cfg.layers:
+        BUILDERS[layer](lab)
+    return lab

@@ -1,0 +1,275 @@
+"""Runs the real program (``__main__.py``) offline: Pulumi mocks, no CLI, no AWS credentials.
+
+The plan command and the tests both use it. Every ``RegisterResource`` request is recorded with
+what the engine would see — type, name, parent, inputs (secrets marked), dependencies, provider
+and options — so what registers can be printed and asserted on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import os
+import runpy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional
+
+import yaml
+from pulumi import Output
+from pulumi.runtime import config as runtime_config
+from pulumi.runtime import mocks as runtime_mocks
+from pulumi.runtime import rpc, settings
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+from stacks.config import PROJECT
+from stacks.fake_cloud import FakeCloud
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+PROGRAM = PROJECT_DIR / "__main__.py"
+LAYER_TYPE_PREFIX = f"{PROJECT}:layer:"
+
+
+@dataclass(frozen=True)
+class Secret:
+    """An input value the program marked secret."""
+
+    value: Any
+
+    def __repr__(self) -> str:
+        return "Secret(***)"
+
+
+@dataclass
+class Registration:
+    type: str
+    name: str
+    urn: str
+    id: str
+    parent: str
+    custom: bool
+    inputs: dict
+    #: Every resource this one waits for: explicit ``depends_on`` and inputs' sources.
+    dependencies: list[str]
+    property_dependencies: dict[str, list[str]]
+    #: ``urn::id`` of the provider, for custom resources.
+    provider: str
+    additional_secret_outputs: list[str]
+    custom_timeouts: dict
+    options: dict
+
+    @property
+    def explicit_dependencies(self) -> set[str]:
+        """``depends_on`` alone: what the program declared beyond data references."""
+        implicit = {urn for urns in self.property_dependencies.values() for urn in urns}
+        return set(self.dependencies) - implicit
+
+
+def _mark_secrets(value: Any) -> Any:
+    if rpc.is_rpc_secret(value):
+        return Secret(_mark_secrets(rpc.unwrap_rpc_secret(value)))
+    if isinstance(value, dict):
+        return {k: _mark_secrets(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mark_secrets(v) for v in value]
+    return value
+
+
+class RecordingMonitor(runtime_mocks.MockMonitor):
+    def __init__(self, mocks: runtime_mocks.Mocks):
+        super().__init__(mocks)
+        self.registrations: list[Registration] = []
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type == "pulumi:pulumi:Stack":
+            return response
+        timeouts = request.customTimeouts
+        self.registrations.append(Registration(
+            type=request.type,
+            name=request.name,
+            urn=response.urn,
+            id=response.id,
+            parent=request.parent,
+            custom=request.custom,
+            inputs=_mark_secrets(rpc.deserialize_properties(request.object, keep_unknowns=True)),
+            dependencies=list(request.dependencies),
+            property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
+            provider=request.provider,
+            additional_secret_outputs=list(request.additionalSecretOutputs),
+            custom_timeouts={k: getattr(timeouts, k) for k in ("create", "update", "delete")
+                             if getattr(timeouts, k)},
+            options={
+                "protect": request.protect,
+                "deleteBeforeReplace": request.deleteBeforeReplace,
+                "ignoreChanges": list(request.ignoreChanges),
+                "replaceOnChanges": list(request.replaceOnChanges),
+                "retainOnDelete": request.retainOnDelete,
+                "deletedWith": request.deletedWith,
+            },
+        ))
+        return response
+
+
+class _LoopThreadPool(concurrent.futures.ThreadPoolExecutor):
+    def __init__(self):
+        self._loops: list[asyncio.AbstractEventLoop] = []
+        super().__init__(max_workers=4, initializer=self._give_loop)
+
+    def _give_loop(self) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._loops.append(loop)
+
+    def shutdown_and_close_loops(self) -> None:
+        self.shutdown(wait=True)
+        for loop in self._loops:
+            loop.close()
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@dataclass
+class ProgramRun:
+    stack: str
+    config: dict[str, str]
+    registrations: list[Registration]
+    outputs: dict[str, Any]
+    warnings: list[str]
+    invokes: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.by_urn = {r.urn: r for r in self.registrations}
+
+    def of_type(self, type_: str) -> list[Registration]:
+        return [r for r in self.registrations if r.type == type_]
+
+    def one(self, type_: str, name: str) -> Registration:
+        found = [r for r in self.registrations if r.type == type_ and r.name == name]
+        if len(found) != 1:
+            raise LookupError(f"expected one {type_} named {name}, found {len(found)}")
+        return found[0]
+
+    def named(self, name: str) -> Registration:
+        found = [r for r in self.registrations if r.name == name and r.custom]
+        if len(found) != 1:
+            raise LookupError(f"expected one resource named {name}, found {len(found)}")
+        return found[0]
+
+    def ancestors(self, reg: Registration) -> Iterable[Registration]:
+        parent = self.by_urn.get(reg.parent)
+        while parent is not None:
+            yield parent
+            parent = self.by_urn.get(parent.parent)
+
+    def layer_of(self, reg: Registration) -> Optional[str]:
+        """The layer (network, cluster, ...) a resource belongs to, None for stack-level ones."""
+        for r in [reg, *self.ancestors(reg)]:
+            if r.type.startswith(LAYER_TYPE_PREFIX):
+                return r.name
+        return None
+
+    def resources(self) -> list[Registration]:
+        """Custom resources: what the cloud (or a provider) would create."""
+        return [r for r in self.registrations if r.custom]
+
+    def provider_ref(self, reg: Registration) -> str:
+        return f"{reg.urn}::{reg.id}"
+
+
+def run_program(config: Mapping[str, str], *, stack: str = "dev",
+                program: Path = PROGRAM) -> ProgramRun:
+    """Runs ``program`` under mocks with ``config`` (full keys such as ``aws:region`` and
+    ``eks-hybrid-lab:clusterName``, string values as Pulumi stores them).
+
+    Each run gets a fresh event loop and a fresh root stack. An exception the program raises
+    (a ConfigError, say) propagates; ``.registrations`` of the partial run are on it as
+    ``exc.registrations``.
+    """
+    cloud = FakeCloud(region=config.get("aws:region") or "us-east-1")
+    monitor = RecordingMonitor(cloud)
+    collect = _Collect()
+    logger = logging.getLogger(f"{PROJECT}.offline.{id(collect)}")
+    logger.propagate = False
+    logger.addHandler(collect)
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    # The SDK calls the monitor from executor threads, and the mock monitor gives each of those
+    # threads an event loop of its own; run them in a pool whose loops are closed afterwards so
+    # no half-collected loop complains at garbage collection.
+    executor = _LoopThreadPool()
+    loop.set_default_executor(executor)
+    saved_env = os.environ.pop("PULUMI_CONFIG", None)
+    try:
+        runtime_config.set_all_config(dict(config))
+        settings.ROOT.set(None)
+        runtime_mocks.set_mocks(cloud, project=PROJECT, stack=stack, preview=False,
+                                logger=logger, monitor=monitor)
+        root = settings.get_root_resource()
+        try:
+            _sync_await(run_pulumi_func(lambda: runpy.run_path(str(program), run_name="__main__")))
+            outputs = _sync_await(Output.from_input(root.outputs).future()) or {}
+        except BaseException as exc:
+            exc.registrations = monitor.registrations  # type: ignore[attr-defined]
+            raise
+    finally:
+        if saved_env is not None:
+            os.environ["PULUMI_CONFIG"] = saved_env
+        runtime_config.set_all_config({})
+        executor.shutdown_and_close_loops()
+        loop.close()
+        asyncio.set_event_loop(None)
+        logger.removeHandler(collect)
+
+    return ProgramRun(
+        stack=stack,
+        config=dict(config),
+        registrations=monitor.registrations,
+        outputs=outputs,
+        warnings=[r.getMessage() for r in collect.records if r.levelno == logging.WARNING],
+        invokes=list(cloud.calls),
+    )
+
+
+def provider_default_tags(reg: Registration) -> dict[str, str]:
+    """The default tags of a provider registration (providers receive nested config as JSON)."""
+    value = reg.inputs.get("defaultTags") or {}
+    if isinstance(value, str):
+        value = json.loads(value)
+    return dict(value.get("tags") or {})
+
+
+def _config_string(value: Any) -> str:
+    """A stack-file value as the string Pulumi hands the program."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+def load_stack_config(stack: str, project_dir: Path = PROJECT_DIR) -> dict[str, str]:
+    """The config of ``Pulumi.<stack>.yaml`` with full keys and string values."""
+    path = project_dir / f"Pulumi.{stack}.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"no stack file {path.name} in {project_dir}")
+    data = yaml.safe_load(path.read_text()) or {}
+    values = data.get("config") or {}
+    result = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and "secure" in value:
+            raise ValueError(f"{path.name}: {key} is encrypted; the offline plan cannot read "
+                             "secrets (use a plain value in a copy of the stack file)")
+        result[key if ":" in key else f"{PROJECT}:{key}"] = _config_string(value)
+    return result

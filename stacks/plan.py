@@ -1,0 +1,102 @@
+"""The offline plan: what `pulumi up` would build for a stack, without AWS or the Pulumi CLI.
+
+    python -m stacks.plan [--stack dev]
+
+Reads ``Pulumi.<stack>.yaml``, runs the real program against a stand-in for AWS and prints the
+layers in creation order with their resources, the destroy order and any warnings. Invalid
+config prints the validation error and exits 1, as `pulumi preview` would fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter, defaultdict
+from typing import Optional, TextIO
+
+from stacks.config import LAYERS, ConfigError
+from stacks.offline import ProgramRun, load_stack_config, provider_default_tags, run_program
+
+_MAX_NAMES = 4
+
+
+def short_type(token: str) -> str:
+    """aws:ec2/vpc:Vpc -> aws.ec2.Vpc: the name a Python reader knows the resource by."""
+    package, module, type_ = token.split(":")
+    return f"{package}.{module.split('/')[0]}.{type_}"
+
+
+
+def render(run: ProgramRun, out: TextIO) -> None:
+    cfg = run.config
+    region = cfg.get("aws:region", "?")
+    built = run.outputs.get("layers", [])
+    by_layer: dict[Optional[str], list] = defaultdict(list)
+    for reg in run.resources():
+        by_layer[run.layer_of(reg)].append(reg)
+
+    total = sum(len(v) for k, v in by_layer.items() if k is not None)
+    out.write(f"eks-hybrid-lab plan for stack '{run.stack}' in {region}: "
+              f"{len(built)} of {len(LAYERS)} layers, {total} resources\n")
+    out.write("Offline: the program ran against a stand-in for AWS; nothing was created.\n\n")
+
+    out.write("Create order\n")
+    for number, layer in enumerate(LAYERS, start=1):
+        if layer not in built:
+            out.write(f"  {number}. {layer:<10} not built "
+                      f"(upToLayer = {built[-1] if built else '-'})\n")
+            continue
+        regs = by_layer.get(layer, [])
+        out.write(f"  {number}. {layer:<10} {len(regs)} resources\n")
+        names: dict[str, list[str]] = defaultdict(list)
+        counts = Counter()
+        for reg in regs:
+            counts[short_type(reg.type)] += 1
+            names[short_type(reg.type)].append(reg.name)
+        width = max((len(t) for t in counts), default=0)
+        for type_ in sorted(counts):
+            shown = sorted(names[type_])
+            more = f", … (+{len(shown) - _MAX_NAMES})" if len(shown) > _MAX_NAMES else ""
+            out.write(f"       {type_:<{width}}  {counts[type_]:>2}  "
+                      f"{', '.join(shown[:_MAX_NAMES])}{more}\n")
+
+    stack_level = by_layer.get(None, [])
+    if stack_level:
+        out.write("\nStack-level (providers)\n")
+        for reg in stack_level:
+            tags = provider_default_tags(reg)
+            tag_text = ", ".join(f"{k}={v}" for k, v in tags.items())
+            out.write(f"       {reg.type}  {reg.name}"
+                      f"{'  default tags: ' + tag_text if tag_text else ''}\n")
+
+    out.write("\nDestroy order (pulumi destroy; lowering upToLayer removes the layers above it)\n")
+    out.write(f"  {' -> '.join(reversed(built)) if built else '(nothing)'}\n")
+
+    out.write("\nWarnings\n")
+    if run.warnings:
+        for warning in run.warnings:
+            out.write(f"  ! {warning}\n")
+    else:
+        out.write("  none\n")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stacks.plan", description=__doc__.split("\n")[0])
+    parser.add_argument("--stack", default="dev", help="stack whose Pulumi.<stack>.yaml to plan (default: dev)")
+    args = parser.parse_args(argv)
+    try:
+        config = load_stack_config(args.stack)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        run = run_program(config, stack=args.stack)
+    except ConfigError as exc:
+        print(f"error: Pulumi.{args.stack}.yaml: {exc}", file=sys.stderr)
+        return 1
+    render(run, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

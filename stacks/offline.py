@@ -82,6 +82,12 @@ class RecordingMonitor(runtime_mocks.MockMonitor):
     def __init__(self, mocks: runtime_mocks.Mocks):
         super().__init__(mocks)
         self.registrations: list[Registration] = []
+        #: URNs of the resources that called register_outputs (components must).
+        self.outputs_registered: set[str] = set()
+
+    def RegisterResourceOutputs(self, request):
+        self.outputs_registered.add(request.urn)
+        return super().RegisterResourceOutputs(request)
 
     def RegisterResource(self, request):
         response = super().RegisterResource(request)
@@ -147,6 +153,7 @@ class ProgramRun:
     outputs: dict[str, Any]
     warnings: list[str]
     invokes: list[str] = field(default_factory=list)
+    outputs_registered: set[str] = field(default_factory=set)
 
     def __post_init__(self):
         self.by_urn = {r.urn: r for r in self.registrations}
@@ -227,6 +234,12 @@ def run_program(config: Mapping[str, str], *, stack: str = "dev",
         if saved_env is not None:
             os.environ["PULUMI_CONFIG"] = saved_env
         runtime_config.set_all_config({})
+        # A failed run (a ConfigError, say) leaves RPCs in flight; cancel them so nothing of
+        # this run outlives it.
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         executor.shutdown_and_close_loops()
         loop.close()
         asyncio.set_event_loop(None)
@@ -239,6 +252,7 @@ def run_program(config: Mapping[str, str], *, stack: str = "dev",
         outputs=outputs,
         warnings=[r.getMessage() for r in collect.records if r.levelno == logging.WARNING],
         invokes=list(cloud.calls),
+        outputs_registered=set(monitor.outputs_registered),
     )
 
 
@@ -259,11 +273,11 @@ def _config_string(value: Any) -> str:
     return str(value)
 
 
-def load_stack_config(stack: str, project_dir: Path = PROJECT_DIR) -> dict[str, str]:
-    """The config of ``Pulumi.<stack>.yaml`` with full keys and string values."""
-    path = project_dir / f"Pulumi.{stack}.yaml"
+def load_stack_config(stack: str, path: Optional[Path] = None) -> dict[str, str]:
+    """The config of ``Pulumi.<stack>.yaml`` (or of ``path``) with full keys and string values."""
+    path = path or PROJECT_DIR / f"Pulumi.{stack}.yaml"
     if not path.exists():
-        raise FileNotFoundError(f"no stack file {path.name} in {project_dir}")
+        raise FileNotFoundError(f"no stack file {path}")
     data = yaml.safe_load(path.read_text()) or {}
     values = data.get("config") or {}
     result = {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from collections import Counter, defaultdict
 from typing import Optional, TextIO
 
@@ -82,17 +83,22 @@ def render(run: ProgramRun, out: TextIO) -> None:
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m stacks.plan", description=__doc__.split("\n")[0])
-    parser.add_argument("--stack", default="dev", help="stack whose Pulumi.<stack>.yaml to plan (default: dev)")
+    parser.add_argument("--stack", default="dev",
+                        help="stack whose Pulumi.<stack>.yaml to plan (default: dev)")
+    parser.add_argument("--stack-file", type=Path, metavar="PATH",
+                        help="plan this stack file instead (a config variant you have not "
+                             "made a stack for)")
     args = parser.parse_args(argv)
     try:
-        config = load_stack_config(args.stack)
+        config = load_stack_config(args.stack, path=args.stack_file)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
         run = run_program(config, stack=args.stack)
     except ConfigError as exc:
-        print(f"error: Pulumi.{args.stack}.yaml: {exc}", file=sys.stderr)
+        source = args.stack_file or f"Pulumi.{args.stack}.yaml"
+        print(f"error: {source}: {exc}", file=sys.stderr)
         return 1
     render(run, sys.stdout)
     return 0

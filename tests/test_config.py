@@ -1,0 +1,231 @@
+"""Config rules: every rule has a failing input, every violation is reported at once, nothing is
+registered before validation, and Pulumi.yaml declares exactly the settings the code reads."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+
+import pytest
+import yaml
+
+from stacks import config as config_module
+from stacks.config import (AVAILABLE_LAYERS, LAYERS, SETTINGS, ConfigError, LabConfig,
+                           load_config)
+from tests.conftest import PROJECT_DIR, lab_config
+from stacks.offline import run_program
+
+
+def load(**raw: str) -> LabConfig:
+    return load_config(raw, stack="test", region="ap-northeast-2")
+
+
+def violations(**raw: str) -> list[config_module.Violation]:
+    with pytest.raises(ConfigError) as caught:
+        load(**raw)
+    return caught.value.violations
+
+
+def test_defaults_build_a_config():
+    cfg = load()
+    assert cfg.cluster_name == "hybrid-lab"
+    assert cfg.kubernetes_version == "1.35"
+    assert cfg.cloud_vpc_cidr == ipaddress.ip_network("10.0.0.0/16")
+    assert cfg.admin_cidrs == ()
+    assert cfg.gpu_enabled is False
+    assert cfg.layers == AVAILABLE_LAYERS
+    assert cfg.lab_tag == {"eks-hybrid-lab:stack": "eks-hybrid-lab/test"}
+
+
+def test_values_are_parsed_from_pulumi_strings():
+    cfg = load(availabilityZoneCount="3", gpuEnabled="true", hybridNodeCount="4",
+               adminCidrs='["198.51.100.0/24", "203.0.113.7/32"]', burstCpuLimit="64")
+    assert cfg.availability_zone_count == 3
+    assert cfg.gpu_enabled is True
+    assert cfg.hybrid_node_count == 4
+    assert cfg.burst_cpu_limit == 64
+    assert [str(n) for n in cfg.admin_cidrs] == ["198.51.100.0/24", "203.0.113.7/32"]
+
+
+def test_config_is_frozen():
+    cfg = load()
+    with pytest.raises(AttributeError):
+        cfg.cluster_name = "other"  # type: ignore[misc]
+
+
+# One failing input per rule: (key, value, words the rule must say).
+BAD_VALUES = [
+    ("upToLayer", "everything", "must be one of network, cluster, hybrid, gateway, karpenter, demo"),
+    ("clusterName", "", "1-100 characters"),
+    ("clusterName", "-starts-with-hyphen", "starting with a letter or digit"),
+    ("clusterName", "has.dot", "letters, digits, hyphens and underscores"),
+    ("clusterName", "x" * 101, "1-100 characters"),
+    ("kubernetesVersion", "1.29", "minor from 32 to 36"),
+    ("kubernetesVersion", "1.99", "minor from 32 to 36"),
+    ("kubernetesVersion", "v1.35", "must be 1.<minor>"),
+    ("kubernetesVersion", "1.35.2", "must be 1.<minor>"),
+    ("availabilityZoneCount", "1", "must be 2 or 3"),
+    ("availabilityZoneCount", "4", "must be 2 or 3"),
+    ("availabilityZoneCount", "two", "whole number"),
+    ("cloudVpcCidr", "8.8.0.0/16", "RFC 1918"),
+    ("cloudVpcCidr", "10.0.0.0/8", "/16 to /24"),
+    ("cloudVpcCidr", "10.0.0.0/25", "/16 to /24"),
+    ("cloudVpcCidr", "10.0.0.1/16", "host bits set; the network is 10.0.0.0/16"),
+    ("cloudVpcCidr", "fd00::/48", "IPv4"),
+    ("cloudVpcCidr", "not-a-cidr", "IPv4 CIDR"),
+    ("onPremVpcCidr", "100.64.0.0/16", "RFC 1918"),
+    ("onPremVpcCidr", "172.16.0.0/12", "/16 to /24"),
+    ("hybridPodCidr", "100.64.0.0/16", "RFC 1918"),
+    ("serviceCidr", "192.168.0.0/25", "/12 to /24"),
+    ("serviceCidr", "10.0.0.0/11", "/12 to /24"),
+    ("serviceCidr", "1.2.3.0/24", "RFC 1918"),
+    ("endpointAccess", "both", "must be one of public, private"),
+    ("adminCidrs", "198.51.100.0/24", "must be a list of strings"),
+    ("adminCidrs", '["198.51.100.1/24"]', "host bits set"),
+    ("adminCidrs", '["2001:db8::/32"]', "IPv4"),
+    ("adminCidrs", '[42]', "must be a list of strings"),
+    ("hybridNodeCount", "0", "must be from 1 to 10"),
+    ("hybridNodeCount", "11", "must be from 1 to 10"),
+    ("hybridNodeInstanceType", "m5 xlarge", "EC2 instance type name"),
+    ("gpuEnabled", "yes", "true or false"),
+    ("gpuInstanceType", "G6.XLARGE", "EC2 instance type name"),
+    ("systemNodeInstanceType", "large", "EC2 instance type name"),
+    ("gatewayInstanceType", "m6i.", "EC2 instance type name"),
+    ("karpenterVersion", "v1.15.0", "without the leading v"),
+    ("karpenterVersion", "1.15", "MAJOR.MINOR.PATCH"),
+    ("karpenterVersion", "0.37.0", "1.0.0 or later"),
+    ("burstScenario", "D", "must be one of A, B, C"),
+    ("burstCpuLimit", "3", "at least 4"),
+]
+
+
+@pytest.mark.parametrize("key,value,rule", BAD_VALUES, ids=[f"{k}={v[:20]}" for k, v, _ in BAD_VALUES])
+def test_each_rule_rejects_a_bad_value(key, value, rule):
+    found = violations(**{key: value})
+    assert [v.key for v in found] == [key]
+    message = str(found[0])
+    assert rule in message
+    assert key in message and json.dumps(value) in message, "the error names the key and the value"
+
+
+def test_every_setting_has_a_failing_input():
+    tested = {key for key, _, _ in BAD_VALUES}
+    assert tested == {s.key for s in SETTINGS}
+
+
+GOOD_VALUES = [
+    ("clusterName", "a"), ("clusterName", "Lab_2-x"), ("clusterName", "9" * 100),
+    ("kubernetesVersion", "1.32"), ("kubernetesVersion", "1.36"),
+    ("hybridNodeInstanceType", "m7i-flex.large"), ("hybridNodeInstanceType", "u-6tb1.metal"),
+    ("gpuInstanceType", "p4d.24xlarge"), ("systemNodeInstanceType", "m8g.metal-24xl"),
+    ("karpenterVersion", "1.15.1"), ("cloudVpcCidr", "192.168.10.0/24"),
+    ("hybridPodCidr", "10.200.0.0/32"), ("serviceCidr", "10.96.0.0/12"),
+    ("endpointAccess", "private"), ("upToLayer", AVAILABLE_LAYERS[-1]), ("burstScenario", "C"),
+]
+
+
+@pytest.mark.parametrize("key,value", GOOD_VALUES)
+def test_rules_accept_valid_values(key, value):
+    load(**{key: value})
+
+
+OVERLAPS = [
+    ({"onPremVpcCidr": "10.0.128.0/20"}, "onPremVpcCidr", "cloudVpcCidr"),
+    ({"hybridPodCidr": "10.0.0.0/8"}, "hybridPodCidr", "cloudVpcCidr"),
+    ({"hybridPodCidr": "172.16.4.0/24"}, "hybridPodCidr", "onPremVpcCidr"),
+    ({"serviceCidr": "10.0.0.0/16"}, "serviceCidr", "cloudVpcCidr"),
+    ({"serviceCidr": "172.16.0.0/16"}, "serviceCidr", "onPremVpcCidr"),
+    ({"serviceCidr": "172.17.0.0/16"}, "serviceCidr", "hybridPodCidr"),
+]
+
+
+@pytest.mark.parametrize("raw,key,other", OVERLAPS)
+def test_networks_must_not_overlap(raw, key, other):
+    found = violations(**raw)
+    assert [(v.key, v.rule.split(" (")[0]) for v in found] == [(key, f"must not overlap {other}")]
+
+
+def test_all_violations_are_reported_at_once():
+    found = violations(clusterName="bad name", hybridNodeCount="0", burstScenario="Z",
+                       gpuEnabled="maybe")
+    assert {v.key for v in found} == {"clusterName", "hybridNodeCount", "burstScenario", "gpuEnabled"}
+    message = str(ConfigError(found))
+    assert message.startswith("invalid configuration (4 problems); nothing was created")
+
+
+def test_unknown_key_is_an_error_with_a_suggestion():
+    found = violations(clusterNmae="lab")
+    assert len(found) == 1
+    assert found[0].key == "eks-hybrid-lab:clusterNmae"
+    assert "did you mean clusterName?" in found[0].rule
+
+
+def test_region_is_required():
+    with pytest.raises(ConfigError) as caught:
+        load_config({}, stack="test", region=None)
+    assert "aws:region" in str(caught.value)
+    assert "pulumi config set aws:region" in str(caught.value)
+
+
+def test_unbuilt_layer_is_a_clear_error():
+    unbuilt = [layer for layer in LAYERS if layer not in AVAILABLE_LAYERS]
+    if not unbuilt:
+        pytest.skip("every layer is built")
+    found = violations(upToLayer=unbuilt[-1])
+    assert found[0].key == "upToLayer"
+    assert "this version builds only the layers" in found[0].rule
+
+
+def test_invalid_config_registers_nothing():
+    with pytest.raises(ConfigError) as caught:
+        run_program(lab_config(hybridNodeCount=0, cloudVpcCidr="8.8.8.0/24"))
+    assert {v.key for v in caught.value.violations} == {"hybridNodeCount", "cloudVpcCidr"}
+    assert caught.value.registrations == []
+
+
+def test_too_few_zones_is_reported_before_layers_register():
+    # The fake cloud's us-west-1 has two zones EKS can use (usw1-az2 is excluded).
+    with pytest.raises(ConfigError) as caught:
+        run_program(lab_config(aws_region="us-west-1", availabilityZoneCount=3))
+    assert caught.value.violations[0].key == "availabilityZoneCount"
+    assert "offers only 2 zone(s)" in str(caught.value)
+    assert [r.type for r in caught.value.registrations] == ["pulumi:providers:aws"]
+
+
+# --- Pulumi.yaml and the dev stack stay in step with SETTINGS -----------------------------------
+
+def _project_config() -> dict:
+    return yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())["config"]
+
+
+def test_pulumi_yaml_declares_every_setting_with_type_default_and_description():
+    declared = _project_config()
+    assert list(declared) == [s.key for s in SETTINGS]
+    for setting in SETTINGS:
+        entry = declared[setting.key]
+        assert entry["type"] == setting.type, setting.key
+        assert entry["default"] == setting.default, setting.key
+        assert entry["description"] == setting.description, setting.key
+        if setting.type == "array":
+            assert entry["items"] == {"type": "string"}
+
+
+def test_pulumi_yaml_project_and_runtime():
+    project = yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())
+    assert project["name"] == "eks-hybrid-lab"
+    assert project["runtime"]["name"] == "python"
+    assert project["runtime"]["options"]["virtualenv"] == "venv"
+    assert project["description"]
+
+
+def test_dev_stack_writes_out_every_default():
+    stack = yaml.safe_load((PROJECT_DIR / "Pulumi.dev.yaml").read_text())["config"]
+    assert stack.pop("aws:region") == "ap-northeast-2"
+    assert stack == {f"eks-hybrid-lab:{s.key}": s.default for s in SETTINGS}
+
+
+def test_readme_documents_every_setting_with_its_default():
+    readme = (PROJECT_DIR / "README.md").read_text()
+    for setting in SETTINGS:
+        default = json.dumps(setting.default) if isinstance(setting.default, (list, bool)) else str(setting.default)
+        assert f"| `{setting.key}` | {setting.type} | `{default}` |" in readme, setting.key

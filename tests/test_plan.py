@@ -1,0 +1,58 @@
+"""The README's first command: `python -m stacks.plan`, run as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import yaml
+
+from tests.conftest import PROJECT_DIR
+
+
+def plan(*args: str, cwd=PROJECT_DIR) -> tuple[subprocess.CompletedProcess, float]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PULUMI_"))}
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "stacks.plan", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=60)
+    return done, time.monotonic() - start
+
+
+def test_plan_of_the_dev_stack(dev_run):
+    done, seconds = plan()
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "eks-hybrid-lab plan for stack 'dev' in ap-northeast-2" in out
+    assert "nothing was created" in out
+    assert "1. network" in out
+    for type_ in ("aws.ec2.Vpc", "aws.ec2.NatGateway", "aws.ec2transitgateway.TransitGateway",
+                  "aws.ec2transitgateway.VpcAttachment"):
+        assert type_ in out
+    network_count = sum(1 for r in dev_run.resources() if dev_run.layer_of(r) == "network")
+    assert f"1. network    {network_count} resources" in out
+    assert "Destroy order" in out and "Warnings\n  none" in out
+    assert "eks-hybrid-lab:stack=eks-hybrid-lab/dev" in out
+    assert seconds < 5, f"the plan took {seconds:.1f}s"
+
+
+def test_plan_of_an_invalid_stack_file_fails_with_the_rule(tmp_path):
+    stack = yaml.safe_load((PROJECT_DIR / "Pulumi.dev.yaml").read_text())
+    stack["config"]["eks-hybrid-lab:hybridPodCidr"] = "10.0.0.0/16"
+    stack["config"]["eks-hybrid-lab:hybridNodeCount"] = 42
+    bad = tmp_path / "Pulumi.bad.yaml"
+    bad.write_text(yaml.safe_dump(stack))
+    done, _ = plan("--stack-file", str(bad))
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert "invalid configuration (2 problems); nothing was created" in done.stderr
+    assert 'hybridPodCidr = "10.0.0.0/16": must not overlap cloudVpcCidr (10.0.0.0/16)' in done.stderr
+    assert 'hybridNodeCount = "42": must be from 1 to 10' in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_plan_of_a_missing_stack_says_so():
+    done, _ = plan("--stack", "does-not-exist")
+    assert done.returncode == 2
+    assert "no stack file" in done.stderr and "Pulumi.does-not-exist.yaml" in done.stderr

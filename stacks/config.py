@@ -25,12 +25,16 @@ LAYERS: tuple[str, ...] = ("network", "cluster", "hybrid", "gateway", "karpenter
 
 #: The layers this version of the program builds. It grows as layers land; ``upToLayer``
 #: defaults to the last of them, so a stack with default settings always deploys.
-AVAILABLE_LAYERS: tuple[str, ...] = LAYERS[:1]
+AVAILABLE_LAYERS: tuple[str, ...] = LAYERS[:3]
 
 #: Kubernetes minor versions EKS offers for new clusters (standard or extended support) as of
 #: 2026-11: 1.31 left extended support on 2026-11-26; 1.36 is the newest EKS release the docs
 #: name. The one place to move when EKS adds or retires a version.
 KUBERNETES_MINORS = range(32, 37)
+
+#: Cilium's per-node pod block (clusterPoolIPv4MaskSize): 128 pods per node. It cannot change
+#: once nodes have blocks, so it is fixed here.
+CILIUM_NODE_MASK = 25
 
 RFC1918 = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 
@@ -67,10 +71,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("adminCidrs", "array", [],
             "CIDRs allowed to reach a public API endpoint; empty leaves it open to the internet "
             "(IAM-authenticated) with a warning."),
+    Setting("adminRoleArns", "array", [],
+            "IAM role ARNs given cluster-admin through EKS access entries (besides whoever "
+            "runs pulumi up)."),
+    Setting("logRetentionDays", "integer", 7,
+            "Retention of the control-plane log group, in days (a CloudWatch retention value)."),
     Setting("hybridNodeCount", "integer", 2,
             "Simulated on-prem hosts joined as hybrid nodes (1 to 10)."),
     Setting("hybridNodeInstanceType", "string", "m5.xlarge",
             "EC2 instance type of the simulated on-prem hosts."),
+    Setting("activationGeneration", "integer", 1,
+            "Raise by one to replace the SSM hybrid activation (it is valid for 30 days): the "
+            "hybrid hosts are replaced too and register again."),
     Setting("gpuEnabled", "boolean", False,
             "Add one GPU host as a hybrid node for demo 3 (costs money; off by default)."),
     Setting("gpuInstanceType", "string", "g6.xlarge",
@@ -131,8 +143,11 @@ class LabConfig:
     service_cidr: ipaddress.IPv4Network
     endpoint_access: str
     admin_cidrs: tuple[ipaddress.IPv4Network, ...]
+    admin_role_arns: tuple[str, ...]
+    log_retention_days: int
     hybrid_node_count: int
     hybrid_node_instance_type: str
+    activation_generation: int
     gpu_enabled: bool
     gpu_instance_type: str
     system_node_instance_type: str
@@ -145,6 +160,11 @@ class LabConfig:
     def layers(self) -> tuple[str, ...]:
         """The layers this stack builds, in creation order."""
         return LAYERS[: LAYERS.index(self.up_to_layer) + 1]
+
+    @property
+    def hybrid_host_count(self) -> int:
+        """Simulated on-prem hosts: the hybrid nodes plus the GPU host when enabled."""
+        return self.hybrid_node_count + (1 if self.gpu_enabled else 0)
 
     @property
     def lab_tag(self) -> dict[str, str]:
@@ -280,6 +300,26 @@ def _rule_admin_cidrs(values):
     return tuple(nets), None
 
 
+#: The retention periods CloudWatch Logs accepts.
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827,
+                      2192, 2557, 2922, 3288, 3653)
+_ROLE_ARN = re.compile(r"arn:aws(-[a-z]+)*:iam::\d{12}:role/[\w+=,.@/-]{1,512}")
+
+
+def _rule_role_arns(values):
+    for item in values:
+        if not _ROLE_ARN.fullmatch(item):
+            return None, (f"item {json.dumps(item)} is not an IAM role ARN "
+                          "(arn:aws:iam::<account>:role/<name>)")
+    return tuple(values), None
+
+
+def _rule_log_retention(value):
+    if value in LOG_RETENTION_DAYS:
+        return value, None
+    return None, "must be a CloudWatch retention: " + ", ".join(map(str, LOG_RETENTION_DAYS))
+
+
 _RULES: dict[str, Callable[[Any], tuple[Any, Optional[str]]]] = {
     "upToLayer": _rule_choice(LAYERS),
     "clusterName": _rule_cluster_name,
@@ -292,6 +332,9 @@ _RULES: dict[str, Callable[[Any], tuple[Any, Optional[str]]]] = {
     "serviceCidr": lambda v: _private_network(v, 12, 24),
     "endpointAccess": _rule_choice(("public", "private")),
     "adminCidrs": _rule_admin_cidrs,
+    "adminRoleArns": _rule_role_arns,
+    "logRetentionDays": _rule_log_retention,
+    "activationGeneration": _rule_int(1),
     "hybridNodeCount": _rule_int(1, 10),
     "hybridNodeInstanceType": _rule_instance_type,
     "gpuEnabled": lambda v: (v, None),
@@ -349,6 +392,16 @@ def load_config(values: Mapping[str, str], *, stack: str, region: Optional[str],
         if key in parsed and other in parsed and parsed[key].overlaps(parsed[other]):
             violations.append(Violation(
                 key, str(parsed[key]), f"must not overlap {other} ({parsed[other]})"))
+
+    pods, count, gpu = (parsed.get(k) for k in ("hybridPodCidr", "hybridNodeCount", "gpuEnabled"))
+    if pods is not None and count is not None and gpu is not None:
+        hosts = count + (1 if gpu else 0)
+        blocks = 2 ** (CILIUM_NODE_MASK - pods.prefixlen) if pods.prefixlen <= CILIUM_NODE_MASK else 0
+        if blocks < hosts:
+            violations.append(Violation(
+                "hybridPodCidr", str(pods),
+                f"must hold a /{CILIUM_NODE_MASK} pod block for each of the {hosts} hybrid hosts "
+                f"(Cilium gives every node one); it holds {blocks}"))
 
     layer = parsed.get("upToLayer")
     if layer is not None and layer not in AVAILABLE_LAYERS:

@@ -8,10 +8,13 @@ through the plan and the tests unanswered.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from typing import Any, Callable
 
+import dill
 import pulumi
+from pulumi.runtime import rpc
 
 #: The example account of the AWS documentation; never a real one.
 ACCOUNT_ID = "111122223333"
@@ -68,6 +71,8 @@ class FakeCloud(pulumi.runtime.Mocks):
                                                            "id": self.region},
             "aws:index/getPartition:getPartition": lambda args: {
                 "partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"},
+            "aws:eks/getAddonVersion:getAddonVersion": self._addon_version,
+            "aws:ssm/getParameter:getParameter": self._ssm_parameter,
         }
         self.calls: list[str] = []
 
@@ -96,6 +101,20 @@ class FakeCloud(pulumi.runtime.Mocks):
             "state": args.get("state"),
         }
 
+    def _addon_version(self, args: dict) -> dict:
+        minor = str(args["kubernetesVersion"]).split(".")[1]
+        version = f"v1.{minor}.0-eksbuild.1"
+        return {"addonName": args["addonName"], "kubernetesVersion": args["kubernetesVersion"],
+                "version": version, "id": args["addonName"]}
+
+    def _ssm_parameter(self, args: dict) -> dict:
+        name = args["name"]
+        if not name.startswith("/aws/service/"):
+            raise UnknownInvoke(f"the offline fake cloud knows only public parameters, not {name}")
+        value = f"ami-0{_hex(name, length=16)}" if name.endswith("/ami-id") else f"fake:{name}"
+        return {"name": name, "value": value, "insecureValue": value, "type": "String",
+                "id": name, "arn": f"arn:aws:ssm:{self.region}::parameter{name}"}
+
     def _caller_identity(self, args: dict) -> dict:
         return {"accountId": self.account_id, "id": self.account_id,
                 "arn": f"arn:aws:iam::{self.account_id}:user/lab-deployer",
@@ -105,6 +124,8 @@ class FakeCloud(pulumi.runtime.Mocks):
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         state: dict[str, Any] = dict(args.inputs)
+        if args.typ.startswith("pulumi-python:dynamic"):
+            return self._dynamic_create(state)
         if args.typ.startswith("pulumi:providers:"):
             return f"{args.name}-provider-id", state
         rid = self._id(args.typ, args.name)
@@ -114,7 +135,19 @@ class FakeCloud(pulumi.runtime.Mocks):
         state.update(self._computed(args.typ, args.name, rid, state))
         return rid, state
 
+    def _dynamic_create(self, inputs: dict):
+        """Runs the dynamic provider's own create(). This project's dynamic providers act on the
+        cloud only in delete(); their create() is pure, so the plan shows their real outputs."""
+        blob = rpc.unwrap_rpc_secret(inputs["__provider"])
+        provider = dill.loads(base64.b64decode(blob))
+        props = {k: rpc.unwrap_rpc_secret(v) for k, v in inputs.items() if k != "__provider"}
+        result = provider.create(props)
+        return result.id, {**props, **(result.outs or {}), "__provider": inputs["__provider"]}
+
     def _id(self, typ: str, name: str) -> str:
+        if typ == "aws:ssm/activation:Activation":
+            h = _hex(typ, name, length=32)
+            return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
         if typ in _EC2:
             return f"{_EC2[typ][0]}-0{_hex(typ, name, length=16)}"
         if typ in _ID_ONLY:
@@ -137,4 +170,37 @@ class FakeCloud(pulumi.runtime.Mocks):
             return {"publicIp": self._public_ip(state.get("allocationId", rid)), "networkInterfaceId": f"eni-0{_hex(name, length=16)}"}
         if typ == "aws:ec2transitgateway/transitGateway:TransitGateway":
             return {"associationDefaultRouteTableId": "", "ownerId": self.account_id}
+        if typ == "aws:ec2/instance:Instance":
+            return {"privateIp": f"172.31.{int(_hex(rid, length=2), 16) % 250}.10",
+                    "primaryNetworkInterfaceId": f"eni-0{_hex(rid, 'eni', length=16)}"}
+        if typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            return {"latestVersion": 1, "defaultVersion": 1}
+        if typ == "aws:iam/role:Role":
+            role_name = state.get("name") or f"{name}-{_hex(name, length=7)}"
+            return {"name": role_name, "arn": f"arn:aws:iam::{self.account_id}:role/{role_name}",
+                    "uniqueId": f"AROA{_hex(name, length=17).upper()}"}
+        if typ == "aws:kms/key:Key":
+            key_id = f"{_hex(name, length=8)}-{_hex(name, 'a', length=4)}-4{_hex(name, 'b', length=3)}-8{_hex(name, 'c', length=3)}-{_hex(name, 'd', length=12)}"
+            return {"keyId": key_id, "arn": f"arn:aws:kms:{self.region}:{self.account_id}:key/{key_id}"}
+        if typ == "aws:cloudwatch/logGroup:LogGroup":
+            return {"arn": f"arn:aws:logs:{self.region}:{self.account_id}:log-group:{state.get('name', name)}"}
+        if typ == "aws:eks/cluster:Cluster":
+            cluster = state["name"]
+            vpc_config = dict(state.get("vpcConfig") or {})
+            vpc_config["clusterSecurityGroupId"] = self._id("aws:ec2/securityGroup:SecurityGroup", cluster + "-cluster")
+            return {
+                "arn": f"arn:aws:eks:{self.region}:{self.account_id}:cluster/{cluster}",
+                "endpoint": f"https://{_hex(cluster, length=32).upper()}.gr7.{self.region}.eks.amazonaws.com",
+                # "-----BEGIN CERTIFICATE-----" ... base64-encoded, as EKS returns it.
+                "certificateAuthority": {"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="},
+                "vpcConfig": vpc_config,
+                "status": "ACTIVE",
+                "platformVersion": "eks.1",
+            }
+        if typ == "aws:eks/nodeGroup:NodeGroup":
+            return {"nodeGroupName": f"{name}-{_hex(name, length=8)}", "status": "ACTIVE",
+                    "arn": f"arn:aws:eks:{self.region}:{self.account_id}:nodegroup/{name}"}
+        if typ == "aws:ssm/activation:Activation":
+            return {"activationCode": f"{_hex(name, 'code', length=20)}", "expired": False,
+                    "registrationCount": 0}
         return {}

@@ -84,6 +84,12 @@ BAD_VALUES = [
     ("adminCidrs", '["198.51.100.1/24"]', "host bits set"),
     ("adminCidrs", '["2001:db8::/32"]', "IPv4"),
     ("adminCidrs", '[42]', "must be a list of strings"),
+    ("adminRoleArns", '["arn:aws:iam::123456789012:user/alice"]', "is not an IAM role ARN"),
+    ("adminRoleArns", '["admin"]', "is not an IAM role ARN"),
+    ("adminRoleArns", "arn:aws:iam::123456789012:role/admin", "must be a list of strings"),
+    ("logRetentionDays", "8", "must be a CloudWatch retention"),
+    ("logRetentionDays", "0", "must be a CloudWatch retention"),
+    ("activationGeneration", "0", "must be at least 1"),
     ("hybridNodeCount", "0", "must be from 1 to 10"),
     ("hybridNodeCount", "11", "must be from 1 to 10"),
     ("hybridNodeInstanceType", "m5 xlarge", "EC2 instance type name"),
@@ -119,8 +125,10 @@ GOOD_VALUES = [
     ("hybridNodeInstanceType", "m7i-flex.large"), ("hybridNodeInstanceType", "u-6tb1.metal"),
     ("gpuInstanceType", "p4d.24xlarge"), ("systemNodeInstanceType", "m8g.metal-24xl"),
     ("karpenterVersion", "1.15.1"), ("cloudVpcCidr", "192.168.10.0/24"),
-    ("hybridPodCidr", "10.200.0.0/32"), ("serviceCidr", "10.96.0.0/12"),
+    ("hybridPodCidr", "192.168.0.0/16"), ("serviceCidr", "10.96.0.0/12"),
     ("endpointAccess", "private"), ("upToLayer", AVAILABLE_LAYERS[-1]), ("burstScenario", "C"),
+    ("adminRoleArns", '["arn:aws:iam::123456789012:role/platform/Admin+1"]'),
+    ("logRetentionDays", "3653"), ("activationGeneration", "7"),
 ]
 
 
@@ -143,6 +151,23 @@ OVERLAPS = [
 def test_networks_must_not_overlap(raw, key, other):
     found = violations(**raw)
     assert [(v.key, v.rule.split(" (")[0]) for v in found] == [(key, f"must not overlap {other}")]
+
+
+@pytest.mark.parametrize("pods,nodes,gpu,ok", [
+    ("10.99.0.0/24", "2", "false", True),    # two /25 blocks for two hosts
+    ("10.99.0.0/24", "2", "true", False),    # the GPU host needs a third
+    ("10.99.0.0/23", "2", "true", True),
+    ("10.99.0.0/25", "1", "false", True),
+    ("10.99.0.0/26", "1", "false", False),   # smaller than one node's block
+])
+def test_pod_cidr_must_hold_a_cilium_block_per_host(pods, nodes, gpu, ok):
+    raw = {"hybridPodCidr": pods, "hybridNodeCount": nodes, "gpuEnabled": gpu}
+    if ok:
+        load(**raw)
+    else:
+        [found] = violations(**raw)
+        assert found.key == "hybridPodCidr"
+        assert "must hold a /25 pod block for each of the" in found.rule
 
 
 def test_all_violations_are_reported_at_once():

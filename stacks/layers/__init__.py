@@ -10,6 +10,8 @@ import pulumi_aws as aws
 
 from components.zones import eks_availability_zones
 from stacks.config import AVAILABLE_LAYERS, ConfigError, LabConfig, Violation
+from stacks.layers.cluster import ClusterLayer
+from stacks.layers.hybrid import HybridLayer
 from stacks.layers.network import NetworkLayer
 
 
@@ -20,24 +22,43 @@ class Lab:
     config: LabConfig
     aws_provider: aws.Provider
     zones: list[str]
+    account_id: str
     network: Optional[NetworkLayer] = None
+    cluster: Optional[ClusterLayer] = None
+    hybrid: Optional[HybridLayer] = None
+
+
+def _layer_options(lab: Lab) -> pulumi.ResourceOptions:
+    # Children inherit their providers from the layer: every AWS resource carries the lab tag,
+    # and every Kubernetes resource goes through the cluster's provider (so it depends on the
+    # cluster and is deleted before it).
+    providers: list[pulumi.ProviderResource] = [lab.aws_provider]
+    if lab.cluster is not None:
+        providers.append(lab.cluster.kubernetes)
+    return pulumi.ResourceOptions(providers=providers)
 
 
 def _build_network(lab: Lab) -> None:
     lab.network = NetworkLayer(lab.config, lab.zones, opts=_layer_options(lab))
 
 
+def _build_cluster(lab: Lab) -> None:
+    lab.cluster = ClusterLayer(lab.config, lab.network, opts=_layer_options(lab))
+
+
+def _build_hybrid(lab: Lab) -> None:
+    lab.hybrid = HybridLayer(lab.config, lab.network, lab.cluster, lab.account_id,
+                             opts=_layer_options(lab))
+
+
 #: One builder per layer this version builds, in creation order. Each may use only the layers
 #: built before it (so every prefix of layers is a complete stack).
 BUILDERS: dict[str, Callable[[Lab], None]] = {
     "network": _build_network,
+    "cluster": _build_cluster,
+    "hybrid": _build_hybrid,
 }
 assert tuple(BUILDERS) == AVAILABLE_LAYERS, "BUILDERS and config.AVAILABLE_LAYERS disagree"
-
-
-def _layer_options(lab: Lab) -> pulumi.ResourceOptions:
-    # Children inherit the provider from their layer, so every AWS resource carries the lab tag.
-    return pulumi.ResourceOptions(providers=[lab.aws_provider])
 
 
 def build_lab(cfg: LabConfig) -> Lab:
@@ -52,7 +73,8 @@ def build_lab(cfg: LabConfig) -> Lab:
         raise ConfigError([Violation(
             "availabilityZoneCount", cfg.availability_zone_count,
             f"region {cfg.region} offers only {len(zones)} zone(s) EKS can use: {', '.join(zones)}")])
-    lab = Lab(config=cfg, aws_provider=provider, zones=zones)
+    account_id = aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=provider)).account_id
+    lab = Lab(config=cfg, aws_provider=provider, zones=zones, account_id=account_id)
     for layer in cfg.layers:
         BUILDERS[layer](lab)
     return lab

@@ -1,0 +1,208 @@
+"""An EKS control plane that can take hybrid nodes: remote node and pod networks, API
+authentication, one endpoint (public xor private), its log group owned by the stack, secrets
+encrypted with a key of its own, and the security-group rules hybrid nodes need.
+
+Plain ``aws.eks.Cluster``, not pulumi-eks: pulumi-eks cannot express remote networks or
+``HYBRID_LINUX`` access entries, and as a remote component it would hide its children from the
+tests.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import pulumi
+import pulumi_aws as aws
+
+from components.iam import Role, RoleArgs, managed_policy_arn, trust_policy
+
+CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator")
+
+
+@dataclass(frozen=True)
+class EksClusterArgs:
+    cluster_name: str
+    kubernetes_version: str
+    region: str
+    subnet_ids: Sequence[pulumi.Input[str]]
+    service_cidr: str
+    remote_node_cidrs: Sequence[str]
+    remote_pod_cidrs: Sequence[str]
+    #: True: public endpoint only; False: private endpoint only. Hybrid nodes need one, not both.
+    endpoint_public: bool
+    #: Who may reach a public endpoint (ignored for a private one).
+    public_access_cidrs: Sequence[pulumi.Input[str]]
+    log_retention_days: int
+    #: IAM roles given cluster-admin through STANDARD access entries.
+    admin_role_arns: Sequence[str] = ()
+
+
+class EksCluster(pulumi.ComponentResource):
+    cluster: aws.eks.Cluster
+    name: pulumi.Output[str]
+    arn: pulumi.Output[str]
+    endpoint: pulumi.Output[str]
+    certificate_authority: pulumi.Output[str]
+    cluster_security_group_id: pulumi.Output[str]
+    log_group: aws.cloudwatch.LogGroup
+    #: Access entries and their policy associations: whoever acts through them depends on them.
+    access: list[pulumi.Resource]
+
+    def __init__(self, name: str, args: EksClusterArgs,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("eks-hybrid-lab:eks:Cluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        role = Role(f"{name}-iam", RoleArgs(
+            assume_role_policy=trust_policy("eks.amazonaws.com"),
+            managed_policies=[managed_policy_arn("AmazonEKSClusterPolicy")],
+            description=f"EKS control plane of {args.cluster_name}",
+        ), opts=child)
+
+        # EKS creates /aws/eks/<name>/cluster itself when logging is on, and that group outlives
+        # the cluster (and bills for storage). Created here first, it is the stack's to delete.
+        self.log_group = aws.cloudwatch.LogGroup(
+            f"{name}-logs",
+            name=f"/aws/eks/{args.cluster_name}/cluster",
+            retention_in_days=args.log_retention_days,
+            opts=child,
+        )
+
+        key = aws.kms.Key(
+            f"{name}-secrets-key",
+            description=f"Envelope encryption of Kubernetes secrets in {args.cluster_name}",
+            enable_key_rotation=True,
+            # The shortest wait AWS allows: a destroyed lab should not keep keys around.
+            deletion_window_in_days=7,
+            opts=child,
+        )
+
+        self.cluster = aws.eks.Cluster(
+            f"{name}-cluster",
+            name=args.cluster_name,
+            version=args.kubernetes_version,
+            role_arn=role.arn,
+            vpc_config=aws.eks.ClusterVpcConfigArgs(
+                subnet_ids=list(args.subnet_ids),
+                endpoint_public_access=args.endpoint_public,
+                endpoint_private_access=not args.endpoint_public,
+                public_access_cidrs=list(args.public_access_cidrs) if args.endpoint_public else None,
+            ),
+            kubernetes_network_config=aws.eks.ClusterKubernetesNetworkConfigArgs(
+                service_ipv4_cidr=args.service_cidr,
+                ip_family="ipv4",
+            ),
+            remote_network_config=aws.eks.ClusterRemoteNetworkConfigArgs(
+                remote_node_networks=aws.eks.ClusterRemoteNetworkConfigRemoteNodeNetworksArgs(
+                    cidrs=list(args.remote_node_cidrs)),
+                remote_pod_networks=aws.eks.ClusterRemoteNetworkConfigRemotePodNetworksArgs(
+                    cidrs=list(args.remote_pod_cidrs)),
+            ),
+            access_config=aws.eks.ClusterAccessConfigArgs(
+                authentication_mode="API",
+                # Whoever runs `pulumi up` administers the cluster; said explicitly because the
+                # default may change and the Kubernetes provider depends on it.
+                bootstrap_cluster_creator_admin_permissions=True,
+            ),
+            # The add-ons are managed by this stack (EKS add-ons), not installed unmanaged.
+            bootstrap_self_managed_addons=False,
+            enabled_cluster_log_types=list(CONTROL_PLANE_LOG_TYPES),
+            encryption_config=aws.eks.ClusterEncryptionConfigArgs(
+                provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=key.arn),
+                resources=["secrets"],
+            ),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                # The role's policy must outlive the cluster's deletion, and the log group must
+                # exist before EKS would create it.
+                depends_on=[self.log_group, *role.attachments],
+                custom_timeouts=pulumi.CustomTimeouts(create="30m", delete="30m"),
+            ),
+        )
+        self.name = self.cluster.name
+        self.arn = self.cluster.arn
+        self.endpoint = self.cluster.endpoint
+        self.certificate_authority = self.cluster.certificate_authority.apply(lambda ca: ca.data)
+        self.cluster_security_group_id = self.cluster.vpc_config.apply(
+            lambda vpc: vpc.cluster_security_group_id)
+
+        # What hybrid nodes need of the cluster security group (REFERENCE §1): kubelets and pods
+        # on the remote networks reach the API server; the API server reaches kubelets.
+        for index, cidr in enumerate(args.remote_node_cidrs):
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-api-from-nodes-{index}",
+                security_group_id=self.cluster_security_group_id,
+                ip_protocol="tcp", from_port=443, to_port=443, cidr_ipv4=cidr,
+                description="kubelets on hybrid nodes to the API server",
+                opts=child,
+            )
+            aws.vpc.SecurityGroupEgressRule(
+                f"{name}-kubelet-on-nodes-{index}",
+                security_group_id=self.cluster_security_group_id,
+                ip_protocol="tcp", from_port=10250, to_port=10250, cidr_ipv4=cidr,
+                description="API server to kubelets on hybrid nodes (logs, exec, port-forward)",
+                opts=child,
+            )
+        for index, cidr in enumerate(args.remote_pod_cidrs):
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-api-from-pods-{index}",
+                security_group_id=self.cluster_security_group_id,
+                ip_protocol="tcp", from_port=443, to_port=443, cidr_ipv4=cidr,
+                description="pods on hybrid nodes to the API server",
+                opts=child,
+            )
+
+        self.access = []
+        for index, role_arn in enumerate(args.admin_role_arns):
+            entry = aws.eks.AccessEntry(
+                f"{name}-admin-{index}",
+                cluster_name=self.cluster.name,
+                principal_arn=role_arn,
+                type="STANDARD",
+                opts=child,
+            )
+            self.access.append(entry)
+            self.access.append(aws.eks.AccessPolicyAssociation(
+                f"{name}-admin-{index}-policy",
+                cluster_name=self.cluster.name,
+                principal_arn=entry.principal_arn,
+                policy_arn=CLUSTER_ADMIN_POLICY,
+                access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+                opts=child,
+            ))
+
+        self.register_outputs({
+            "name": self.name, "arn": self.arn, "endpoint": self.endpoint,
+            "clusterSecurityGroupId": self.cluster_security_group_id,
+        })
+
+
+def kubeconfig(cluster_name: pulumi.Input[str], endpoint: pulumi.Input[str],
+               certificate_authority: pulumi.Input[str], region: str) -> pulumi.Output[str]:
+    """A kubeconfig (JSON) that authenticates with ``aws eks get-token`` for the caller's AWS
+    identity. The region is written in, not taken from the environment, so it works from any
+    shell. Returned as a secret: it names the cluster's endpoint and CA."""
+
+    def render(values: list) -> str:
+        name, server, ca = values
+        return json.dumps({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": name, "cluster": {
+                "server": server, "certificate-authority-data": ca}}],
+            "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+            "current-context": name,
+            "users": [{"name": name, "user": {"exec": {
+                "apiVersion": "client.authentication.k8s.io/v1beta1",
+                "command": "aws",
+                "args": ["eks", "get-token", "--cluster-name", name,
+                         "--region", region, "--output", "json"],
+                "interactiveMode": "Never",
+            }}}],
+        }, indent=2)
+
+    return pulumi.Output.secret(
+        pulumi.Output.all(cluster_name, endpoint, certificate_authority).apply(render))

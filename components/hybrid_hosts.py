@@ -1,0 +1,143 @@
+"""EC2 instances standing in for on-prem servers, joined to EKS as hybrid nodes.
+
+They are built the way a data-centre server is: no instance profile (with one, the SSM agent
+would register the EC2 identity instead of a hybrid mi-... registration), no public IP, and no
+instance metadata once cloud-init has read the user data. AWS does not support EC2 as hybrid
+nodes; this is for rehearsal only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
+
+import pulumi
+import pulumi_aws as aws
+
+from components.hybrid_user_data import NODEADM_ARCH, HostBootstrap, render_user_data
+from components.instance_types import architecture
+
+#: Admission webhooks served from pods on hybrid nodes (controller-runtime's default port).
+WEBHOOK_PORT = 9443
+#: VXLAN between the hybrid nodes gateway and the hybrid nodes.
+VXLAN_PORT = 8472
+KUBELET_PORT = 10250
+
+UBUNTU_AMI_PARAMETER = "/aws/service/canonical/ubuntu/server/24.04/stable/current/{arch}/hvm/ebs-gp3/ami-id"
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    #: Short name, used in resource names ("node-0", "gpu").
+    name: str
+    instance_type: str
+    root_volume_gib: int = 40
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    node_taints: Sequence[str] = ()
+    gpu: bool = False
+
+
+@dataclass(frozen=True)
+class HybridHostsArgs:
+    vpc_id: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]
+    #: The cloud VPC: the control plane, the gateway and cloud pods reach the hosts from it.
+    cloud_vpc_cidr: str
+    cluster_name: pulumi.Input[str]
+    region: str
+    kubernetes_version: str
+    activation_id: pulumi.Input[str]
+    activation_code: pulumi.Input[str]
+    hosts: Sequence[HostSpec]
+    #: What a host needs to join and, at delete, what must outlive it: routes to the cluster and
+    #: the internet, the IAM role and access entry, and the cleanups that run after it is gone.
+    wait_for: Sequence[pulumi.Resource] = ()
+
+
+class HybridHosts(pulumi.ComponentResource):
+    security_group: aws.ec2.SecurityGroup
+    instances: dict[str, aws.ec2.Instance]
+
+    def __init__(self, name: str, args: HybridHostsArgs,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("eks-hybrid-lab:hybrid:HybridHosts", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        self.security_group = aws.ec2.SecurityGroup(
+            f"{name}-sg",
+            vpc_id=args.vpc_id,
+            description="Simulated on-prem servers joined as EKS hybrid nodes",
+            tags={"Name": f"{name}-sg"},
+            opts=child,
+        )
+        sg_id = self.security_group.id
+        from_cloud = [
+            ("kubelet", "tcp", KUBELET_PORT, "control plane and metrics to kubelets"),
+            ("vxlan", "udp", VXLAN_PORT, "hybrid nodes gateway VXLAN (the return path)"),
+            ("webhooks", "tcp", WEBHOOK_PORT, "API server to admission webhooks in hybrid pods"),
+        ]
+        for rule, protocol, port, why in from_cloud:
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-{rule}-from-cloud",
+                security_group_id=sg_id, ip_protocol=protocol, from_port=port, to_port=port,
+                cidr_ipv4=args.cloud_vpc_cidr, description=why, opts=child)
+        aws.vpc.SecurityGroupIngressRule(
+            f"{name}-from-lan-peers",
+            security_group_id=sg_id, ip_protocol="-1", referenced_security_group_id=sg_id,
+            description="hybrid nodes among themselves (Cilium VXLAN, pod traffic)", opts=child)
+        aws.vpc.SecurityGroupEgressRule(
+            f"{name}-egress",
+            security_group_id=sg_id, ip_protocol="-1", cidr_ipv4="0.0.0.0/0",
+            description="the cluster over the Transit Gateway; nodeadm, SSM and ECR over NAT",
+            opts=child)
+
+        self.instances = {}
+        for host in args.hosts:
+            arch = architecture(host.instance_type)
+            ami = aws.ssm.get_parameter(
+                name=UBUNTU_AMI_PARAMETER.format(arch=NODEADM_ARCH[arch]),
+                opts=pulumi.InvokeOptions(parent=self),
+            ).value
+
+            def user_data(values, host=host, arch=arch) -> str:
+                cluster_name, activation_id, activation_code = values
+                return render_user_data(HostBootstrap(
+                    cluster_name=cluster_name, region=args.region,
+                    kubernetes_version=args.kubernetes_version,
+                    activation_id=activation_id, activation_code=activation_code,
+                    architecture=arch, node_labels=host.node_labels,
+                    node_taints=host.node_taints, gpu=host.gpu))
+
+            self.instances[host.name] = aws.ec2.Instance(
+                f"{name}-{host.name}",
+                ami=ami,
+                instance_type=host.instance_type,
+                subnet_id=args.subnet_id,
+                vpc_security_group_ids=[sg_id],
+                associate_public_ip_address=False,
+                metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
+                    http_endpoint="enabled", http_tokens="required",
+                    http_put_response_hop_limit=1),
+                root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
+                    volume_type="gp3", volume_size=host.root_volume_gib, encrypted=True,
+                    delete_on_termination=True),
+                # Holds the activation code, so it is a secret (the code is one).
+                user_data=pulumi.Output.all(args.cluster_name, args.activation_id,
+                                            args.activation_code).apply(user_data),
+                # A host registers with the activation in its user data, once: a new
+                # activation (or a new join script) needs a new host.
+                user_data_replace_on_change=True,
+                tags={"Name": f"{name}-{host.name}"},
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    depends_on=list(args.wait_for),
+                    # Canonical publishes a new AMI every few days; a running host keeps its
+                    # image instead of being replaced by the next preview.
+                    ignore_changes=["ami"],
+                ),
+            )
+
+        self.register_outputs({
+            "securityGroupId": sg_id,
+            "instanceIds": {k: i.id for k, i in self.instances.items()},
+        })

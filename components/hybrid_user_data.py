@@ -1,0 +1,80 @@
+"""User data that joins a simulated on-prem host to EKS as a hybrid node.
+
+The script lives in ``templates/hybrid-host.sh`` (so it can be read, and checked with
+``bash -n``, as the shell script it is); this module fills it in. The NodeConfig is built as a
+dict and dumped as YAML, so values are quoted correctly whatever they hold.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import yaml
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+_PLACEHOLDER = re.compile(r"{{ (\w+) }}")
+# Values written into single-quoted shell strings: nothing that could end the quote.
+_SHELL_SAFE = re.compile(r"[A-Za-z0-9_.:/-]+")
+
+NODEADM_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
+
+
+@dataclass(frozen=True)
+class HostBootstrap:
+    cluster_name: str
+    region: str
+    kubernetes_version: str
+    activation_id: str
+    activation_code: str
+    #: x86_64 or arm64 (components.instance_types.architecture).
+    architecture: str
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    #: kubelet taints, ``key=value:Effect``.
+    node_taints: Sequence[str] = ()
+    #: Install the NVIDIA driver and container toolkit after the node joins.
+    gpu: bool = False
+
+
+def node_config(host: HostBootstrap) -> dict:
+    """The nodeadm NodeConfig (node.eks.aws/v1alpha1) for SSM hybrid credentials."""
+    flags = []
+    if host.node_labels:
+        flags.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in host.node_labels.items()))
+    if host.node_taints:
+        flags.append("--register-with-taints=" + ",".join(host.node_taints))
+    spec: dict = {
+        "cluster": {"name": host.cluster_name, "region": host.region},
+        "hybrid": {"ssm": {"activationCode": host.activation_code,
+                           "activationId": host.activation_id}},
+    }
+    if flags:
+        spec["kubelet"] = {"flags": flags}
+    return {"apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig", "spec": spec}
+
+
+def _fill(template: str, values: Mapping[str, str]) -> str:
+    wanted = set(_PLACEHOLDER.findall(template))
+    missing, extra = wanted - set(values), set(values) - wanted
+    if missing or extra:
+        raise ValueError(f"template placeholders missing {sorted(missing)}, unused {sorted(extra)}")
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+def render_user_data(host: HostBootstrap) -> str:
+    for name in ("cluster_name", "kubernetes_version"):
+        if not _SHELL_SAFE.fullmatch(getattr(host, name)):
+            raise ValueError(f"{name} {getattr(host, name)!r} is not safe to put in a shell script")
+    if host.architecture not in NODEADM_ARCH:
+        raise ValueError(f"no nodeadm build for architecture {host.architecture!r}")
+    gpu_setup = ((TEMPLATES / "hybrid-host-gpu.sh").read_text().rstrip() if host.gpu
+                 else "# No GPU on this host.")
+    return _fill((TEMPLATES / "hybrid-host.sh").read_text(), {
+        "cluster_name": host.cluster_name,
+        "kubernetes_version": host.kubernetes_version,
+        "nodeadm_arch": NODEADM_ARCH[host.architecture],
+        "node_config": yaml.safe_dump(node_config(host), sort_keys=False).rstrip(),
+        "gpu_setup": gpu_setup,
+    })

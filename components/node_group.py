@@ -1,0 +1,138 @@
+"""An EKS managed node group on Amazon Linux 2023 with a launch template of its own: IMDSv2
+only, an encrypted root volume, instance and volume tags, and an optional extra user-data part
+(for example, the hybrid nodes gateway turning off source/dest check)."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+import pulumi
+import pulumi_aws as aws
+
+from components.iam import Role, RoleArgs, managed_policy_arn, trust_policy
+from components.instance_types import architecture
+
+WORKER_POLICIES = (
+    managed_policy_arn("AmazonEKSWorkerNodePolicy"),
+    managed_policy_arn("AmazonEKS_CNI_Policy"),
+    managed_policy_arn("AmazonEC2ContainerRegistryPullOnly"),
+)
+
+_MIME_BOUNDARY = "//eks-hybrid-lab//"
+
+
+def mime_user_data(shell_script: str) -> str:
+    """Base64 MIME multi-part user data holding one shell script. Managed node groups merge
+    their own nodeadm part into a launch template's user data only in MIME form."""
+    body = (
+        "MIME-Version: 1.0\n"
+        f'Content-Type: multipart/mixed; boundary="{_MIME_BOUNDARY}"\n\n'
+        f"--{_MIME_BOUNDARY}\n"
+        'Content-Type: text/x-shellscript; charset="us-ascii"\n\n'
+        f"{shell_script.rstrip()}\n\n"
+        f"--{_MIME_BOUNDARY}--\n"
+    )
+    return base64.b64encode(body.encode()).decode()
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str  # NO_SCHEDULE | NO_EXECUTE | PREFER_NO_SCHEDULE (the EKS API's spelling)
+
+
+@dataclass(frozen=True)
+class ManagedNodeGroupArgs:
+    cluster_name: pulumi.Input[str]
+    subnet_ids: Sequence[pulumi.Input[str]]
+    instance_type: str
+    size: int
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: Sequence[Taint] = ()
+    #: Tags the instances and volumes carry (the provider's default tags do not reach them).
+    instance_tags: Mapping[str, str] = field(default_factory=dict)
+    root_volume_gib: int = 30
+    #: A shell script run at boot before the node joins (wrapped in MIME for EKS).
+    extra_user_data: Optional[str] = None
+    #: Extra inline policies for the node role, by name (dicts, may hold outputs).
+    extra_node_policies: Mapping[str, Any] = field(default_factory=dict)
+    #: What the nodes need before they can join and until they have drained: the route to the
+    #: internet, the CNI add-on. (A component's own depends_on does not reach its children.)
+    wait_for: Sequence[pulumi.Resource] = ()
+
+
+class ManagedNodeGroup(pulumi.ComponentResource):
+    node_group: aws.eks.NodeGroup
+    node_role: Role
+    launch_template: aws.ec2.LaunchTemplate
+
+    def __init__(self, name: str, args: ManagedNodeGroupArgs,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("eks-hybrid-lab:eks:ManagedNodeGroup", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        self.node_role = Role(f"{name}-node", RoleArgs(
+            assume_role_policy=trust_policy("ec2.amazonaws.com"),
+            managed_policies=list(WORKER_POLICIES),
+            inline_policies=args.extra_node_policies,
+            description=f"Nodes of the {name} managed node group",
+        ), opts=child)
+
+        tags = {"Name": name, **args.instance_tags}
+        self.launch_template = aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            description=f"{name}: IMDSv2 only, encrypted root volume",
+            update_default_version=True,
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled",
+                http_tokens="required",
+                # One hop: pods on the VPC CNI cannot borrow the node role through IMDS; every
+                # controller of this lab gets its own identity through Pod Identity.
+                http_put_response_hop_limit=1,
+            ),
+            block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                device_name="/dev/xvda",
+                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                    volume_size=args.root_volume_gib,
+                    volume_type="gp3",
+                    encrypted="true",
+                    delete_on_termination="true",
+                ),
+            )],
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=tags)
+                for kind in ("instance", "volume", "network-interface")
+            ],
+            user_data=mime_user_data(args.extra_user_data) if args.extra_user_data else None,
+            opts=child,
+        )
+
+        arch = architecture(args.instance_type)
+        self.node_group = aws.eks.NodeGroup(
+            f"{name}-ng",
+            cluster_name=args.cluster_name,
+            node_role_arn=self.node_role.arn,
+            subnet_ids=list(args.subnet_ids),
+            instance_types=[args.instance_type],
+            ami_type="AL2023_ARM_64_STANDARD" if arch == "arm64" else "AL2023_x86_64_STANDARD",
+            capacity_type="ON_DEMAND",
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                desired_size=args.size, min_size=args.size, max_size=args.size),
+            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                id=self.launch_template.id, version=self.launch_template.latest_version),
+            labels=dict(args.labels) or None,
+            taints=[aws.eks.NodeGroupTaintArgs(key=t.key, value=t.value, effect=t.effect)
+                    for t in args.taints] or None,
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                # Nodes need their role's policies to join and while they drain at delete.
+                depends_on=[*self.node_role.attachments, *args.wait_for],
+                custom_timeouts=pulumi.CustomTimeouts(create="30m", update="30m", delete="30m"),
+            ),
+        )
+        self.register_outputs({"nodeGroupName": self.node_group.node_group_name,
+                               "nodeRoleArn": self.node_role.arn})

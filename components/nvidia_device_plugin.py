@@ -1,0 +1,53 @@
+"""The NVIDIA device plugin, only on GPU hosts: it advertises nvidia.com/gpu to the scheduler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+REPOSITORY = "https://nvidia.github.io/k8s-device-plugin"
+CHART = "nvidia-device-plugin"
+VERSION = "0.18.0"
+NAMESPACE = "nvidia-device-plugin"
+GPU_NODE_LABEL = "nvidia.com/gpu.present"
+
+
+@dataclass(frozen=True)
+class NvidiaDevicePluginArgs:
+    #: Taints of the GPU hosts, as pod tolerations.
+    tolerations: Sequence[dict]
+    wait_for: Sequence[pulumi.Resource] = ()
+
+
+class NvidiaDevicePlugin(pulumi.ComponentResource):
+    release: k8s.helm.v3.Release
+
+    def __init__(self, name: str, args: NvidiaDevicePluginArgs,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("eks-hybrid-lab:hybrid:NvidiaDevicePlugin", name, None, opts)
+        self.release = k8s.helm.v3.Release(
+            f"{name}-release",
+            name="nvidia-device-plugin",
+            chart=CHART,
+            version=VERSION,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=REPOSITORY),
+            namespace=NAMESPACE,
+            create_namespace=True,
+            values={
+                # No Node Feature Discovery here (the chart leaves it off): the GPU host labels
+                # itself nvidia.com/gpu.present=true, which the chart's default affinity accepts,
+                # and the plugin goes only where that label is.
+                "nodeSelector": {GPU_NODE_LABEL: "true"},
+                # The chart's defaults, plus the GPU host's taints.
+                "tolerations": [
+                    {"key": "CriticalAddonsOnly", "operator": "Exists"},
+                    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                    *args.tolerations,
+                ],
+            },
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.wait_for)),
+        )
+        self.register_outputs({"releaseName": self.release.name})

@@ -1,0 +1,79 @@
+#!/bin/bash
+# Joins this machine to EKS cluster {{ cluster_name }} as a hybrid node, the way an on-prem server
+# joins: nodeadm with SSM hybrid activation credentials. Rendered by
+# components/hybrid_user_data.py; cloud-init runs it once, as root, at first boot.
+set -euo pipefail
+exec > >(tee -a /var/log/eks-hybrid-lab-join.log) 2>&1
+
+CLUSTER_NAME='{{ cluster_name }}'
+KUBERNETES_VERSION='{{ kubernetes_version }}'
+NODEADM_URL='https://hybrid-assets.eks.amazonaws.com/releases/latest/bin/linux/{{ nodeadm_arch }}/nodeadm'
+NODE_CONFIG=/etc/eks-hybrid-lab/nodeconfig.yaml
+
+log() { echo "[eks-hybrid-lab] $(date -u +%FT%TZ) $*"; }
+
+# retry ATTEMPTS COMMAND...: first boot races apt's own timers for the dpkg lock, and a new IAM
+# role or access entry takes up to a minute to be honoured; both pass on a later try.
+retry() {
+  local attempts=$1 n=1
+  shift
+  until "$@"; do
+    if [ "$n" -ge "$attempts" ]; then
+      log "giving up after $n attempts: $*"
+      return 1
+    fi
+    log "attempt $n failed, retrying: $*"
+    sleep $((n * 15))
+    n=$((n + 1))
+  done
+}
+
+# A real server has no instance metadata service. cloud-init has read the user data (it holds
+# the activation code) by now; from here on neither this host nor its pods may reach IMDS, so
+# the SSM agent registers as a hybrid machine (mi-...) and nothing can read the code back.
+block_imds() {
+  iptables -w -C OUTPUT -d 169.254.169.254/32 -j DROP 2>/dev/null ||
+    iptables -w -I OUTPUT -d 169.254.169.254/32 -j DROP
+  iptables -w -C FORWARD -d 169.254.169.254/32 -j DROP 2>/dev/null ||
+    iptables -w -I FORWARD -d 169.254.169.254/32 -j DROP
+}
+block_imds
+cat > /etc/systemd/system/eks-hybrid-lab-block-imds.service <<'UNIT'
+[Unit]
+Description=Block the EC2 instance metadata service (simulated on-prem server)
+After=cloud-final.service network-online.target
+Wants=network-online.target
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh -c 'iptables -w -C OUTPUT -d 169.254.169.254/32 -j DROP 2>/dev/null || iptables -w -I OUTPUT -d 169.254.169.254/32 -j DROP'
+ExecStart=/bin/sh -c 'iptables -w -C FORWARD -d 169.254.169.254/32 -j DROP 2>/dev/null || iptables -w -I FORWARD -d 169.254.169.254/32 -j DROP'
+RemainAfterExit=yes
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+systemctl daemon-reload
+systemctl enable eks-hybrid-lab-block-imds.service
+
+log "installing nodeadm"
+retry 10 curl -fsSL --retry 5 --connect-timeout 10 -o /usr/local/bin/nodeadm "$NODEADM_URL"
+chmod 0755 /usr/local/bin/nodeadm
+
+log "installing kubelet, containerd and the SSM agent for Kubernetes $KUBERNETES_VERSION"
+retry 5 nodeadm install "$KUBERNETES_VERSION" --credential-provider ssm
+
+# The NodeConfig carries the activation code: root-only.
+install -d -m 0700 /etc/eks-hybrid-lab
+umask 077
+cat > "$NODE_CONFIG" <<'NODECONFIG'
+{{ node_config }}
+NODECONFIG
+umask 022
+
+log "joining $CLUSTER_NAME"
+retry 8 nodeadm init -c "file://$NODE_CONFIG"
+
+{{ gpu_setup }}
+
+log "done: this host is a hybrid node of $CLUSTER_NAME"

@@ -1,0 +1,179 @@
+"""Layer 3 — Hybrid: the hybrid nodes' IAM role and access entry, the SSM hybrid activation,
+simulated on-prem hosts joined with nodeadm, Cilium, the optional GPU host, and the cleanups
+that make their removal complete."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Optional
+
+import pulumi
+import pulumi_aws as aws
+
+from components.cilium import Cilium, CiliumArgs
+from components.cleanup.node_objects import NodeObjectCleanup
+from components.cleanup.ssm_registrations import SsmRegistrationCleanup
+from components.expiry import Expiry
+from components.hybrid_hosts import HostSpec, HybridHosts, HybridHostsArgs
+from components.hybrid_node_role import HybridNodeRole, HybridNodeRoleArgs
+from components.nvidia_device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
+from stacks.config import CILIUM_NODE_MASK, LabConfig
+from stacks.layers.base import Layer
+from stacks.layers.cluster import ClusterLayer
+from stacks.layers.network import NetworkLayer
+
+#: SSM allows an activation at most 30 days ahead.
+ACTIVATION_DAYS = 30
+#: Seed 000: workloads opt in to hybrid nodes by tolerating this taint.
+HYBRID_TAINT = ("eks.amazonaws.com/compute-type", "hybrid", "NoSchedule")
+GPU_TAINT = ("gpu", "true", "NoSchedule")
+#: The label that marks this stack's hybrid nodes; the Node cleanup deletes only these.
+STACK_LABEL = "eks-hybrid-lab.io/stack"
+
+
+def _taint(key: str, value: str, effect: str) -> str:
+    return f"{key}={value}:{effect}"
+
+
+def _toleration(key: str, value: str, effect: str) -> dict:
+    return {"key": key, "operator": "Equal", "value": value, "effect": effect}
+
+
+def stack_label_value(cfg: LabConfig) -> str:
+    # Label values: at most 63 characters of [A-Za-z0-9._-].
+    return f"{cfg.project}.{cfg.stack}"[:63].rstrip("-_.")
+
+
+class HybridLayer(Layer):
+    role: HybridNodeRole
+    access_entry: aws.eks.AccessEntry
+    activation: aws.ssm.Activation
+    activation_expiry: Expiry
+    ssm_cleanup: SsmRegistrationCleanup
+    node_cleanup: NodeObjectCleanup
+    hosts: HybridHosts
+    cilium: Cilium
+    device_plugin: Optional[NvidiaDevicePlugin]
+    node_label_selector: str
+
+    def __init__(self, cfg: LabConfig, network: NetworkLayer, cluster: ClusterLayer,
+                 account_id: str, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("Hybrid", "hybrid", opts)
+        eks = cluster.eks
+
+        self.role = HybridNodeRole(self.child_name("node-role"), HybridNodeRoleArgs(
+            cluster_arn=eks.arn, account_id=account_id, region=cfg.region), opts=self.child())
+        self.access_entry = aws.eks.AccessEntry(
+            self.child_name("access"),
+            cluster_name=eks.name,
+            principal_arn=self.role.arn,
+            # EKS sets the username and groups of hybrid nodes itself; no access policies.
+            type="HYBRID_LINUX",
+            opts=self.child(),
+        )
+
+        # A fixed expiry: computing it from "now" on every run would replace the activation,
+        # and with it every host, at each preview.
+        self.activation_expiry = Expiry(
+            self.child_name("activation-expiry"), days=ACTIVATION_DAYS,
+            generation=cfg.activation_generation, opts=self.child())
+        self.activation_expiry.expires_at.apply(
+            lambda at: _warn_if_expiring(at, cfg.activation_generation))
+        self.activation = aws.ssm.Activation(
+            self.child_name("activation"),
+            name=f"{cfg.cluster_name}-hybrid-nodes",
+            description=f"{cfg.project}/{cfg.stack}: hybrid nodes of EKS cluster {cfg.cluster_name}",
+            iam_role=self.role.role_name,
+            # Every host once, plus one re-join each; the GPU host's share is reserved even when
+            # it is off, so switching it on does not replace the activation (and the hosts).
+            registration_limit=2 * (cfg.hybrid_node_count + 1),
+            expiration_date=self.activation_expiry.expires_at,
+            # Copied onto every managed instance that registers; the node role's deregistration
+            # right is scoped by it.
+            tags={"EKSClusterARN": eks.arn},
+            opts=self.child(
+                additional_secret_outputs=["activationCode"],
+                depends_on=self.role.attachments,
+            ),
+        )
+        activation_code = pulumi.Output.secret(self.activation.activation_code)
+
+        # Destroy-time cleanups. The hosts depend on both, so both run after the hosts are gone:
+        # SSM registrations are deregistered before the activation is deleted, and the Node
+        # objects (billed per vCPU while they exist) are deleted while the cluster still runs.
+        self.ssm_cleanup = SsmRegistrationCleanup(
+            self.child_name("ssm-registrations"), activation_id=self.activation.id,
+            region=cfg.region, opts=self.child())
+        self.node_label_selector = f"{STACK_LABEL}={stack_label_value(cfg)}"
+        self.node_cleanup = NodeObjectCleanup(
+            self.child_name("node-objects"),
+            cluster_name=eks.name, region=cfg.region, endpoint=eks.endpoint,
+            certificate_authority=eks.certificate_authority,
+            label_selector=self.node_label_selector,
+            opts=self.child(depends_on=eks.access),
+        )
+
+        labels = {"topology.kubernetes.io/zone": "onprem", STACK_LABEL: stack_label_value(cfg)}
+        specs = [HostSpec(name=f"node-{i}", instance_type=cfg.hybrid_node_instance_type,
+                          node_labels=labels, node_taints=[_taint(*HYBRID_TAINT)])
+                 for i in range(cfg.hybrid_node_count)]
+        if cfg.gpu_enabled:
+            specs.append(HostSpec(
+                name="gpu", instance_type=cfg.gpu_instance_type, gpu=True,
+                # The vLLM image alone is about 10 GB.
+                root_volume_gib=100,
+                node_labels={**labels, "nvidia.com/gpu.present": "true"},
+                node_taints=[_taint(*HYBRID_TAINT), _taint(*GPU_TAINT)]))
+
+        self.hosts = HybridHosts(self.child_name("hosts"), HybridHostsArgs(
+            vpc_id=network.on_prem.vpc_id,
+            subnet_id=network.on_prem.private_subnet_ids[0],
+            cloud_vpc_cidr=network.cloud.cidr_block,
+            cluster_name=eks.name,
+            region=cfg.region,
+            kubernetes_version=cfg.kubernetes_version,
+            activation_id=self.activation.id,
+            activation_code=activation_code,
+            hosts=specs,
+            wait_for=[
+                # The cluster over the Transit Gateway and nodeadm's downloads over NAT.
+                *network.transit.routes, *network.on_prem.egress,
+                self.access_entry, *self.role.attachments,
+                self.ssm_cleanup, self.node_cleanup,
+            ],
+        ), opts=self.child())
+
+        hybrid_toleration = _toleration(*HYBRID_TAINT)
+        self.cilium = Cilium(self.child_name("cilium"), CiliumArgs(
+            pod_cidrs=[str(cfg.hybrid_pod_cidr)],
+            node_mask=CILIUM_NODE_MASK,
+            hybrid_node_count=cfg.hybrid_host_count,
+            tolerations=[hybrid_toleration, _toleration(*GPU_TAINT)],
+            wait_for=list(self.hosts.instances.values()),
+        ), opts=self.child())
+
+        self.device_plugin = None
+        if cfg.gpu_enabled:
+            self.device_plugin = NvidiaDevicePlugin(
+                self.child_name("nvidia"),
+                NvidiaDevicePluginArgs(
+                    tolerations=[hybrid_toleration, _toleration(*GPU_TAINT)],
+                    wait_for=[self.hosts.instances["gpu"], self.cilium.release]),
+                opts=self.child())
+
+        self.register_outputs({
+            "activationId": self.activation.id,
+            "hostIds": {k: i.id for k, i in self.hosts.instances.items()},
+        })
+
+
+def _warn_if_expiring(expires_at: str, generation: int) -> None:
+    expiry = datetime.datetime.strptime(expires_at, "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=datetime.timezone.utc)
+    left = expiry - datetime.datetime.now(datetime.timezone.utc)
+    if left < datetime.timedelta(days=1):
+        state = "expired" if left.total_seconds() <= 0 else "expires within a day"
+        pulumi.log.warn(
+            f"the SSM hybrid activation {state} ({expires_at}): a hybrid host created from now "
+            "on cannot register. Renew it with: pulumi config set activationGeneration "
+            f"{generation + 1} (the hosts are replaced and register again).")

@@ -20,6 +20,10 @@ class ExpiryProvider(dynamic.ResourceProvider):
         import datetime
 
         now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+        if props.get("createdAt"):
+            # A caller-supplied clock: the offline plan freezes time so its runs repeat.
+            now = datetime.datetime.strptime(props["createdAt"], "%Y-%m-%dT%H:%M:%SZ").replace(
+                tzinfo=datetime.timezone.utc)
         expires = now + datetime.timedelta(days=int(props["days"]))
         outs = {
             "days": int(props["days"]),
@@ -48,7 +52,7 @@ class Expiry(dynamic.Resource, module="time", name="Expiry"):
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__(ExpiryProvider(), name,
                          {"days": days, "generation": generation,
-                          "expiresAt": None, "createdAt": None}, opts)
+                          "expiresAt": None, "createdAt": ""}, opts)
         # A dynamic resource exposes each output under its property name.
         self.expires_at = getattr(self, "expiresAt")
         self.created_at = getattr(self, "createdAt")

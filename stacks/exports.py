@@ -28,3 +28,22 @@ def export_lab(lab: Lab) -> None:
         pulumi.export("remoteNodeCidr", net.remote_node_cidr)
         pulumi.export("transitGatewayId", net.transit.transit_gateway_id)
         pulumi.export("natPublicIps", [net.cloud.nat_public_ip, net.on_prem.nat_public_ip])
+
+    if lab.cluster is not None:
+        eks = lab.cluster.eks
+        pulumi.export("clusterName", eks.name)
+        pulumi.export("clusterArn", eks.arn)
+        pulumi.export("clusterEndpoint", eks.endpoint)
+        # Secret: Pulumi stores it encrypted. `pulumi stack output kubeconfig --show-secrets`.
+        pulumi.export("kubeconfig", lab.cluster.kubeconfig)
+        pulumi.export("updateKubeconfigCommand",
+                      eks.name.apply(lambda n: f"aws eks update-kubeconfig --name {n} --region {cfg.region}"))
+
+    if lab.hybrid is not None:
+        hybrid = lab.hybrid
+        pulumi.export("activationId", hybrid.activation.id)
+        pulumi.export("activationExpiresAt", hybrid.activation_expiry.expires_at)
+        pulumi.export("hybridHostIds", {k: i.id for k, i in hybrid.hosts.instances.items()})
+        pulumi.export("hybridNodeSelector", hybrid.node_label_selector)
+        pulumi.export("checkHybridNodesCommand",
+                      f"kubectl get nodes -l {hybrid.node_label_selector} -o wide")

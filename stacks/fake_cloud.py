@@ -9,6 +9,7 @@ through the plan and the tests unanswered.
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 from typing import Any, Callable
 
@@ -18,6 +19,10 @@ from pulumi.runtime import rpc
 
 #: The example account of the AWS documentation; never a real one.
 ACCOUNT_ID = "111122223333"
+
+#: "Now" for dynamic providers that read the clock (they take it from a ``createdAt`` prop when
+#: one is given): the start of today, UTC, fixed for the process so offline runs repeat.
+FROZEN_NOW = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT00:00:00Z")
 
 #: Zones per region as (name suffix, zone-id number). Regions not listed get three. us-west-1
 #: lists usw1-az2, which EKS does not support, so it is left with two usable zones.
@@ -141,6 +146,8 @@ class FakeCloud(pulumi.runtime.Mocks):
         blob = rpc.unwrap_rpc_secret(inputs["__provider"])
         provider = dill.loads(base64.b64decode(blob))
         props = {k: rpc.unwrap_rpc_secret(v) for k, v in inputs.items() if k != "__provider"}
+        if props.get("createdAt") == "":
+            props["createdAt"] = FROZEN_NOW
         result = provider.create(props)
         return result.id, {**props, **(result.outs or {}), "__provider": inputs["__provider"]}
 

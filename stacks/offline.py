@@ -60,6 +60,8 @@ class Registration:
     additional_secret_outputs: list[str]
     custom_timeouts: dict
     options: dict
+    #: What the (fake) cloud answered: the resource's outputs.
+    outputs: dict = field(default_factory=dict)
 
     @property
     def explicit_dependencies(self) -> set[str]:
@@ -116,6 +118,7 @@ class RecordingMonitor(runtime_mocks.MockMonitor):
                 "retainOnDelete": request.retainOnDelete,
                 "deletedWith": request.deletedWith,
             },
+            outputs=_mark_secrets(self.resources[response.urn].state) if response.urn in self.resources else {},
         ))
         return response
 
@@ -154,6 +157,8 @@ class ProgramRun:
     warnings: list[str]
     invokes: list[str] = field(default_factory=list)
     outputs_registered: set[str] = field(default_factory=set)
+    #: Stack outputs Pulumi will store encrypted.
+    secret_outputs: set[str] = field(default_factory=set)
 
     def __post_init__(self):
         self.by_urn = {r.urn: r for r in self.registrations}
@@ -227,6 +232,8 @@ def run_program(config: Mapping[str, str], *, stack: str = "dev",
         try:
             _sync_await(run_pulumi_func(lambda: runpy.run_path(str(program), run_name="__main__")))
             outputs = _sync_await(Output.from_input(root.outputs).future()) or {}
+            secret_outputs = {key for key, value in root.outputs.items()
+                              if isinstance(value, Output) and _sync_await(value.is_secret())}
         except BaseException as exc:
             exc.registrations = monitor.registrations  # type: ignore[attr-defined]
             raise
@@ -253,6 +260,7 @@ def run_program(config: Mapping[str, str], *, stack: str = "dev",
         warnings=[r.getMessage() for r in collect.records if r.levelno == logging.WARNING],
         invokes=list(cloud.calls),
         outputs_registered=set(monitor.outputs_registered),
+        secret_outputs=secret_outputs,
     )
 
 

@@ -1,0 +1,362 @@
+"""Hybrid layer: node role and access entry, the activation and its secret code, the simulated
+on-prem hosts, Cilium, the GPU host, and the dependencies that make destroy complete."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import jsonschema
+import pytest
+
+from components.expiry import ExpiryProvider
+from stacks.offline import ProgramRun, Registration, Secret
+
+INSTANCE = "aws:ec2/instance:Instance"
+ACTIVATION = "aws:ssm/activation:Activation"
+RELEASE = "kubernetes:helm.sh/v3:Release"
+SSM_CLEANUP = "pulumi-python:dynamic/cleanup:SsmRegistrations"
+NODE_CLEANUP = "pulumi-python:dynamic/cleanup:HybridNodeObjects"
+
+
+def one(run: ProgramRun, type_: str) -> Registration:
+    [found] = run.of_type(type_)
+    return found
+
+
+def named(run: ProgramRun, name: str) -> Registration:
+    return run.named(name)
+
+
+def hosts(run: ProgramRun) -> dict[str, Registration]:
+    return {r.name: r for r in run.of_type(INSTANCE) if r.name.startswith("hybrid-hosts-")}
+
+
+def cluster_arn(run: ProgramRun) -> str:
+    return one(run, "aws:eks/cluster:Cluster").outputs["arn"]
+
+
+# --- IAM and access -----------------------------------------------------------------------------
+
+def test_hybrid_node_role_trusts_ssm_of_this_account_and_region_only(dev_run):
+    role = named(dev_run, "hybrid-node-role-iam-role")
+    trust = json.loads(role.inputs["assumeRolePolicy"])
+    assert trust["Statement"] == [{
+        "Effect": "Allow",
+        "Principal": {"Service": "ssm.amazonaws.com"},
+        "Action": "sts:AssumeRole",
+        "Condition": {
+            "StringEquals": {"aws:SourceAccount": "111122223333"},
+            "ArnLike": {"aws:SourceArn": "arn:aws:ssm:ap-northeast-2:111122223333:*"},
+        },
+    }]
+
+
+def test_hybrid_node_role_policies(dev_run):
+    attachments = {a.inputs["policyArn"] for a in dev_run.of_type(
+        "aws:iam/rolePolicyAttachment:RolePolicyAttachment") if a.name.startswith("hybrid-node-role-")}
+    assert attachments == {"arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
+                           "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly"}
+    policy = json.loads(named(dev_run, "hybrid-node-role-iam-cluster").inputs["policy"])
+    statements = {s["Sid"]: s for s in policy["Statement"]}
+    arn = cluster_arn(dev_run)
+    assert statements["ReadThisCluster"]["Action"] == ["eks:DescribeCluster", "eks:ListAccessEntries"]
+    assert statements["ReadThisCluster"]["Resource"] == arn
+    deregister = statements["DeregisterOwnRegistration"]
+    assert deregister["Action"] == "ssm:DeregisterManagedInstance"
+    assert deregister["Condition"] == {"StringEquals": {"ssm:resourceTag/EKSClusterARN": arn}}
+    assert deregister["Resource"] == "arn:aws:ssm:ap-northeast-2:111122223333:managed-instance/*"
+    assert statements["FindOwnRegistration"]["Action"] == "ssm:DescribeInstanceInformation"
+    assert len(statements) == 3
+
+
+def test_hybrid_linux_access_entry_for_the_node_role(dev_run):
+    [entry] = [e for e in dev_run.of_type("aws:eks/accessEntry:AccessEntry") if e.name == "hybrid-access"]
+    assert entry.inputs["type"] == "HYBRID_LINUX"
+    assert entry.inputs["principalArn"] == named(dev_run, "hybrid-node-role-iam-role").outputs["arn"]
+    assert entry.inputs["clusterName"] == "hybrid-lab"
+    assert not dev_run.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
+
+
+# --- the activation -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("nodes,gpu", [(2, False), (2, True), (5, False)])
+def test_activation(lab, nodes, gpu):
+    run = lab(hybridNodeCount=nodes, gpuEnabled=gpu)
+    activation = one(run, ACTIVATION)
+    assert activation.inputs["iamRole"] == named(run, "hybrid-node-role-iam-role").outputs["name"]
+    # Each host once plus one re-join, with the GPU host's share always reserved.
+    assert activation.inputs["registrationLimit"] == 2 * (nodes + 1)
+    assert activation.inputs["tags"] == {"EKSClusterARN": cluster_arn(run)}
+    assert "activationCode" in activation.additional_secret_outputs
+    expiry = one(run, "pulumi-python:dynamic/time:Expiry")
+    assert activation.inputs["expirationDate"] == expiry.outputs["expiresAt"]
+
+
+def test_registration_limit_does_not_change_with_the_gpu_host(lab):
+    limits = {one(lab(gpuEnabled=gpu), ACTIVATION).inputs["registrationLimit"] for gpu in (False, True)}
+    assert len(limits) == 1
+
+
+def test_activation_code_never_travels_in_plain_text(lab):
+    run = lab(gpuEnabled=True)
+    code = one(run, ACTIVATION).outputs["activationCode"]
+    assert isinstance(code, str) and len(code) > 10
+
+    def plain_occurrences(value, path="") -> list[str]:
+        if isinstance(value, Secret):
+            return []
+        if isinstance(value, dict):
+            return [p for k, v in value.items() for p in plain_occurrences(v, f"{path}.{k}")]
+        if isinstance(value, list):
+            return [p for i, v in enumerate(value) for p in plain_occurrences(v, f"{path}[{i}]")]
+        return [path] if isinstance(value, str) and code in value else []
+
+    leaks = [f"{r.name}{p}" for r in run.registrations for p in plain_occurrences(r.inputs)]
+    assert leaks == []
+    secret_carriers = [r.name for r in run.registrations
+                       if any(isinstance(v, Secret) and code in str(v.value) for v in r.inputs.values())]
+    assert sorted(secret_carriers) == sorted(hosts(run))
+    for key, value in run.outputs.items():
+        assert code not in json.dumps(value, default=str) or key in run.secret_outputs, key
+
+
+def test_expiry_is_fixed_at_creation_and_renewed_by_generation():
+    provider = ExpiryProvider()
+    before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    created = provider.create({"days": 30, "generation": 1, "createdAt": ""})
+    made = datetime.datetime.strptime(created.outs["createdAt"], "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=datetime.timezone.utc)
+    assert made >= before
+    expires = datetime.datetime.strptime(created.outs["expiresAt"], "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=datetime.timezone.utc)
+    assert expires - made == datetime.timedelta(days=30)
+    same = provider.diff(created.id, created.outs, {"days": 30, "generation": 1, "createdAt": ""})
+    assert not same.changes and not same.replaces
+    renewed = provider.diff(created.id, created.outs, {"days": 30, "generation": 2, "createdAt": ""})
+    assert renewed.changes and renewed.replaces == ["generation"]
+
+
+def test_expired_activation_warns_with_the_setting_that_renews_it(monkeypatch):
+    from stacks.layers import hybrid
+    warnings = []
+    monkeypatch.setattr(hybrid.pulumi.log, "warn", warnings.append)
+    hybrid._warn_if_expiring("2020-01-01T00:00:00Z", 3)
+    assert len(warnings) == 1
+    assert "expired" in warnings[0] and "activationGeneration 4" in warnings[0]
+    far = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=10)).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")
+    hybrid._warn_if_expiring(far, 3)
+    assert len(warnings) == 1
+
+
+def test_renewing_the_activation_changes_the_expiry_generation(lab):
+    expiry = one(lab(activationGeneration=2), "pulumi-python:dynamic/time:Expiry")
+    assert expiry.inputs["generation"] == 2 and expiry.inputs["days"] == 30
+
+
+# --- hosts --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("nodes,gpu", [(1, False), (2, False), (3, True)])
+def test_hosts_count_and_types(lab, nodes, gpu):
+    run = lab(hybridNodeCount=nodes, gpuEnabled=gpu, hybridNodeInstanceType="m6i.xlarge",
+              gpuInstanceType="g6.2xlarge", hybridPodCidr="172.17.0.0/20")
+    found = hosts(run)
+    expected = {f"hybrid-hosts-node-{i}": "m6i.xlarge" for i in range(nodes)}
+    if gpu:
+        expected["hybrid-hosts-gpu"] = "g6.2xlarge"
+    assert {name: h.inputs["instanceType"] for name, h in found.items()} == expected
+
+
+def test_hosts_are_built_like_servers(lab):
+    run = lab(gpuEnabled=True)
+    [lan] = [s for s in run.of_type("aws:ec2/subnet:Subnet") if s.name == "network-onprem-private-0"]
+    [sg] = run.of_type("aws:ec2/securityGroup:SecurityGroup")
+    for host in hosts(run).values():
+        inputs = host.inputs
+        assert "iamInstanceProfile" not in inputs
+        assert inputs["associatePublicIpAddress"] is False
+        assert inputs["subnetId"] == lan.id
+        assert inputs["vpcSecurityGroupIds"] == [sg.id]
+        assert inputs["metadataOptions"] == {"httpEndpoint": "enabled", "httpTokens": "required",
+                                             "httpPutResponseHopLimit": 1}
+        disk = inputs["rootBlockDevice"]
+        assert disk["encrypted"] is True and disk["volumeType"] == "gp3"
+        assert isinstance(inputs["userData"], Secret)
+        assert inputs["userDataReplaceOnChange"] is True
+        assert host.options["ignoreChanges"] == ["ami"]
+        assert inputs["ami"].startswith("ami-")
+    assert hosts(run)["hybrid-hosts-gpu"].inputs["rootBlockDevice"]["volumeSize"] >= 100
+
+
+def test_host_user_data_joins_this_cluster_with_this_activation(dev_run):
+    activation = one(dev_run, ACTIVATION)
+    for host in hosts(dev_run).values():
+        script = host.inputs["userData"].value
+        assert f"activationId: {activation.id}" in script
+        assert f"activationCode: {activation.outputs['activationCode']}" in script
+        assert "name: hybrid-lab" in script and "region: ap-northeast-2" in script
+        assert "KUBERNETES_VERSION='1.35'" in script
+        assert "/bin/linux/amd64/nodeadm" in script
+
+
+def test_hosts_depend_on_routes_egress_access_and_the_cleanups(dev_run):
+    required = {
+        "network-transit-to-cloud", "network-transit-to-onprem", "network-transit-cloud-to-onprem",
+        "network-transit-onprem-to-cloud", "network-onprem-private-default-route",
+        "network-onprem-private-0-rta", "hybrid-access", "hybrid-node-role-iam-cluster",
+        "hybrid-node-role-iam-AmazonSSMManagedInstanceCore", "hybrid-ssm-registrations",
+        "hybrid-node-objects",
+    }
+    for host in hosts(dev_run).values():
+        names = {dev_run.by_urn[u].name for u in host.explicit_dependencies}
+        assert required <= names, required - names
+
+
+def test_ssm_cleanup_is_scoped_to_the_activation_and_runs_before_it_goes(dev_run):
+    cleanup = one(dev_run, SSM_CLEANUP)
+    activation = one(dev_run, ACTIVATION)
+    assert cleanup.inputs["activationId"] == activation.id
+    assert cleanup.inputs["region"] == "ap-northeast-2"
+    assert activation.urn in cleanup.dependencies
+
+
+def test_node_cleanup_selects_exactly_the_labels_the_hosts_register_with(lab):
+    run = lab(gpuEnabled=True)
+    cleanup = one(run, NODE_CLEANUP)
+    eks = one(run, "aws:eks/cluster:Cluster")
+    assert cleanup.inputs["clusterName"] == "hybrid-lab"
+    assert cleanup.inputs["endpoint"] == eks.outputs["endpoint"]
+    key, value = cleanup.inputs["labelSelector"].split("=")
+    assert (key, value) == ("eks-hybrid-lab.io/stack", "eks-hybrid-lab.dev")
+    for host in hosts(run).values():
+        assert f"{key}={value}" in host.inputs["userData"].value
+    assert run.outputs["hybridNodeSelector"] == cleanup.inputs["labelSelector"]
+
+
+def test_hosts_security_group_rules(dev_run):
+    [sg] = dev_run.of_type("aws:ec2/securityGroup:SecurityGroup")
+    ingress = [r for r in dev_run.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+               if r.inputs["securityGroupId"] == sg.id]
+    from_cloud = {(r.inputs["ipProtocol"], r.inputs["fromPort"], r.inputs["toPort"])
+                  for r in ingress if r.inputs.get("cidrIpv4") == "10.0.0.0/16"}
+    assert from_cloud == {("tcp", 10250, 10250), ("udp", 8472, 8472), ("tcp", 9443, 9443)}
+    from_self = [r for r in ingress if r.inputs.get("referencedSecurityGroupId") == sg.id]
+    assert len(from_self) == 1 and from_self[0].inputs["ipProtocol"] == "-1"
+    assert len(ingress) == 4
+
+
+# --- Cilium and the GPU host --------------------------------------------------------------------
+
+# The value paths this lab sets and their types in the Cilium chart's values.schema.json
+# (cilium/cilium install/kubernetes/cilium/values.schema.json; the schema has no
+# additionalProperties, so it is also checked here that nothing else is set).
+# loadBalancer.serviceTopology is not in that schema but is a documented value
+# (kube-proxy-free guide; the EKS hybrid nodes guide sets it) and is allowed explicitly.
+CILIUM_VALUES_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["affinity", "ipam", "routingMode", "tunnelProtocol", "vtep", "l7Proxy", "operator"],
+    "properties": {
+        "affinity": {"type": "object"},
+        "tolerations": {"type": "array"},
+        "ipam": {"type": "object", "additionalProperties": False, "properties": {
+            "mode": {"const": "cluster-pool"},
+            "operator": {"type": "object", "additionalProperties": False, "properties": {
+                "clusterPoolIPv4PodCIDRList": {"type": "array", "items": {"type": "string"}},
+                "clusterPoolIPv4MaskSize": {"type": "integer"},
+            }},
+        }},
+        "routingMode": {"const": "tunnel"},
+        "tunnelProtocol": {"const": "vxlan"},
+        "vtep": {"type": "object", "additionalProperties": False,
+                 "properties": {"enabled": {"const": True}}},
+        "l7Proxy": {"const": False},
+        "envoy": {"type": "object", "additionalProperties": False,
+                  "properties": {"enabled": {"type": ["null", "boolean"]}}},
+        "loadBalancer": {"type": "object", "additionalProperties": False,
+                         "properties": {"serviceTopology": {"type": "boolean"}}},
+        "operator": {"type": "object", "additionalProperties": False, "properties": {
+            "affinity": {"type": "object"},
+            "tolerations": {"type": ["null", "array"]},
+            "replicas": {"type": "integer"},
+            "unmanagedPodWatcher": {"type": "object", "additionalProperties": False,
+                                    "properties": {"restart": {"type": "boolean"}}},
+        }},
+    },
+}
+
+HYBRID_ONLY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+    {"matchExpressions": [{"key": "eks.amazonaws.com/compute-type", "operator": "In", "values": ["hybrid"]}]}]}}}
+
+
+def cilium(run: ProgramRun) -> Registration:
+    return named(run, "hybrid-cilium-release")
+
+
+def _integral(value):
+    """Protobuf carries numbers as floats; the chart wants integers where they are whole."""
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 4])
+def test_cilium_values_validate_and_match_the_config(lab, nodes):
+    run = lab(hybridNodeCount=nodes, hybridPodCidr="172.17.0.0/20")
+    release = cilium(run)
+    assert release.inputs["chart"] == "oci://public.ecr.aws/eks/cilium/cilium"
+    version = tuple(int(p) for p in release.inputs["version"].replace("-", ".").split("."))
+    assert version >= (1, 18, 8, 1)
+    assert release.inputs["namespace"] == "kube-system"
+    values = _integral(release.inputs["values"])
+    jsonschema.validate(values, CILIUM_VALUES_SCHEMA)
+    assert values["ipam"]["operator"] == {"clusterPoolIPv4PodCIDRList": ["172.17.0.0/20"],
+                                          "clusterPoolIPv4MaskSize": 25}
+    assert values["affinity"] == HYBRID_ONLY and values["operator"]["affinity"] == HYBRID_ONLY
+    assert values["operator"]["replicas"] == min(2, nodes)
+    assert values["operator"]["unmanagedPodWatcher"] == {"restart": False}
+    hybrid_toleration = {"key": "eks.amazonaws.com/compute-type", "operator": "Equal",
+                         "value": "hybrid", "effect": "NoSchedule"}
+    assert hybrid_toleration in values["tolerations"]
+    assert hybrid_toleration in values["operator"]["tolerations"]
+
+
+def test_cilium_schema_catches_a_wrong_value(dev_run):
+    values = _integral(cilium(dev_run).inputs["values"])
+    for broken in ({**values, "vtep": {"enabled": False}}, {**values, "routingMode": "native"},
+                   {**values, "unknownKey": 1}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(broken, CILIUM_VALUES_SCHEMA)
+
+
+def test_cilium_waits_for_the_hosts(lab):
+    run = lab(gpuEnabled=True)
+    deps = cilium(run).explicit_dependencies
+    assert {h.urn for h in hosts(run).values()} <= deps
+
+
+def test_gpu_off_registers_nothing_gpu(dev_run):
+    assert "hybrid-hosts-gpu" not in hosts(dev_run)
+    assert [r.name for r in dev_run.of_type(RELEASE)] == ["hybrid-cilium-release"]
+    for host in hosts(dev_run).values():
+        assert "nvidia" not in host.inputs["userData"].value
+
+
+def test_gpu_host_and_device_plugin(lab):
+    run = lab(gpuEnabled=True)
+    gpu = hosts(run)["hybrid-hosts-gpu"]
+    script = gpu.inputs["userData"].value
+    assert "--register-with-taints=eks.amazonaws.com/compute-type=hybrid:NoSchedule,gpu=true:NoSchedule" in script
+    assert "nvidia.com/gpu.present=true" in script
+    # The NVIDIA runtime is configured after nodeadm init rewrote containerd's configuration.
+    assert script.index("nodeadm init") < script.index("nvidia-ctk runtime configure --runtime=containerd")
+    plugin = named(run, "hybrid-nvidia-release")
+    assert plugin.inputs["chart"] == "nvidia-device-plugin"
+    assert plugin.inputs["repositoryOpts"] == {"repo": "https://nvidia.github.io/k8s-device-plugin"}
+    values = plugin.inputs["values"]
+    assert values["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"} in values["tolerations"]
+    assert gpu.urn in plugin.explicit_dependencies

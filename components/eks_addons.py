@@ -19,11 +19,12 @@ def eks_addon(name: str, *, cluster_name: pulumi.Input[str], addon_name: str,
     stack owns the add-on's configuration, so conflicts with fields set outside it are
     overwritten, on create and on update.
     """
-    version = aws.eks.get_addon_version(
+    # An output invoke: it runs alongside the rest of the program instead of blocking it.
+    version = aws.eks.get_addon_version_output(
         addon_name=addon_name,
         kubernetes_version=kubernetes_version,
         most_recent=False,
-        opts=pulumi.InvokeOptions(parent=opts.parent, provider=opts.provider),
+        opts=pulumi.InvokeOutputOptions(parent=opts.parent, provider=opts.provider),
     ).version
     return aws.eks.Addon(
         name,

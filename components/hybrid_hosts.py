@@ -91,13 +91,16 @@ class HybridHosts(pulumi.ComponentResource):
             description="the cluster over the Transit Gateway; nodeadm, SSM and ECR over NAT",
             opts=child)
 
+        amis: dict[str, pulumi.Output[str]] = {}
         self.instances = {}
         for host in args.hosts:
             arch = architecture(host.instance_type)
-            ami = aws.ssm.get_parameter(
-                name=UBUNTU_AMI_PARAMETER.format(arch=NODEADM_ARCH[arch]),
-                opts=pulumi.InvokeOptions(parent=self),
-            ).value
+            if arch not in amis:
+                amis[arch] = aws.ssm.get_parameter_output(
+                    name=UBUNTU_AMI_PARAMETER.format(arch=NODEADM_ARCH[arch]),
+                    opts=pulumi.InvokeOutputOptions(parent=self),
+                ).value
+            ami = amis[arch]
 
             def user_data(values, host=host, arch=arch) -> str:
                 cluster_name, activation_id, activation_code = values

@@ -360,3 +360,18 @@ def test_gpu_host_and_device_plugin(lab):
     assert values["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert {"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"} in values["tolerations"]
     assert gpu.urn in plugin.explicit_dependencies
+
+
+def test_lowering_below_hybrid_deletes_node_objects_while_the_cluster_stays(lab):
+    # Hybrid nodes bill per vCPU while their Node object exists. Lowering upToLayer to cluster
+    # removes the hybrid layer: Pulumi deletes the hosts first (they depend on the Node cleanup),
+    # then the cleanup deletes their Node objects through the API of the cluster that is kept.
+    full, lowered = lab(upToLayer="hybrid"), lab(upToLayer="cluster")
+    cleanup = one(full, NODE_CLEANUP)
+    assert cleanup.urn not in lowered.by_urn
+    assert all(h.urn not in lowered.by_urn for h in hosts(full).values())
+    eks = one(full, "aws:eks/cluster:Cluster")
+    assert eks.urn in lowered.by_urn
+    assert eks.urn in cleanup.dependencies
+    for host in hosts(full).values():
+        assert cleanup.urn in host.explicit_dependencies

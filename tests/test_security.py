@@ -14,6 +14,7 @@ VARIANTS = [
     {"availabilityZoneCount": 3},
     {"cloudVpcCidr": "192.168.0.0/24", "onPremVpcCidr": "10.20.0.0/24", "aws_region": "us-east-1"},
     {"gpuEnabled": True, "adminCidrs": ["198.51.100.0/24"]},
+    {"endpointAccess": "private", "hybridNodeCount": 4, "upToLayer": "hybrid"},
 ]
 
 

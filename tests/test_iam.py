@@ -1,0 +1,70 @@
+"""Every IAM policy the stack registers: identity policies pass parliament with no findings;
+trust policies (which parliament does not audit: they have a Principal and no Resource) admit
+one AWS service and nothing else."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from parliament import analyze_policy_string
+
+from stacks.offline import ProgramRun
+
+# Configurations that add roles; later layers add theirs.
+VARIANTS = [{}, {"gpuEnabled": True, "adminRoleArns": ["arn:aws:iam::111122223333:role/Admin"]}]
+TRUSTED_SERVICES = {"eks.amazonaws.com", "ec2.amazonaws.com", "ssm.amazonaws.com",
+                    "pods.eks.amazonaws.com"}
+
+
+def identity_policies(run: ProgramRun) -> dict[str, str]:
+    return {r.name: r.inputs["policy"] for r in run.registrations
+            if r.type in ("aws:iam/rolePolicy:RolePolicy", "aws:iam/policy:Policy")}
+
+
+def trust_policies(run: ProgramRun) -> dict[str, str]:
+    return {r.name: r.inputs["assumeRolePolicy"] for r in run.of_type("aws:iam/role:Role")}
+
+
+def audit(document: str) -> list[tuple[str, str]]:
+    return [(f.issue, str(f.detail)) for f in
+            analyze_policy_string(document, include_community_auditors=True).findings]
+
+
+@pytest.mark.parametrize("overrides", VARIANTS, ids=lambda o: ",".join(o) or "defaults")
+def test_identity_policies_pass_parliament(lab, overrides):
+    documents = identity_policies(lab(**overrides))
+    assert documents
+    problems = {where: audit(doc) for where, doc in documents.items() if audit(doc)}
+    assert problems == {}
+
+
+@pytest.mark.parametrize("overrides", VARIANTS, ids=lambda o: ",".join(o) or "defaults")
+def test_trust_policies_admit_one_service_to_assume_the_role(lab, overrides):
+    documents = trust_policies(lab(**overrides))
+    assert len(documents) >= 3
+    for where, document in documents.items():
+        policy = json.loads(document)
+        assert policy["Version"] == "2012-10-17", where
+        for statement in policy["Statement"]:
+            assert statement["Effect"] == "Allow", where
+            assert set(statement["Principal"]) == {"Service"}, where
+            assert statement["Principal"]["Service"] in TRUSTED_SERVICES, where
+            actions = statement["Action"]
+            actions = {actions} if isinstance(actions, str) else set(actions)
+            assert actions <= {"sts:AssumeRole", "sts:TagSession"}, where
+
+
+def test_parliament_catches_a_bad_policy():
+    assert audit(json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "ec2:CreateRoutes", "Resource": "*"}]}))
+    assert audit(json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "iam:PassRole", "Resource": "*"}]}))
+
+
+def test_no_policy_grants_every_action_of_a_service(lab):
+    for where, document in identity_policies(lab(gpuEnabled=True)).items():
+        for statement in json.loads(document)["Statement"]:
+            actions = statement["Action"]
+            actions = [actions] if isinstance(actions, str) else actions
+            assert not any(a == "*" or a.endswith(":*") for a in actions), where

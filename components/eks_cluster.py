@@ -56,12 +56,6 @@ class EksCluster(pulumi.ComponentResource):
         super().__init__("eks-hybrid-lab:eks:Cluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
-        role = Role(f"{name}-iam", RoleArgs(
-            assume_role_policy=trust_policy("eks.amazonaws.com"),
-            managed_policies=[managed_policy_arn("AmazonEKSClusterPolicy")],
-            description=f"EKS control plane of {args.cluster_name}",
-        ), opts=child)
-
         # EKS creates /aws/eks/<name>/cluster itself when logging is on, and that group outlives
         # the cluster (and bills for storage). Created here first, it is the stack's to delete.
         self.log_group = aws.cloudwatch.LogGroup(
@@ -79,6 +73,22 @@ class EksCluster(pulumi.ComponentResource):
             deletion_window_in_days=7,
             opts=child,
         )
+
+        role = Role(f"{name}-iam", RoleArgs(
+            assume_role_policy=trust_policy("eks.amazonaws.com"),
+            managed_policies=[managed_policy_arn("AmazonEKSClusterPolicy")],
+            # Envelope encryption: the control plane uses this one key and nothing else.
+            inline_policies={"secrets-key": {
+                "Version": "2012-10-17",
+                "Statement": [{
+                    "Sid": "UseTheSecretsKey",
+                    "Effect": "Allow",
+                    "Action": ["kms:Encrypt", "kms:Decrypt", "kms:ListGrants", "kms:DescribeKey"],
+                    "Resource": key.arn,
+                }],
+            }},
+            description=f"EKS control plane of {args.cluster_name}",
+        ), opts=child)
 
         self.cluster = aws.eks.Cluster(
             f"{name}-cluster",

@@ -104,7 +104,7 @@ class ManagedNodeGroup(pulumi.ComponentResource):
             )],
             tag_specifications=[
                 aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=tags)
-                for kind in ("instance", "volume", "network-interface")
+                for kind in ("instance", "volume")
             ],
             user_data=mime_user_data(args.extra_user_data) if args.extra_user_data else None,
             opts=child,

@@ -107,6 +107,13 @@ def test_cluster_role_trusts_eks_with_the_cluster_policy(dev_run):
                     if a.name == "cluster-eks-iam-AmazonEKSClusterPolicy"]
     assert attachment.inputs["policyArn"] == "arn:aws:iam::aws:policy/AmazonEKSClusterPolicy"
     assert attachment.urn in eks.explicit_dependencies
+    [key] = dev_run.of_type("aws:kms/key:Key")
+    key_policy = json.loads(dev_run.named("cluster-eks-iam-secrets-key").inputs["policy"])
+    assert key_policy["Statement"] == [{
+        "Sid": "UseTheSecretsKey", "Effect": "Allow",
+        "Action": ["kms:Encrypt", "kms:Decrypt", "kms:ListGrants", "kms:DescribeKey"],
+        "Resource": key.outputs["arn"]}]
+    assert dev_run.named("cluster-eks-iam-secrets-key").urn in eks.explicit_dependencies
 
 
 def test_cluster_security_group_admits_hybrid_nodes_and_pods_and_reaches_kubelets(dev_run):

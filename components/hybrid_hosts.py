@@ -71,9 +71,10 @@ class HybridHosts(pulumi.ComponentResource):
             opts=child,
         )
         sg_id = self.security_group.id
+        # VXLAN from the hybrid nodes gateway is opened by the gateway layer, from the gateway
+        # nodes' subnets only.
         from_cloud = [
             ("kubelet", "tcp", KUBELET_PORT, "control plane and metrics to kubelets"),
-            ("vxlan", "udp", VXLAN_PORT, "hybrid nodes gateway VXLAN (the return path)"),
             ("webhooks", "tcp", WEBHOOK_PORT, "API server to admission webhooks in hybrid pods"),
         ]
         for rule, protocol, port, why in from_cloud:

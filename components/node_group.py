@@ -59,6 +59,9 @@ class ManagedNodeGroupArgs:
     extra_user_data: Optional[str] = None
     #: Extra inline policies for the node role, by name (dicts, may hold outputs).
     extra_node_policies: Mapping[str, Any] = field(default_factory=dict)
+    #: Security groups for the nodes instead of the cluster's alone (include the cluster
+    #: security group: EKS adds it only when the launch template names none).
+    security_group_ids: Sequence[pulumi.Input[str]] = ()
     #: What the nodes need before they can join and until they have drained: the route to the
     #: internet, the CNI add-on. (A component's own depends_on does not reach its children.)
     wait_for: Sequence[pulumi.Resource] = ()
@@ -107,6 +110,7 @@ class ManagedNodeGroup(pulumi.ComponentResource):
                 for kind in ("instance", "volume")
             ],
             user_data=mime_user_data(args.extra_user_data) if args.extra_user_data else None,
+            vpc_security_group_ids=list(args.security_group_ids) or None,
             opts=child,
         )
 

@@ -25,7 +25,7 @@ LAYERS: tuple[str, ...] = ("network", "cluster", "hybrid", "gateway", "karpenter
 
 #: The layers this version of the program builds. It grows as layers land; ``upToLayer``
 #: defaults to the last of them, so a stack with default settings always deploys.
-AVAILABLE_LAYERS: tuple[str, ...] = LAYERS[:3]
+AVAILABLE_LAYERS: tuple[str, ...] = LAYERS[:4]
 
 #: Kubernetes minor versions EKS offers for new clusters (standard or extended support) as of
 #: 2026-11: 1.31 left extended support on 2026-11-26; 1.36 is the newest EKS release the docs

@@ -47,3 +47,24 @@ def export_lab(lab: Lab) -> None:
         pulumi.export("hybridNodeSelector", hybrid.node_label_selector)
         pulumi.export("checkHybridNodesCommand",
                       f"kubectl get nodes -l {hybrid.node_label_selector} -o wide")
+
+    if lab.gateway is not None:
+        gateway = lab.gateway.gateway
+        ns, lease = gateway.namespace, gateway.lease_name
+        leader = (f"kubectl -n {ns} get lease {lease} -o jsonpath='{{.spec.holderIdentity}}' "
+                  "| cut -d_ -f1")
+        pulumi.export("gatewayNamespace", ns)
+        pulumi.export("gatewayLeaseName", lease)
+        pulumi.export("gatewayLeaseHolderFormat",
+                      "<node name>_<uuid>: the pods use the host network, so the holder names the node")
+        pulumi.export("gatewayRouteTableIds", lab.gateway.route_table_ids)
+        pulumi.export("demo1Commands", pulumi.Output.all(*lab.gateway.route_table_ids).apply(
+            lambda ids: {
+                "pods": f"kubectl -n {ns} get pods -o wide",
+                "leader": leader,
+                "leaderHealth": f"kubectl -n {ns} get --raw \"/api/v1/namespaces/{ns}/pods/$(kubectl -n {ns} get pods --field-selector spec.nodeName=$({leader}) -o name | cut -d/ -f2):8088/proxy/healthz\"",
+                "podRoute": (f"aws ec2 describe-route-tables --region {cfg.region} --route-table-ids {' '.join(ids)} "
+                             f"--query \"RouteTables[].Routes[?DestinationCidrBlock=='{cfg.hybrid_pod_cidr}']\""),
+                "vtepConfig": "kubectl get ciliumvtepconfig hybrid-gateway -o yaml",
+                "failover": f"kubectl -n {ns} delete pod --field-selector spec.nodeName=$({leader})",
+            }))

@@ -1,296 +1,29 @@
 """The hybrid Node-object cleanup against a fake Kubernetes API server on 127.0.0.1 over HTTPS.
 
-The fake server checks the bearer token is an EKS token (a presigned STS GetCallerIdentity URL
-signing the ``x-k8s-aws-id`` header), answers node list/delete like the real API server, and
-records every request, so the tests can say exactly which nodes were deleted and how.
+The fake server (tests/fake_kube_api.py) checks the bearer token is an EKS token (a presigned
+STS GetCallerIdentity URL signing the ``x-k8s-aws-id`` header), answers node list/delete like the
+real API server, and records every request, so the tests can say exactly which nodes were deleted
+and how.
 """
 
 from __future__ import annotations
 
-import base64
-import datetime
-import ipaddress
-import json
 import socket
-import ssl
-import threading
 import time
-import urllib.parse
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from typing import Optional
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from components.cleanup.node_objects import NodeObjectCleanupProvider
 from stacks.offline import Secret, run_program
+from tests.fake_kube_api import (CLUSTER, FAKE_AWS_ENV, REGION, FakeApiServer, Pki,
+                                 assert_authorized)
+from tests.fake_kube_api import api, fake_aws, other_pki, pki  # noqa: F401 (fixtures)
 from tests.pickled_provider import result_of, run_pickled
 
-REGION = "ap-northeast-2"
-CLUSTER = "eks-hybrid-lab-dev"
 SELECTOR = "eks-hybrid-lab.io/stack=eks-hybrid-lab.dev"
 HYBRID = {"eks.amazonaws.com/compute-type": "hybrid"}
 OURS = {"eks-hybrid-lab.io/stack": "eks-hybrid-lab.dev"}
 THEIRS = {"eks-hybrid-lab.io/stack": "eks-hybrid-lab.prod"}
-ACCESS_KEY = "AKIAIOSFODNN7EXAMPLE"
-FAKE_AWS_ENV = {
-    "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-    "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-    "AWS_DEFAULT_REGION": REGION,
-    # No config or credential files, no IMDS: presigning uses the keys above and nothing else.
-    "AWS_CONFIG_FILE": "/dev/null",
-    "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
-    "AWS_EC2_METADATA_DISABLED": "true",
-}
-
-
-# --- certificates ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Pki:
-    ca_pem: bytes
-    cert_pem: bytes
-    key_pem: bytes
-
-    @property
-    def ca_b64(self) -> str:
-        """The CA as EKS returns it in ``certificate_authority.data``."""
-        return base64.b64encode(self.ca_pem).decode()
-
-
-def _make_pki(common_name: str) -> Pki:
-    """A CA and a server certificate it signs for IP 127.0.0.1."""
-    now = datetime.datetime.now(datetime.timezone.utc)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    ca = (x509.CertificateBuilder()
-          .subject_name(ca_name).issuer_name(ca_name)
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - datetime.timedelta(minutes=5))
-          .not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                       content_commitment=False, key_encipherment=False,
-                                       data_encipherment=False, key_agreement=False,
-                                       encipher_only=False, decipher_only=False), critical=True)
-          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()),
-                         critical=False)
-          .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-            .issuer_name(ca_name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]),
-                           critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    return Pki(
-        ca_pem=ca.public_bytes(serialization.Encoding.PEM),
-        cert_pem=cert.public_bytes(serialization.Encoding.PEM),
-        key_pem=key.private_bytes(serialization.Encoding.PEM,
-                                  serialization.PrivateFormat.PKCS8,
-                                  serialization.NoEncryption()))
-
-
-@pytest.fixture(scope="module")
-def pki() -> Pki:
-    return _make_pki("fake-eks-ca")
-
-
-@pytest.fixture(scope="module")
-def other_pki() -> Pki:
-    return _make_pki("some-other-ca")
-
-
-# --- the fake API server --------------------------------------------------------------------
-
-@dataclass
-class Seen:
-    method: str
-    path: str
-    query: dict[str, str]
-    status: int
-    token_problem: Optional[str]
-
-
-@dataclass
-class FakeApiServer:
-    url: str
-    nodes: dict[str, dict[str, str]] = field(default_factory=dict)
-    requests: list[Seen] = field(default_factory=list)
-    #: Statuses to answer the next requests with, before serving them normally.
-    fail_next: list[int] = field(default_factory=list)
-    #: Statuses to answer every DELETE with.
-    fail_deletes: Optional[int] = None
-    #: Nodes that vanish between the list and our DELETE (it then answers 404).
-    vanish_on_delete: set[str] = field(default_factory=set)
-    #: Nodes a finalizer keeps: DELETE succeeds but they stay listed.
-    sticky: set[str] = field(default_factory=set)
-    #: Behave like a server (or proxy) that drops the labelSelector.
-    ignore_selector: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def plant(self, name: str, **labels: str) -> None:
-        self.nodes[name] = dict(labels)
-
-    def of(self, method: str) -> list[Seen]:
-        return [r for r in self.requests if r.method == method]
-
-    @property
-    def deleted(self) -> list[str]:
-        return [r.path.rsplit("/", 1)[1] for r in self.of("DELETE")]
-
-
-def _token_problem(header: Optional[str]) -> Optional[str]:
-    """Why ``header`` is not an EKS bearer token for REGION and CLUSTER's header (None: it is)."""
-    prefix = "Bearer k8s-aws-v1."
-    if not header or not header.startswith(prefix):
-        return f"not an EKS bearer token: {header!r}"
-    encoded = header[len(prefix):]
-    if "=" in encoded:
-        return "token padding not stripped"
-    url = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
-    parts = urllib.parse.urlsplit(url)
-    query = dict(urllib.parse.parse_qsl(parts.query))
-    if parts.scheme != "https" or not parts.hostname.startswith("sts.") \
-            or not parts.hostname.endswith(".amazonaws.com"):
-        return f"not an STS URL: {url}"
-    if query.get("Action") != "GetCallerIdentity" or query.get("Version") != "2011-06-15":
-        return f"not GetCallerIdentity: {query}"
-    if query.get("X-Amz-Algorithm") != "AWS4-HMAC-SHA256" or not query.get("X-Amz-Signature"):
-        return "not presigned with SigV4"
-    if query.get("X-Amz-Expires") != "60":
-        return f"expiry {query.get('X-Amz-Expires')}"
-    scope = query.get("X-Amz-Credential", "").split("/")
-    if scope[0] != ACCESS_KEY or scope[2:] != [REGION, "sts", "aws4_request"]:
-        return f"wrong credential scope {scope}"
-    if "x-k8s-aws-id" not in query.get("X-Amz-SignedHeaders", "").split(";"):
-        return "x-k8s-aws-id is not signed"
-    return None
-
-
-def _matches(labels: dict[str, str], selector: str) -> bool:
-    for term in selector.split(","):
-        key, _, value = term.partition("=")
-        if labels.get(key) != value:
-            return False
-    return True
-
-
-def _handler(api: FakeApiServer) -> type:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *_args) -> None:
-            pass
-
-        def _answer(self, status: int, body: dict) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _status(self, code: int, reason: str) -> None:
-            self._answer(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                "reason": reason, "code": code})
-
-        def _serve(self, method: str) -> None:
-            parts = urllib.parse.urlsplit(self.path)
-            query = dict(urllib.parse.parse_qsl(parts.query))
-            problem = _token_problem(self.headers.get("Authorization"))
-            with api.lock:
-                if problem:
-                    status = 401
-                elif api.fail_next:
-                    status = api.fail_next.pop(0)
-                elif method == "DELETE" and api.fail_deletes:
-                    status = api.fail_deletes
-                else:
-                    status = 0
-                api.requests.append(Seen(method, parts.path, query, status or 200, problem))
-                if status:
-                    return self._status(status, "Injected" if not problem else "Unauthorized")
-                if method == "GET" and parts.path == "/api/v1/nodes":
-                    selected = sorted(name for name, labels in api.nodes.items()
-                                      if api.ignore_selector
-                                      or _matches(labels, query.get("labelSelector", "")))
-                    start = int(query.get("continue") or 0)
-                    limit = int(query.get("limit") or 500)
-                    page = selected[start:start + limit]
-                    metadata = {"resourceVersion": "1"}
-                    if start + limit < len(selected):
-                        metadata["continue"] = str(start + limit)
-                    return self._answer(200, {"kind": "NodeList", "apiVersion": "v1",
-                                              "metadata": metadata, "items": [
-                        {"metadata": {"name": name, "labels": api.nodes[name]}}
-                        for name in page]})
-                if method == "DELETE" and parts.path.startswith("/api/v1/nodes/"):
-                    name = urllib.parse.unquote(parts.path[len("/api/v1/nodes/"):])
-                    if name in api.vanish_on_delete:
-                        api.nodes.pop(name, None)
-                    if name in api.sticky and name in api.nodes:
-                        return self._answer(200, {"kind": "Node", "metadata": {"name": name}})
-                    if api.nodes.pop(name, None) is None:
-                        api.requests[-1].status = 404
-                        return self._status(404, "NotFound")
-                    return self._answer(200, {"kind": "Status", "status": "Success"})
-                api.requests[-1].status = 404
-                return self._status(404, "NotFound")
-
-        def do_GET(self) -> None:
-            self._serve("GET")
-
-        def do_DELETE(self) -> None:
-            self._serve("DELETE")
-
-    return Handler
-
-
-@pytest.fixture
-def api(pki: Pki, tmp_path: Path):
-    """A fake EKS API server at https://127.0.0.1:<ephemeral>, serving ``pki``'s certificate."""
-    (tmp_path / "cert.pem").write_bytes(pki.cert_pem + pki.ca_pem)
-    (tmp_path / "key.pem").write_bytes(pki.key_pem)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
-    fake = FakeApiServer(url="")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
-    server.daemon_threads = True
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    fake.url = f"https://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    try:
-        yield fake
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
-
-
-@pytest.fixture(autouse=True)
-def fake_aws(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fake keys so presigning works offline; no proxy between us and 127.0.0.1."""
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ENDPOINT_URL",
-                 "AWS_ENDPOINT_URL_STS", "AWS_REGION", "HTTPS_PROXY", "https_proxy",
-                 "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in FAKE_AWS_ENV.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
 
 
 @pytest.fixture
@@ -317,11 +50,6 @@ def plant_mixed(api: FakeApiServer) -> None:
         "mi-0ccc": {**HYBRID, **THEIRS},
         "ip-10-0-1-5.ec2.internal": {"eks.amazonaws.com/compute-type": "ec2"},
     })
-
-
-def assert_authorized(api: FakeApiServer) -> None:
-    assert api.requests, "no request reached the server"
-    assert [r.token_problem for r in api.requests] == [None] * len(api.requests)
 
 
 # --- cases ----------------------------------------------------------------------------------

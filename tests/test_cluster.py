@@ -150,7 +150,7 @@ def test_no_extra_admins_by_default(dev_run):
 
 def test_system_node_group(lab):
     run = lab(systemNodeInstanceType="m7i.large")
-    [group] = run.of_type(NODE_GROUP)
+    group = run.named("cluster-system-ng")
     assert group.inputs["instanceTypes"] == ["m7i.large"]
     assert group.inputs["amiType"] == "AL2023_x86_64_STANDARD"
     assert group.inputs["scalingConfig"] == {"desiredSize": 2, "minSize": 2, "maxSize": 2}
@@ -158,7 +158,7 @@ def test_system_node_group(lab):
                      if s.name.startswith("network-cloud-private-")}
     assert set(group.inputs["subnetIds"]) == set(cloud_private)
     assert len(set(cloud_private.values())) == 2
-    [template] = run.of_type("aws:ec2/launchTemplate:LaunchTemplate")
+    template = run.named("cluster-system-lt")
     assert group.inputs["launchTemplate"]["id"] == template.id
     metadata = template.inputs["metadataOptions"]
     assert metadata["httpTokens"] == "required" and metadata["httpPutResponseHopLimit"] == 1
@@ -170,12 +170,12 @@ def test_system_node_group(lab):
 
 
 def test_graviton_system_nodes_get_the_arm_ami(lab):
-    [group] = lab(systemNodeInstanceType="m7g.large").of_type(NODE_GROUP)
+    group = lab(systemNodeInstanceType="m7g.large").named("cluster-system-ng")
     assert group.inputs["amiType"] == "AL2023_ARM_64_STANDARD"
 
 
 def test_system_nodes_wait_for_egress_and_the_cni(dev_run):
-    [group] = dev_run.of_type(NODE_GROUP)
+    group = dev_run.named("cluster-system-ng")
     names = {dev_run.by_urn[u].name for u in group.explicit_dependencies}
     assert {"network-cloud-private-default-route", "network-cloud-private-0-rta",
             "network-cloud-private-1-rta", "cluster-vpc-cni", "cluster-kube-proxy"} <= names
@@ -192,7 +192,7 @@ def test_addons_versions_and_configuration(dev_run):
         assert addon.inputs["resolveConflictsOnUpdate"] == "OVERWRITE"
     config = json.loads(addons["vpc-cni"].inputs["configurationValues"])
     assert config == {"env": {"AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS": "172.17.0.0/16"}}
-    [group] = dev_run.of_type(NODE_GROUP)
+    group = dev_run.named("cluster-system-ng")
     assert group.urn in addons["coredns"].explicit_dependencies
     assert "aws:eks/getAddonVersion:getAddonVersion" in dev_run.invokes
 

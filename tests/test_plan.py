@@ -9,6 +9,7 @@ import time
 
 import yaml
 
+from stacks.config import AVAILABLE_LAYERS
 from tests.conftest import PROJECT_DIR
 
 
@@ -33,11 +34,11 @@ def test_plan_of_the_dev_stack(dev_run):
     for number, layer in enumerate(dev_run.outputs["layers"], start=1):
         count = sum(1 for r in dev_run.resources() if dev_run.layer_of(r) == layer)
         assert f"{number}. {layer:<10} {count} resources" in out
-    assert dev_run.outputs["layers"] == ["network", "cluster", "hybrid"]
+    assert dev_run.outputs["layers"] == list(AVAILABLE_LAYERS)
     for type_ in ("aws.eks.Cluster", "aws.eks.NodeGroup", "aws.ssm.Activation", "aws.ec2.Instance",
                   "kubernetes.helm.sh.Release", "pulumi-python.dynamic.SsmRegistrations"):
         assert type_ in out
-    assert "hybrid -> cluster -> network" in out
+    assert " -> ".join(reversed(AVAILABLE_LAYERS)) in out
     assert "Destroy order" in out
     # The dev stack leaves adminCidrs empty: the open endpoint is its one warning.
     warnings = out.split("\nWarnings\n", 1)[1].strip().splitlines()

@@ -11,6 +11,7 @@ import pulumi_aws as aws
 from components.zones import eks_availability_zones
 from stacks.config import AVAILABLE_LAYERS, ConfigError, LabConfig, Violation
 from stacks.layers.cluster import ClusterLayer
+from stacks.layers.gateway import GatewayLayer
 from stacks.layers.hybrid import HybridLayer
 from stacks.layers.network import NetworkLayer
 
@@ -26,6 +27,7 @@ class Lab:
     network: Optional[NetworkLayer] = None
     cluster: Optional[ClusterLayer] = None
     hybrid: Optional[HybridLayer] = None
+    gateway: Optional[GatewayLayer] = None
 
 
 def _layer_options(lab: Lab) -> pulumi.ResourceOptions:
@@ -51,12 +53,18 @@ def _build_hybrid(lab: Lab) -> None:
                              opts=_layer_options(lab))
 
 
+def _build_gateway(lab: Lab) -> None:
+    lab.gateway = GatewayLayer(lab.config, lab.network, lab.cluster, lab.hybrid, lab.account_id,
+                               opts=_layer_options(lab))
+
+
 #: One builder per layer this version builds, in creation order. Each may use only the layers
 #: built before it (so every prefix of layers is a complete stack).
 BUILDERS: dict[str, Callable[[Lab], None]] = {
     "network": _build_network,
     "cluster": _build_cluster,
     "hybrid": _build_hybrid,
+    "gateway": _build_gateway,
 }
 assert tuple(BUILDERS) == AVAILABLE_LAYERS, "BUILDERS and config.AVAILABLE_LAYERS disagree"
 

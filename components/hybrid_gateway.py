@@ -1,0 +1,177 @@
+"""The EKS Hybrid Nodes gateway (aws/eks-hybrid-nodes-gateway): a VXLAN gateway on two cloud
+nodes that makes hybrid pods reachable from the VPC. The elected leader writes
+``<hybrid pod CIDR> -> <its primary ENI>`` into the route tables it is given and upserts the
+``CiliumVTEPConfig`` that points Cilium at it.
+
+Its IAM is narrower than the project's example: it may read route tables and instances in this
+region, and write routes only in exactly the route tables it is given. The routes and the
+VTEP config it leaves behind at uninstall are removed by a cleanup that runs after the release.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from components.cleanup.gateway_routes import GatewayRouteCleanup
+from components.iam import Role, RoleArgs, trust_policy
+
+CHART = "oci://public.ecr.aws/eks/eks-hybrid-nodes-gateway"
+#: 1.0.0 crashes on a comma-separated list of VPC CIDRs.
+VERSION = "1.0.1"
+NAMESPACE = "eks-hybrid-nodes-gateway"
+#: The release name; the chart names its service account after it (the chart's fullname).
+RELEASE_NAME = "eks-hybrid-nodes-gateway"
+SERVICE_ACCOUNT = RELEASE_NAME
+#: The Lease the replicas elect a leader with; its holder is "<node name>_<uuid>" (the pods
+#: use the host network, so the identity is the node's, not the pod's).
+LEASE_NAME = "hybrid-gateway-leader"
+NODE_LABEL = "hybrid-gateway-node"
+VTEP_CONFIG_NAME = "hybrid-gateway"
+
+
+def gateway_node_user_data() -> str:
+    """The boot script of a gateway node: source/dest check off on the interface at device
+    index 0, IP forwarding on."""
+    return (Path(__file__).resolve().parent / "templates" / "gateway-node.sh").read_text()
+
+
+def source_dest_check_policy(region: str, account_id: str, vpc_id: pulumi.Input[str]) -> dict:
+    """What a gateway node needs beyond a worker's: turning off source/dest check on its own
+    interface — that one action, on network interfaces of this VPC only."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Sid": "DisableSourceDestCheckInThisVpc",
+            "Effect": "Allow",
+            "Action": "ec2:ModifyNetworkInterfaceAttribute",
+            "Resource": f"arn:aws:ec2:{region}:{account_id}:network-interface/*",
+            "Condition": {"ArnEquals": {"ec2:Vpc": pulumi.Output.from_input(vpc_id).apply(
+                lambda v: f"arn:aws:ec2:{region}:{account_id}:vpc/{v}")}},
+        }],
+    }
+
+
+def route_table_arn(region: str, account_id: str, route_table_id: str) -> str:
+    return f"arn:aws:ec2:{region}:{account_id}:route-table/{route_table_id}"
+
+
+def gateway_route_policy(region: str, account_id: str,
+                         route_table_ids: Sequence[pulumi.Input[str]]) -> dict:
+    """What the gateway's code calls, and no more: DescribeRouteTables and DescribeInstances
+    (no resource types to scope them to, so limited to the region), CreateRoute and
+    ReplaceRoute on exactly the route tables it programs. IAM cannot restrict the route's
+    destination CIDR."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "FindRouteTablesAndTheLeader",
+                "Effect": "Allow",
+                "Action": ["ec2:DescribeRouteTables", "ec2:DescribeInstances"],
+                "Resource": "*",
+                "Condition": {"StringEquals": {"aws:RequestedRegion": region}},
+            },
+            {
+                "Sid": "WriteThePodRouteInItsTablesOnly",
+                "Effect": "Allow",
+                "Action": ["ec2:CreateRoute", "ec2:ReplaceRoute"],
+                "Resource": [pulumi.Output.from_input(rtb).apply(
+                    lambda i: route_table_arn(region, account_id, i)) for rtb in route_table_ids],
+            },
+        ],
+    }
+
+
+def gateway_values(vpc_cidr: str, pod_cidrs: Sequence[str],
+                   route_table_ids: Sequence[str]) -> dict:
+    return {
+        "vpcCIDR": vpc_cidr,
+        "podCIDRs": ",".join(pod_cidrs),
+        "routeTableIDs": ",".join(route_table_ids),
+        # Managed node groups, not EKS Auto Mode: no compute-type node selector.
+        "autoMode": {"enabled": False},
+        "replicas": 2,
+        "nodeLabel": NODE_LABEL,
+    }
+
+
+@dataclass(frozen=True)
+class HybridNodesGatewayArgs:
+    cluster_name: pulumi.Input[str]
+    cluster_endpoint: pulumi.Input[str]
+    cluster_certificate_authority: pulumi.Input[str]
+    region: str
+    account_id: str
+    vpc_cidr: str
+    pod_cidrs: Sequence[str]
+    #: The route tables of the subnets where nodes, pods and control-plane interfaces live.
+    route_table_ids: Sequence[pulumi.Input[str]]
+    #: The release needs these first: Cilium (its CiliumNode and CiliumVTEPConfig CRDs), the
+    #: gateway nodes, the Pod Identity agent. At delete, it goes before all of them.
+    wait_for: Sequence[pulumi.Resource] = ()
+
+
+class HybridNodesGateway(pulumi.ComponentResource):
+    role: Role
+    pod_identity: aws.eks.PodIdentityAssociation
+    route_cleanup: GatewayRouteCleanup
+    release: k8s.helm.v3.Release
+    namespace: str = NAMESPACE
+    lease_name: str = LEASE_NAME
+
+    def __init__(self, name: str, args: HybridNodesGatewayArgs,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("eks-hybrid-lab:gateway:HybridNodesGateway", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        self.role = Role(f"{name}-routes", RoleArgs(
+            assume_role_policy=trust_policy("pods.eks.amazonaws.com",
+                                            actions=("sts:AssumeRole", "sts:TagSession")),
+            inline_policies={"routes": gateway_route_policy(
+                args.region, args.account_id, args.route_table_ids)},
+            description="EKS Hybrid Nodes gateway: the pod-CIDR route in its route tables",
+        ), opts=child)
+        self.pod_identity = aws.eks.PodIdentityAssociation(
+            f"{name}-pod-identity",
+            cluster_name=args.cluster_name,
+            namespace=NAMESPACE,
+            service_account=SERVICE_ACCOUNT,
+            role_arn=self.role.arn,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=self.role.attachments),
+        )
+
+        # Deleted after the release (which depends on it) and before the route tables and the
+        # cluster (its inputs): removes the routes and VTEP config the leader wrote.
+        self.route_cleanup = GatewayRouteCleanup(
+            f"{name}-route-cleanup",
+            region=args.region,
+            route_table_ids=list(args.route_table_ids),
+            pod_cidrs=list(args.pod_cidrs),
+            cluster_name=args.cluster_name,
+            endpoint=args.cluster_endpoint,
+            certificate_authority=args.cluster_certificate_authority,
+            vtep_config_name=VTEP_CONFIG_NAME,
+            opts=child,
+        )
+
+        self.release = k8s.helm.v3.Release(
+            f"{name}-release",
+            name=RELEASE_NAME,
+            chart=CHART,
+            version=VERSION,
+            namespace=NAMESPACE,
+            create_namespace=True,
+            values=pulumi.Output.all(*args.route_table_ids).apply(
+                lambda ids: gateway_values(args.vpc_cidr, args.pod_cidrs, ids)),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[*args.wait_for, self.pod_identity, self.route_cleanup],
+            ),
+        )
+        self.register_outputs({"releaseName": self.release.name, "roleArn": self.role.arn})

@@ -163,7 +163,7 @@ def test_backoff_is_exponential_and_bounded(ssm, provider, monkeypatch):
     provider.retry_base_seconds = 1.0
     ssm.add_response("describe_instance_information", page((MI_A, ACTIVATION)),
                      describe_params())
-    for _ in range(provider.max_attempts):
+    for _ in range(provider.attempts):
         ssm.add_client_error("deregister_managed_instance", "ThrottlingException",
                              "Rate exceeded", 400, {"InstanceId": MI_A})
 

@@ -23,12 +23,13 @@ from typing import Any, Optional
 import pulumi
 import pulumi.dynamic
 
+from components.cleanup.aws_calls import AwsCalls
 from components.cleanup.kubernetes_api import KubernetesApi
 from components.cleanup.self_contained import self_contained
 
 
 @self_contained
-class GatewayRouteCleanupProvider(KubernetesApi, pulumi.dynamic.ResourceProvider):
+class GatewayRouteCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.ResourceProvider):
     """Dynamic provider: ``create`` records what to clean, ``delete`` removes the gateway's VPC
     routes and its ``CiliumVTEPConfig``.
 
@@ -41,8 +42,6 @@ class GatewayRouteCleanupProvider(KubernetesApi, pulumi.dynamic.ResourceProvider
     # Nothing secret is captured by the provider or stored in its outputs.
     serialize_as_secret_always = False
 
-    #: Longest single backoff delay between two EC2 attempts.
-    retry_max_seconds: float = 20.0
     #: Versions the CiliumVTEPConfig CRD may be served at, tried in this order.
     vtep_versions: tuple[str, ...] = ("v2", "v2alpha1")
 
@@ -238,45 +237,6 @@ class GatewayRouteCleanupProvider(KubernetesApi, pulumi.dynamic.ResourceProvider
                        for pod in pods):
                     found.append((table_id, destination))
         return found
-
-    def _aws_call(self, method: Any, gone_codes: tuple[str, ...] = (),
-                  **request: Any) -> tuple[dict[str, Any], Optional[str]]:
-        """Calls ``method(**request)``, retrying throttling, server and connection errors with
-        bounded exponential backoff. Returns (response, None) on success — an error code in
-        ``gone_codes`` counts as success with an empty response — or ({}, why) once it gives
-        up; ``why`` starts with the error code."""
-        import time
-
-        from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
-        from botocore.exceptions import ConnectionError as BotoConnectionError
-
-        retryable_codes = {"Throttling", "ThrottlingException", "RequestLimitExceeded",
-                           "TooManyRequestsException", "RequestThrottled",
-                           "InternalError", "InternalFailure", "ServiceUnavailable",
-                           "Unavailable"}
-        why = "not attempted"
-        for attempt in range(self.attempts):
-            if attempt:
-                time.sleep(min(self.retry_max_seconds,
-                               self.retry_base_seconds * 2 ** (attempt - 1)))
-            try:
-                return method(**request), None
-            except ClientError as error:
-                code = error.response.get("Error", {}).get("Code", "")
-                status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
-                if code in gone_codes:
-                    return {}, None
-                message = error.response.get("Error", {}).get("Message", "")
-                why = f"{code or 'error'}: {message or error}"
-                if code not in retryable_codes and status != 429 and status < 500:
-                    return {}, why
-            except (BotoConnectionError, HTTPClientError) as error:
-                # Endpoint unreachable, connection reset, timeouts: worth another try.
-                why = f"{type(error).__name__}: {error}"
-            except BotoCoreError as error:
-                # Missing credentials and the like: retrying will not help.
-                return {}, f"{type(error).__name__}: {error}"
-        return {}, f"{why} (gave up after {self.attempts} attempts)"
 
     # --- Kubernetes -----------------------------------------------------------------------
 

@@ -18,24 +18,17 @@ from typing import Any, Optional
 import pulumi
 import pulumi.dynamic
 
+from components.cleanup.aws_calls import AwsCalls
 from components.cleanup.self_contained import self_contained
 
 
 @self_contained
-class SsmRegistrationCleanupProvider(pulumi.dynamic.ResourceProvider):
+class SsmRegistrationCleanupProvider(AwsCalls, pulumi.dynamic.ResourceProvider):
     """Dynamic provider whose ``delete`` deregisters the activation's managed instances.
 
     Pickled into the state and run from there at destroy time, hence ``@self_contained``: every
     helper is a method and every import happens inside a method.
     """
-
-    #: First backoff delay; doubles per attempt. Tests set it to 0 on the instance (a sleep
-    #: function stored on the instance would have to survive being pickled).
-    retry_base_seconds = 1.0
-    #: Longest single backoff delay.
-    retry_max_seconds = 20.0
-    #: Attempts per API call (the SDK's own retries happen inside each attempt).
-    max_attempts = 6
 
     # Keys of the outputs ``delete`` reads; changing either means another set of instances.
     _keys = ("activationId", "region")
@@ -118,7 +111,7 @@ class SsmRegistrationCleanupProvider(pulumi.dynamic.ResourceProvider):
                        "MaxResults": 50}
             if token:
                 request["NextToken"] = token
-            page, error = self._call(ssm.describe_instance_information, **request)
+            page, error = self._aws_call(ssm.describe_instance_information, **request)
             if error is not None:
                 return instance_ids, error
             for info in page.get("InstanceInformationList", []):
@@ -135,37 +128,9 @@ class SsmRegistrationCleanupProvider(pulumi.dynamic.ResourceProvider):
 
     def _deregister(self, ssm: Any, instance_id: str) -> Optional[str]:
         """None once ``instance_id`` is no longer registered, else why it still is."""
-        _, error = self._call(ssm.deregister_managed_instance, InstanceId=instance_id,
+        _, error = self._aws_call(ssm.deregister_managed_instance, InstanceId=instance_id,
                               gone_codes=("InvalidInstanceId",))
         return error
-
-    def _call(self, method: Any, gone_codes: tuple[str, ...] = (),
-              **request: Any) -> tuple[dict[str, Any], Optional[str]]:
-        """Calls ``method(**request)``, retrying throttling and server errors with exponential
-        backoff. Returns (response, None) on success — an error code in ``gone_codes`` counts
-        as success with an empty response — or ({}, why) once it gives up."""
-        import time
-
-        from botocore.exceptions import ClientError
-
-        retryable_codes = {"ThrottlingException", "Throttling", "TooManyUpdates",
-                           "RequestLimitExceeded", "TooManyRequestsException",
-                           "InternalServerError", "InternalFailure", "ServiceUnavailable"}
-        why = "not attempted"
-        for attempt in range(self.max_attempts):
-            try:
-                return method(**request), None
-            except ClientError as error:
-                code = error.response.get("Error", {}).get("Code", "")
-                status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
-                if code in gone_codes:
-                    return {}, None
-                why = f"{code or 'error'}: {error.response.get('Error', {}).get('Message', error)}"
-                if code not in retryable_codes and status != 429 and status < 500:
-                    return {}, why
-            if attempt + 1 < self.max_attempts:
-                time.sleep(min(self.retry_max_seconds, self.retry_base_seconds * 2 ** attempt))
-        return {}, f"{why} (gave up after {self.max_attempts} attempts)"
 
     def _plain(self, value: Any) -> Any:
         # The engine hands a secret value over wrapped as {sig: <secret sig>, value: ...}.

@@ -25,7 +25,7 @@ LAYERS: tuple[str, ...] = ("network", "cluster", "hybrid", "gateway", "karpenter
 
 #: The layers this version of the program builds. It grows as layers land; ``upToLayer``
 #: defaults to the last of them, so a stack with default settings always deploys.
-AVAILABLE_LAYERS: tuple[str, ...] = LAYERS[:4]
+AVAILABLE_LAYERS: tuple[str, ...] = LAYERS
 
 #: Kubernetes minor versions EKS offers for new clusters (standard or extended support) as of
 #: 2026-11: 1.31 left extended support on 2026-11-26; 1.36 is the newest EKS release the docs
@@ -98,6 +98,12 @@ SETTINGS: tuple[Setting, ...] = (
             "C (B plus Karpenter's podDeletionCostManagement)."),
     Setting("burstCpuLimit", "integer", 32,
             "CPU cap of the cloud-burst NodePool (at least 4): a cost guard."),
+    Setting("burstReplicas", "integer", 3,
+            "Replicas of demo 2's burst Deployment at deploy time (0 to 50); the demo scales "
+            "it 3 -> 15 -> 12 -> 10 -> 3 with kubectl."),
+    Setting("gpuModel", "string", "Qwen/Qwen2.5-0.5B-Instruct",
+            "Hugging Face model demo 3's vLLM server loads (a small one: a g6.xlarge has one "
+            "24 GB GPU)."),
 )
 
 SETTINGS_BY_KEY = {s.key: s for s in SETTINGS}
@@ -155,6 +161,8 @@ class LabConfig:
     karpenter_version: str
     burst_scenario: str
     burst_cpu_limit: int
+    burst_replicas: int
+    gpu_model: str
 
     @property
     def layers(self) -> tuple[str, ...]:
@@ -212,6 +220,7 @@ def _parse(setting: Setting, raw: Optional[str]) -> tuple[Any, Optional[str]]:
 _CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 _INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*[0-9][a-z0-9-]*\.[a-z0-9][a-z0-9-]*")
 _SEMVER = re.compile(r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)")
+_HF_MODEL = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 _REGION = re.compile(r"[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-\d")
 
 
@@ -344,6 +353,9 @@ _RULES: dict[str, Callable[[Any], tuple[Any, Optional[str]]]] = {
     "karpenterVersion": _rule_karpenter_version,
     "burstScenario": _rule_choice(("A", "B", "C")),
     "burstCpuLimit": _rule_int(4),
+    "burstReplicas": _rule_int(0, 50),
+    "gpuModel": lambda v: (v, None) if _HF_MODEL.fullmatch(v) else (
+        None, "must be a Hugging Face model id such as Qwen/Qwen2.5-0.5B-Instruct"),
 }
 
 # Pairs of networks that must not overlap (REFERENCE §1): the key that is reported, then the

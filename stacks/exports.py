@@ -68,3 +68,44 @@ def export_lab(lab: Lab) -> None:
                 "vtepConfig": "kubectl get ciliumvtepconfig hybrid-gateway -o yaml",
                 "failover": f"kubectl -n {ns} delete pod --field-selector spec.nodeName=$({leader})",
             }))
+
+    if lab.karpenter is not None:
+        karpenter = lab.karpenter.karpenter
+        pulumi.export("karpenterNodePool", "cloud-burst")
+        pulumi.export("karpenterInterruptionQueue", karpenter.queue.name)
+        pulumi.export("karpenterPodDeletionCostManagement", cfg.burst_scenario == "C")
+
+    if lab.demo is not None:
+        from stacks.layers import demo as demo_layer
+
+        gw, burst, gpu = demo_layer.GATEWAY_NS, demo_layer.BURST_NS, demo_layer.GPU_NS
+        pulumi.export("demo1", {
+            "namespace": gw,
+            "probeCloudToHybrid": f"kubectl -n {gw} logs -f deploy/prober-cloud",
+            "probeHybridToCloud": f"kubectl -n {gw} logs -f deploy/prober-hybrid",
+            "pods": f"kubectl -n {gw} get pods -o wide",
+        })
+        scale = " -> ".join(map(str, demo_layer.BURST_SCALE_SEQUENCE))
+        pulumi.export("demo2", {
+            "namespace": burst,
+            "scenario": cfg.burst_scenario,
+            "scaleSequence": list(demo_layer.BURST_SCALE_SEQUENCE),
+            "scale": f"kubectl -n {burst} scale deploy/burst --replicas=<n>   # {scale}",
+            "placement": (f"kubectl -n {burst} get pods -o custom-columns=POD:.metadata.name,"
+                          "NODE:.spec.nodeName,COST:'.metadata.annotations.controller\\.kubernetes\\.io/pod-deletion-cost'"),
+            "nodeClaims": "kubectl get nodeclaims -o wide",
+            "hybridPods": f"kubectl -n {burst} get pods -o wide -l app=burst --field-selector spec.nodeName!=''",
+            # Annotations persist across scenarios: start each run from fresh pods.
+            "beforeEachRun": f"kubectl -n {burst} rollout restart deploy/burst && "
+                             f"kubectl -n {burst} rollout status deploy/burst",
+        })
+        if cfg.gpu_enabled:
+            pulumi.export("demo3", {
+                "namespace": gpu,
+                "prePull": ("The vLLM image is about 10 GB (4.5 min to pull in the seed): deploy "
+                            f"well before the talk and wait: kubectl -n {gpu} rollout status "
+                            "deploy/vllm --timeout=20m"),
+                "client": f"kubectl -n {gpu} logs -f deploy/vllm-client",
+                "gpuAllocatable": ("kubectl get nodes -l nvidia.com/gpu.present=true -o "
+                                   "custom-columns=NODE:.metadata.name,GPU:.status.allocatable.nvidia\\.com/gpu"),
+            })

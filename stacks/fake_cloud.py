@@ -210,4 +210,16 @@ class FakeCloud(pulumi.runtime.Mocks):
         if typ == "aws:ssm/activation:Activation":
             return {"activationCode": f"{_hex(name, 'code', length=20)}", "expired": False,
                     "registrationCount": 0}
+        if typ == "aws:sqs/queue:Queue":
+            queue = state.get("name") or f"{name}-{_hex(name, length=7)}"
+            return {"name": queue, "arn": f"arn:aws:sqs:{self.region}:{self.account_id}:{queue}",
+                    "url": f"https://sqs.{self.region}.amazonaws.com/{self.account_id}/{queue}"}
+        if typ == "aws:cloudwatch/eventRule:EventRule":
+            rule = state.get("name") or f"{name}-{_hex(name, length=7)}"
+            return {"name": rule, "arn": f"arn:aws:events:{self.region}:{self.account_id}:rule/{rule}"}
+        if typ.startswith("aws:") and "arn" not in state:
+            # Every other AWS resource still gets an ARN of the right service, so nothing
+            # built from one (a policy, say) sees None.
+            service = typ.split(":")[1].split("/")[0]
+            return {"arn": f"arn:aws:{service}:{self.region}:{self.account_id}:{name}/{rid}"}
         return {}

@@ -226,6 +226,8 @@ def run_program(config: Mapping[str, str], *, stack: str = "dev",
     try:
         runtime_config.set_all_config(dict(config))
         settings.ROOT.set(None)
+        # Outputs a failed earlier run left unresolved belong to its (closed) event loop.
+        settings.SETTINGS.outputs.clear()
         runtime_mocks.set_mocks(cloud, project=PROJECT, stack=stack, preview=False,
                                 logger=logger, monitor=monitor)
         root = settings.get_root_resource()

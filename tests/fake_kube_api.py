@@ -132,6 +132,8 @@ class FakeApiServer:
     nodes: dict[str, dict[str, str]] = field(default_factory=dict)
     #: Cluster-scoped custom objects by (group, plural, name), whatever version stored them.
     objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    #: Pods by (namespace, name): their annotations.
+    pods: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     #: Group-versions served for custom objects ("cilium.io/v2"); others answer 404.
     served: set[str] = field(default_factory=set)
     requests: list[Seen] = field(default_factory=list)
@@ -160,6 +162,9 @@ class FakeApiServer:
         self.served.add(api_version)
         self.objects[(group, plural, name)] = {
             "apiVersion": api_version, "metadata": {"name": name}, "spec": spec or {}}
+
+    def plant_pod(self, namespace: str, name: str, **annotations: str) -> None:
+        self.pods[(namespace, name)] = dict(annotations)
 
     def has_object(self, group: str, plural: str, name: str) -> bool:
         return (group, plural, name) in self.objects
@@ -272,6 +277,33 @@ def _handler(api: FakeApiServer) -> type:
                         return self._not_found()
                     return self._answer(200, {"kind": "Status", "status": "Success"})
                 segments = parts.path.split("/")
+                # ["", "api", "v1", "namespaces", ns, "pods"(, name)]
+                if segments[1:4] == ["api", "v1", "namespaces"] and len(segments) >= 6 \
+                        and segments[5] == "pods":
+                    namespace = segments[4]
+                    if method == "GET" and len(segments) == 6:
+                        return self._answer(200, {"kind": "PodList", "apiVersion": "v1",
+                                                  "metadata": {}, "items": [
+                            {"metadata": {"name": name, "namespace": namespace,
+                                          "annotations": annotations}}
+                            for (ns, name), annotations in sorted(api.pods.items())
+                            if ns == namespace]})
+                    if method == "PATCH" and len(segments) == 7:
+                        key = (namespace, segments[6])
+                        if key not in api.pods:
+                            return self._not_found()
+                        if self.headers.get("Content-Type") != "application/merge-patch+json":
+                            return self._status(415, "Unsupported Media Type")
+                        length = int(self.headers.get("Content-Length") or 0)
+                        patch = json.loads(self.rfile.read(length) or b"{}")
+                        for k, v in ((patch.get("metadata") or {}).get("annotations") or {}).items():
+                            if v is None:
+                                api.pods[key].pop(k, None)
+                            else:
+                                api.pods[key][k] = v
+                        return self._answer(200, {"metadata": {"name": key[1],
+                                                               "annotations": api.pods[key]}})
+                    return self._not_found()
                 # ["", "apis", group, version, plural, name]
                 if len(segments) == 6 and segments[1] == "apis" and all(segments[2:]):
                     group, version, plural, name = segments[2:]
@@ -289,6 +321,9 @@ def _handler(api: FakeApiServer) -> type:
 
         def do_DELETE(self) -> None:
             self._serve("DELETE")
+
+        def do_PATCH(self) -> None:
+            self._serve("PATCH")
 
     return Handler
 

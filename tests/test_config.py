@@ -102,6 +102,10 @@ BAD_VALUES = [
     ("karpenterVersion", "0.37.0", "1.0.0 or later"),
     ("burstScenario", "D", "must be one of A, B, C"),
     ("burstCpuLimit", "3", "at least 4"),
+    ("burstReplicas", "-1", "must be from 0 to 50"),
+    ("burstReplicas", "51", "must be from 0 to 50"),
+    ("gpuModel", "llama", "Hugging Face model id"),
+    ("gpuModel", "org/model name", "Hugging Face model id"),
 ]
 
 

@@ -95,7 +95,7 @@ def test_gateway_role_is_bound_by_pod_identity(dev_run):
     assert trust["Statement"] == [{"Effect": "Allow",
                                    "Principal": {"Service": "pods.eks.amazonaws.com"},
                                    "Action": ["sts:AssumeRole", "sts:TagSession"]}]
-    [association] = dev_run.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    association = named(dev_run, "gateway-gateway-pod-identity")
     assert association.inputs["namespace"] == "eks-hybrid-nodes-gateway"
     assert association.inputs["serviceAccount"] == "eks-hybrid-nodes-gateway"
     assert association.inputs["roleArn"] == role.outputs["arn"]

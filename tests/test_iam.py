@@ -26,17 +26,63 @@ def trust_policies(run: ProgramRun) -> dict[str, str]:
     return {r.name: r.inputs["assumeRolePolicy"] for r in run.of_type("aws:iam/role:Role")}
 
 
+DOCUMENT = "(whole document)"
+
+#: Findings accepted, each for a reason; keyed by (policy name suffix, statement Sid, issue).
+ACCEPTED = {
+    # RunInstances and CreateFleet touch several resource types; the Karpenter policy grants
+    # them over three statements so that each can carry its own tag condition. parliament
+    # reads every statement alone and finds each incomplete.
+    ("karpenter-controller-controller", "AllowScopedEC2InstanceAccessActions", "RESOURCE_MISMATCH"),
+    ("karpenter-controller-controller", "AllowScopedEC2LaunchTemplateAccessActions", "RESOURCE_MISMATCH"),
+    ("karpenter-controller-controller", "AllowScopedEC2InstanceActionsWithTags", "RESOURCE_MISMATCH"),
+    # Public parameters live under an ARN with no account (arn:aws:ssm:<region>::parameter/
+    # aws/service/...); parliament expects one.
+    ("karpenter-controller-controller", "AllowSSMReadActions", "RESOURCE_MISMATCH"),
+    # Karpenter must hand the node role to the instances it launches and manage their
+    # instance profiles: PassRole on that one role, for EC2 only; instance-profile actions only
+    # on profiles tagged for this cluster and region.
+    ("karpenter-controller-controller", "AllowPassingInstanceRole", "PERMISSIONS_MANAGEMENT_ACTIONS"),
+    ("karpenter-controller-controller", "AllowScopedInstanceProfileCreationActions", "PERMISSIONS_MANAGEMENT_ACTIONS"),
+    ("karpenter-controller-controller", "AllowScopedInstanceProfileActions", "PERMISSIONS_MANAGEMENT_ACTIONS"),
+    # The same pair read as a whole: RunInstances + PassRole is an escalation path in general;
+    # here the role that can be passed is the node role (worker policies only).
+    ("karpenter-controller-controller", DOCUMENT, "PRIVILEGE_ESCALATION"),
+}
+
+
 def audit(document: str) -> list[tuple[str, str]]:
     return [(f.issue, str(f.detail)) for f in
             analyze_policy_string(document, include_community_auditors=True).findings]
+
+
+def statement_findings(where: str, document: str) -> list[tuple[str, str, str]]:
+    """parliament's findings, statement by statement so each names its Sid; accepted ones
+    (ACCEPTED) are left out."""
+    policy = json.loads(document)
+    found = []
+    for statement in policy["Statement"]:
+        single = json.dumps({"Version": policy["Version"], "Statement": [statement]})
+        for issue, detail in audit(single):
+            key = next((k for k in ACCEPTED if where.endswith(k[0]) and
+                        k[1:] == (statement.get("Sid"), issue)), None)
+            if key is None:
+                found.append((statement.get("Sid", "?"), issue, detail[:200]))
+    return found
 
 
 @pytest.mark.parametrize("overrides", VARIANTS, ids=lambda o: ",".join(o) or "defaults")
 def test_identity_policies_pass_parliament(lab, overrides):
     documents = identity_policies(lab(**overrides))
     assert documents
-    problems = {where: audit(doc) for where, doc in documents.items() if audit(doc)}
+    problems = {where: found for where, doc in documents.items()
+                if (found := statement_findings(where, doc))}
     assert problems == {}
+    # The whole documents parse and hold no finding beyond the accepted ones.
+    for where, doc in documents.items():
+        issues = {issue for issue, _ in audit(doc)}
+        accepted = {k[2] for k in ACCEPTED if where.endswith(k[0])}
+        assert issues <= accepted, (where, issues)
 
 
 @pytest.mark.parametrize("overrides", VARIANTS, ids=lambda o: ",".join(o) or "defaults")

@@ -62,9 +62,11 @@ class KubernetesApi:
             urllib.request.HTTPSHandler(context=context), NoRedirect())
 
     def _call(self, opener: Any, method: str, url: str, token: str,
-             allow_404: bool = False) -> Optional[dict]:
+             allow_404: bool = False, body: Optional[dict] = None,
+             content_type: str = "application/json") -> Optional[dict]:
         """The decoded JSON answer of ``method url`` (``{}`` for an empty body); ``None`` for a
-        404 when ``allow_404``. Raises RuntimeError once it gives up."""
+        404 when ``allow_404``. ``body`` is sent as JSON of ``content_type``. Raises
+        RuntimeError once it gives up."""
         import json
         import ssl
         import time
@@ -75,8 +77,12 @@ class KubernetesApi:
         for attempt in range(self.attempts):
             if attempt:
                 time.sleep(self.retry_base_seconds * 2 ** (attempt - 1))
-            request = urllib.request.Request(url, method=method, headers={
-                "Authorization": f"Bearer {token}", "Accept": "application/json"})
+            headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+            data = None
+            if body is not None:
+                data = json.dumps(body).encode()
+                headers["Content-Type"] = content_type
+            request = urllib.request.Request(url, method=method, headers=headers, data=data)
             try:
                 with opener.open(request, timeout=self.request_timeout_seconds) as response:
                     body = response.read()

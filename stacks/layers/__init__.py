@@ -11,8 +11,10 @@ import pulumi_aws as aws
 from components.zones import eks_availability_zones
 from stacks.config import AVAILABLE_LAYERS, ConfigError, LabConfig, Violation
 from stacks.layers.cluster import ClusterLayer
+from stacks.layers.demo import DemoLayer
 from stacks.layers.gateway import GatewayLayer
 from stacks.layers.hybrid import HybridLayer
+from stacks.layers.karpenter import KarpenterLayer
 from stacks.layers.network import NetworkLayer
 
 
@@ -28,6 +30,8 @@ class Lab:
     cluster: Optional[ClusterLayer] = None
     hybrid: Optional[HybridLayer] = None
     gateway: Optional[GatewayLayer] = None
+    karpenter: Optional[KarpenterLayer] = None
+    demo: Optional[DemoLayer] = None
 
 
 def _layer_options(lab: Lab) -> pulumi.ResourceOptions:
@@ -58,6 +62,16 @@ def _build_gateway(lab: Lab) -> None:
                                opts=_layer_options(lab))
 
 
+def _build_karpenter(lab: Lab) -> None:
+    lab.karpenter = KarpenterLayer(lab.config, lab.network, lab.cluster, lab.account_id,
+                                   opts=_layer_options(lab))
+
+
+def _build_demo(lab: Lab) -> None:
+    lab.demo = DemoLayer(lab.config, lab.cluster, lab.hybrid, lab.karpenter,
+                         opts=_layer_options(lab))
+
+
 #: One builder per layer this version builds, in creation order. Each may use only the layers
 #: built before it (so every prefix of layers is a complete stack).
 BUILDERS: dict[str, Callable[[Lab], None]] = {
@@ -65,6 +79,8 @@ BUILDERS: dict[str, Callable[[Lab], None]] = {
     "cluster": _build_cluster,
     "hybrid": _build_hybrid,
     "gateway": _build_gateway,
+    "karpenter": _build_karpenter,
+    "demo": _build_demo,
 }
 assert tuple(BUILDERS) == AVAILABLE_LAYERS, "BUILDERS and config.AVAILABLE_LAYERS disagree"
 

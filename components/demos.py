@@ -1,0 +1,244 @@
+"""The demo workloads as Kubernetes objects (plain dicts), hardened the way seed 003 asks:
+Pod Security "restricted" (non-root, RuntimeDefault seccomp, no privilege escalation, every
+capability dropped), read-only root filesystems, requests and limits, probes, pinned images."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+#: Images pinned by digest where the seeds give one (seed 003).
+NGINX = ("nginxinc/nginx-unprivileged:1.30.4@sha256:"
+         "cb92301e719d6639028de775fe8b28e15f58343aca5e5372001311958aafb300")
+BUSYBOX = ("busybox:1.37.0@sha256:"
+           "9db7b59979c38555a39def84a31fb98b5296952f9e3afd4f6f11f05b07adfab0")
+#: The OpenAI-compatible vLLM server; about 10 GB, so it is pulled ahead of the talk.
+VLLM = "vllm/vllm-openai:v0.11.0"
+
+HYBRID_TAINT_TOLERATION = {"key": "eks.amazonaws.com/compute-type", "operator": "Equal",
+                           "value": "hybrid", "effect": "NoSchedule"}
+GPU_TAINT_TOLERATION = {"key": "gpu", "operator": "Equal", "value": "true",
+                        "effect": "NoSchedule"}
+ON_HYBRID = {"key": "eks.amazonaws.com/compute-type", "operator": "In", "values": ["hybrid"]}
+# Cloud nodes carry no compute-type label; NotIn also matches a missing label.
+OFF_HYBRID = {"key": "eks.amazonaws.com/compute-type", "operator": "NotIn", "values": ["hybrid"]}
+
+
+def restricted_namespace(name: str) -> dict:
+    """A namespace whose pods must meet Pod Security "restricted"."""
+    return {"name": name, "labels": {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+        "pod-security.kubernetes.io/warn": "restricted",
+        "pod-security.kubernetes.io/audit": "restricted",
+    }}
+
+
+def container_security() -> dict:
+    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def pod_security(uid: int) -> dict:
+    return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def required_affinity(*expressions: dict) -> dict:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": list(expressions)}]}}}
+
+
+def deployment(name: str, *, replicas: int, containers: Sequence[dict], uid: int,
+               affinity: Optional[dict] = None, tolerations: Sequence[dict] = (),
+               volumes: Sequence[dict] = (), strategy: Optional[dict] = None,
+               annotations: Optional[dict] = None, grace_seconds: int = 30) -> dict:
+    """A Deployment spec (apps/v1) whose pod is restricted-compliant."""
+    labels = {"app": name}
+    pod: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "securityContext": pod_security(uid),
+        "terminationGracePeriodSeconds": grace_seconds,
+        "containers": list(containers),
+    }
+    if affinity:
+        pod["affinity"] = affinity
+    if tolerations:
+        pod["tolerations"] = list(tolerations)
+    if volumes:
+        pod["volumes"] = list(volumes)
+    spec: dict[str, Any] = {
+        "replicas": replicas,
+        "selector": {"matchLabels": labels},
+        "template": {"metadata": {"labels": labels, **({"annotations": annotations} if annotations else {})},
+                     "spec": pod},
+    }
+    if strategy:
+        spec["strategy"] = strategy
+    return spec
+
+
+def _http_probes(path: str, port: int, *, startup_failures: int = 30,
+                 startup_period: int = 2) -> dict:
+    get = {"httpGet": {"path": path, "port": port}}
+    return {
+        "startupProbe": {**get, "periodSeconds": startup_period, "failureThreshold": startup_failures},
+        "readinessProbe": {**get, "periodSeconds": 5},
+        "livenessProbe": {**get, "periodSeconds": 20, "failureThreshold": 3},
+    }
+
+
+def nginx_container(name: str, cpu_request: str, cpu_limit: str) -> dict:
+    """nginx-unprivileged serving / on 8080 as UID 101 (seed 003); /tmp is its only write."""
+    return {
+        "name": name,
+        "image": NGINX,
+        "ports": [{"name": "http", "containerPort": 8080}],
+        "resources": {"requests": {"cpu": cpu_request, "memory": "64Mi"},
+                      "limits": {"cpu": cpu_limit, "memory": "128Mi"}},
+        "securityContext": container_security(),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        **_http_probes("/", 8080),
+    }
+
+
+TMP_VOLUME = {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}
+
+
+def echo_server(name: str, *, on_hybrid: bool) -> dict:
+    """Demo 1: a web server on cloud or on hybrid nodes, to reach through the gateway."""
+    return deployment(
+        name, replicas=2, uid=101,
+        containers=[nginx_container("echo", "50m", "200m")],
+        affinity=required_affinity(ON_HYBRID if on_hybrid else OFF_HYBRID),
+        tolerations=[HYBRID_TAINT_TOLERATION] if on_hybrid else (),
+        volumes=[TMP_VOLUME],
+    )
+
+
+def prober(name: str, target_url: str, *, on_hybrid: bool) -> dict:
+    """Demo 1: requests ``target_url`` every second and logs ok/FAIL with a timestamp, so the
+    gap during a gateway failover can be read from `kubectl logs`."""
+    loop = (
+        "while true; do "
+        f"if wget -q -T 1 -O /dev/null {target_url}; then r=ok; else r=FAIL; fi; "
+        'echo "$(date +%T) $r"; touch /tmp/alive; sleep 1; done'
+    )
+    container = {
+        "name": "prober",
+        "image": BUSYBOX,
+        "command": ["/bin/sh", "-c", loop],
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                      "limits": {"cpu": "100m", "memory": "32Mi"}},
+        "securityContext": container_security(),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        # The loop is alive while it keeps touching /tmp/alive.
+        "startupProbe": {"exec": {"command": ["test", "-e", "/tmp/alive"]},
+                         "periodSeconds": 2, "failureThreshold": 15},
+        "livenessProbe": {"exec": {"command": ["find", "/tmp/alive", "-mmin", "-1"]},
+                          "periodSeconds": 30},
+        "readinessProbe": {"exec": {"command": ["test", "-e", "/tmp/alive"]},
+                           "periodSeconds": 10},
+    }
+    return deployment(
+        name, replicas=1, uid=1000, containers=[container],
+        affinity=required_affinity(ON_HYBRID if on_hybrid else OFF_HYBRID),
+        tolerations=[HYBRID_TAINT_TOLERATION] if on_hybrid else (),
+        volumes=[TMP_VOLUME])
+
+
+#: Demo 2's CPU request: eight pods fill two default hybrid nodes (m5.xlarge, 4 vCPU each, less
+#: what the node's own daemons reserve).
+BURST_CPU_REQUEST = "930m"
+
+
+def burst(name: str, replicas: int) -> dict:
+    """Demo 2: prefers hybrid nodes (weight 100) and tolerates their taint, so hybrid fills
+    first and the overflow goes to the cloud-burst NodePool."""
+    spec = deployment(
+        name, replicas=replicas, uid=101,
+        containers=[nginx_container("web", BURST_CPU_REQUEST, "1")],
+        tolerations=[HYBRID_TAINT_TOLERATION],
+        volumes=[TMP_VOLUME],
+        grace_seconds=10,
+    )
+    spec["template"]["spec"]["affinity"] = {"nodeAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "preference": {"matchExpressions": [ON_HYBRID]}}]}}
+    return spec
+
+
+def vllm_server(name: str, model: str) -> dict:
+    """Demo 3: vLLM's OpenAI-compatible server on the hybrid GPU host, one GPU."""
+    cache = "/cache"
+    container = {
+        "name": "vllm",
+        "image": VLLM,
+        "args": ["--model", model, "--port", "8000", "--max-model-len", "4096",
+                 "--gpu-memory-utilization", "0.85"],
+        "ports": [{"name": "http", "containerPort": 8000}],
+        # The root filesystem is read-only: every cache vLLM, Hugging Face, Triton and torch
+        # write goes to the cache volume.
+        "env": [{"name": k, "value": v} for k, v in {
+            "HOME": cache, "HF_HOME": f"{cache}/huggingface", "XDG_CACHE_HOME": cache,
+            "VLLM_CACHE_ROOT": f"{cache}/vllm", "TRITON_CACHE_DIR": f"{cache}/triton",
+            "TORCHINDUCTOR_CACHE_DIR": f"{cache}/torchinductor",
+            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}.items()],
+        "resources": {"requests": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"},
+                      "limits": {"cpu": "3", "memory": "12Gi", "nvidia.com/gpu": "1"}},
+        "securityContext": container_security(),
+        "volumeMounts": [{"name": "cache", "mountPath": cache},
+                         {"name": "shm", "mountPath": "/dev/shm"},
+                         {"name": "tmp", "mountPath": "/tmp"}],
+        # Patient: the first start downloads the model and compiles kernels (the image pull
+        # itself, about 4.5 minutes in the seed, happens before probes start).
+        **_http_probes("/health", 8000, startup_failures=90, startup_period=10),
+    }
+    return deployment(
+        name, replicas=1, uid=1000, containers=[container],
+        affinity=required_affinity(ON_HYBRID, {"key": "nvidia.com/gpu.present",
+                                               "operator": "In", "values": ["true"]}),
+        tolerations=[HYBRID_TAINT_TOLERATION, GPU_TAINT_TOLERATION],
+        volumes=[{"name": "cache", "emptyDir": {"sizeLimit": "30Gi"}},
+                 {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
+                 {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
+        # One GPU: the old pod must release it before the new one can start.
+        strategy={"type": "Recreate"},
+        annotations={"sidecar.istio.io/inject": "false"},
+        grace_seconds=60,
+    )
+
+
+def vllm_client(name: str, url: str, model: str) -> dict:
+    """Demo 3: a cloud pod that asks the model for a completion every 30 s and logs the time
+    it took."""
+    body = ('{"model": "%s", "prompt": "EKS Hybrid Nodes are", "max_tokens": 16}' % model)
+    loop = (
+        "while true; do start=$(date +%s); "
+        f"if wget -q -T 60 -O - --header 'Content-Type: application/json' --post-data '{body}' "
+        f"{url}/v1/completions; then r=ok; else r=FAIL; fi; "
+        'echo; echo "$(date +%T) $r in $(( $(date +%s) - start ))s"; touch /tmp/alive; '
+        "sleep 30; done"
+    )
+    container = {
+        "name": "client",
+        "image": BUSYBOX,
+        "command": ["/bin/sh", "-c", loop],
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                      "limits": {"cpu": "100m", "memory": "32Mi"}},
+        "securityContext": container_security(),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "startupProbe": {"exec": {"command": ["test", "-e", "/tmp/alive"]},
+                         "periodSeconds": 10, "failureThreshold": 90},
+        "livenessProbe": {"exec": {"command": ["find", "/tmp/alive", "-mmin", "-5"]},
+                          "periodSeconds": 60},
+        "readinessProbe": {"exec": {"command": ["test", "-e", "/tmp/alive"]},
+                           "periodSeconds": 30},
+    }
+    return deployment(name, replicas=1, uid=1000, containers=[container],
+                      affinity=required_affinity(OFF_HYBRID), volumes=[TMP_VOLUME])
+
+
+def cluster_ip_service(name: str, port: int, target_port: int) -> dict:
+    return {"type": "ClusterIP", "selector": {"app": name},
+            "ports": [{"name": "http", "port": port, "targetPort": target_port}]}

@@ -1,0 +1,99 @@
+"""Layer 6 — Demo: the workloads of the three demos, Kyverno and the scenario of demo 2."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import demos
+from components.cleanup.deletion_cost_ranks import DeletionCostRanks
+from components.kyverno import Kyverno, KyvernoArgs
+from stacks.config import LabConfig
+from stacks.layers.base import Layer
+from stacks.layers.cluster import ClusterLayer
+from stacks.layers.hybrid import HybridLayer
+from stacks.layers.karpenter import KarpenterLayer
+
+GATEWAY_NS = "demo-gateway"
+BURST_NS = "demo-burst"
+GPU_NS = "demo-gpu"
+#: Demo 2 scales 3 -> 15 (hybrid full, 7 burst to the cloud) -> 12 -> 10 -> 3 (seed 002).
+BURST_SCALE_SEQUENCE = (3, 15, 12, 10, 3)
+
+
+class DemoLayer(Layer):
+    kyverno: Kyverno
+    namespaces: dict[str, k8s.core.v1.Namespace]
+
+    def __init__(self, cfg: LabConfig, cluster: ClusterLayer, hybrid: HybridLayer,
+                 karpenter: KarpenterLayer, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("Demo", "demo", opts)
+        hosts = list(hybrid.hosts.instances.values())
+        # Workloads on hybrid nodes need them (and their CNI); at delete they go first.
+        on_hybrid = [*hosts, hybrid.cilium.release]
+
+        self.namespaces = {}
+        for ns in [GATEWAY_NS, BURST_NS] + ([GPU_NS] if cfg.gpu_enabled else []):
+            self.namespaces[ns] = k8s.core.v1.Namespace(
+                self.child_name(ns), metadata=demos.restricted_namespace(ns), opts=self.child())
+
+        def workload(ns: str, name: str, spec: dict, depends_on=(), service_port=None):
+            namespace = self.namespaces[ns]
+            created = k8s.apps.v1.Deployment(
+                self.child_name(name),
+                metadata={"name": name, "namespace": ns, "labels": {"app": name}},
+                spec=spec,
+                opts=self.child(depends_on=[namespace, *depends_on]))
+            if service_port:
+                k8s.core.v1.Service(
+                    self.child_name(f"{name}-svc"),
+                    metadata={"name": name, "namespace": ns, "labels": {"app": name}},
+                    spec=demos.cluster_ip_service(name, service_port[0], service_port[1]),
+                    opts=self.child(depends_on=[namespace]))
+            return created
+
+        # Demo 1: traffic both ways through the gateway, and through ClusterIP services.
+        workload(GATEWAY_NS, "echo-cloud", demos.echo_server("echo-cloud", on_hybrid=False),
+                 service_port=(80, 8080))
+        workload(GATEWAY_NS, "echo-hybrid", demos.echo_server("echo-hybrid", on_hybrid=True),
+                 depends_on=on_hybrid, service_port=(80, 8080))
+        workload(GATEWAY_NS, "prober-cloud", demos.prober(
+            "prober-cloud", f"http://echo-hybrid.{GATEWAY_NS}.svc", on_hybrid=False))
+        workload(GATEWAY_NS, "prober-hybrid", demos.prober(
+            "prober-hybrid", f"http://echo-cloud.{GATEWAY_NS}.svc", on_hybrid=True),
+            depends_on=on_hybrid)
+
+        # Demo 2: Kyverno's deletion-cost policy in scenarios B and C, absent in A.
+        self.kyverno = Kyverno(self.child_name("kyverno"), KyvernoArgs(
+            node_selector={"role": "system"},
+            policy_namespaces=[BURST_NS] if cfg.burst_scenario in ("B", "C") else None,
+            wait_for=[cluster.system_nodes.node_group],
+        ), opts=self.child())
+        burst_needs = [karpenter.node_pool, *on_hybrid, self.kyverno.release]
+        if self.kyverno.policy is not None:
+            burst_needs.append(self.kyverno.policy)
+        workload(BURST_NS, "burst", demos.burst("burst", cfg.burst_replicas), depends_on=burst_needs)
+        if cfg.burst_scenario == "C":
+            # Present while Karpenter ranks pods (scenario C). Switching to A or B deletes it,
+            # after Karpenter's gate is off, and its deletion strips the negative costs
+            # Karpenter wrote so they do not skew the next run.
+            DeletionCostRanks(
+                self.child_name("deletion-cost-ranks"), cluster_name=cluster.eks.name,
+                region=cfg.region, endpoint=cluster.eks.endpoint,
+                certificate_authority=cluster.eks.certificate_authority, namespace=BURST_NS,
+                opts=self.child(depends_on=[self.namespaces[BURST_NS], karpenter.karpenter.controller]))
+
+        # Demo 3: inference on the hybrid GPU host, called from the cloud.
+        if cfg.gpu_enabled:
+            gpu_host = hybrid.hosts.instances["gpu"]
+            needs = [gpu_host, hybrid.cilium.release]
+            if hybrid.device_plugin is not None:
+                needs.append(hybrid.device_plugin.release)
+            workload(GPU_NS, "vllm", demos.vllm_server("vllm", cfg.gpu_model),
+                     depends_on=needs, service_port=(8000, 8000))
+            workload(GPU_NS, "vllm-client", demos.vllm_client(
+                "vllm-client", f"http://vllm.{GPU_NS}.svc:8000", cfg.gpu_model))
+
+        self.register_outputs({"namespaces": list(self.namespaces)})

@@ -102,9 +102,9 @@ class KarpenterLeftoverCleanupProvider(AwsCalls, pulumi.dynamic.ResourceProvider
         # Each part runs whatever happened to the ones before; everything left is reported at
         # once. A part is a list of (what, why, commands to remove it by hand).
         left: list[tuple[str, str, list[str]]] = []
-        parts = (("instances", self._clean_instances), ("launch templates",
-                 self._clean_launch_templates), ("instance profiles",
-                 self._clean_instance_profiles))
+        parts = (("instances", self._clean_instances),
+                 ("launch templates", self._clean_launch_templates),
+                 ("instance profiles", self._clean_instance_profiles))
         for what, part in parts:
             try:
                 left.extend(part(region, cluster))
@@ -203,6 +203,7 @@ class KarpenterLeftoverCleanupProvider(AwsCalls, pulumi.dynamic.ResourceProvider
         while True:
             request: dict[str, Any] = {"Filters": [
                 {"Name": f"tag:kubernetes.io/cluster/{cluster}", "Values": ["owned"]},
+                {"Name": "tag-key", "Values": ["karpenter.sh/nodepool"]},
                 {"Name": "instance-state-name", "Values": list(self._live_states)},
             ], "MaxResults": 1000}
             if token:

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 import yaml
 from pulumi import Output
+from pulumi.dynamic import dynamic as _dynamic
 from pulumi.runtime import config as runtime_config
 from pulumi.runtime import mocks as runtime_mocks
 from pulumi.runtime import rpc, settings
@@ -199,6 +200,20 @@ class ProgramRun:
         return f"{reg.urn}::{reg.id}"
 
 
+_serialized_providers: dict[tuple, str] = {}
+_serialize_provider = _dynamic.serialize_provider
+
+
+def _serialize_provider_once(provider) -> str:
+    """dill-serializes a dynamic provider once per class and state: the result depends on
+    nothing else, and serializing by value (bytecode analysis) is the costliest step of an
+    offline run."""
+    key = (type(provider), repr(sorted(vars(provider).items())))
+    if key not in _serialized_providers:
+        _serialized_providers[key] = _serialize_provider(provider)
+    return _serialized_providers[key]
+
+
 def run_program(config: Mapping[str, str], *, stack: str = "dev",
                 program: Path = PROGRAM) -> ProgramRun:
     """Runs ``program`` under mocks with ``config`` (full keys such as ``aws:region`` and
@@ -223,6 +238,7 @@ def run_program(config: Mapping[str, str], *, stack: str = "dev",
     executor = _LoopThreadPool()
     loop.set_default_executor(executor)
     saved_env = os.environ.pop("PULUMI_CONFIG", None)
+    _dynamic.serialize_provider = _serialize_provider_once
     try:
         runtime_config.set_all_config(dict(config))
         settings.ROOT.set(None)
@@ -240,6 +256,7 @@ def run_program(config: Mapping[str, str], *, stack: str = "dev",
             exc.registrations = monitor.registrations  # type: ignore[attr-defined]
             raise
     finally:
+        _dynamic.serialize_provider = _serialize_provider
         if saved_env is not None:
             os.environ["PULUMI_CONFIG"] = saved_env
         runtime_config.set_all_config({})

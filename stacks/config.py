@@ -445,3 +445,14 @@ def read_pulumi_config() -> LabConfig:
     # defaults for keys that are absent come from SETTINGS.
     return load_config(values, stack=pulumi.get_stack(), project=pulumi.get_project(),
                        region=pulumi.Config("aws").get("region"))
+
+
+def config_from_stack_file(stack: str, path=None, region: Optional[str] = None) -> LabConfig:
+    """The validated config of ``Pulumi.<stack>.yaml`` (or ``path``), for the command-line tools
+    that run outside Pulumi. ``region`` overrides ``aws:region``."""
+    from stacks.offline import load_stack_config
+
+    raw = load_stack_config(stack, path=path)
+    prefix = f"{PROJECT}:"
+    values = {k[len(prefix):]: v for k, v in raw.items() if k.startswith(prefix)}
+    return load_config(values, stack=stack, region=region or raw.get("aws:region"))

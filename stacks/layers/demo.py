@@ -45,7 +45,9 @@ class DemoLayer(Layer):
                 self.child_name(name),
                 metadata={"name": name, "namespace": ns, "labels": {"app": name}},
                 spec=spec,
-                opts=self.child(depends_on=[namespace, *depends_on]))
+                # Any demo pod may land on a burst node: the workloads go before the NodePool,
+                # so deleting it drains nothing but empty nodes.
+                opts=self.child(depends_on=[namespace, karpenter.node_pool, *depends_on]))
             if service_port:
                 k8s.core.v1.Service(
                     self.child_name(f"{name}-svc"),

@@ -10,6 +10,7 @@ config prints the validation error and exits 1, as `pulumi preview` would fail.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from collections import Counter, defaultdict
@@ -105,4 +106,9 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:
+        # `python -m stacks.plan | head`: the reader left; that is not an error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

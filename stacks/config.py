@@ -101,6 +101,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("burstReplicas", "integer", 3,
             "Replicas of demo 2's burst Deployment at deploy time (0 to 50); the demo scales "
             "it 3 -> 15 -> 12 -> 10 -> 3 with kubectl."),
+    Setting("priceOverrides", "array", [],
+            "Prices for the cost estimate, as key=usd items replacing the built-in table (for "
+            "example ec2.m5.xlarge=0.25 or natGateway=0.05; see stacks/costs.py for the keys)."),
     Setting("gpuModel", "string", "Qwen/Qwen2.5-0.5B-Instruct",
             "Hugging Face model demo 3's vLLM server loads (a small one: a g6.xlarge has one "
             "24 GB GPU)."),
@@ -162,6 +165,7 @@ class LabConfig:
     burst_scenario: str
     burst_cpu_limit: int
     burst_replicas: int
+    price_overrides: tuple[tuple[str, float], ...]
     gpu_model: str
 
     @property
@@ -329,6 +333,19 @@ def _rule_log_retention(value):
     return None, "must be a CloudWatch retention: " + ", ".join(map(str, LOG_RETENTION_DAYS))
 
 
+_PRICE_ITEM = re.compile(r"([a-z][\w.-]*)=(\d+(?:\.\d+)?)")
+
+
+def _rule_price_overrides(values):
+    items = []
+    for item in values:
+        match = _PRICE_ITEM.fullmatch(item)
+        if not match:
+            return None, f"item {json.dumps(item)} is not key=usd (for example ec2.m5.xlarge=0.25)"
+        items.append((match.group(1), float(match.group(2))))
+    return tuple(items), None
+
+
 _RULES: dict[str, Callable[[Any], tuple[Any, Optional[str]]]] = {
     "upToLayer": _rule_choice(LAYERS),
     "clusterName": _rule_cluster_name,
@@ -354,6 +371,7 @@ _RULES: dict[str, Callable[[Any], tuple[Any, Optional[str]]]] = {
     "burstScenario": _rule_choice(("A", "B", "C")),
     "burstCpuLimit": _rule_int(4),
     "burstReplicas": _rule_int(0, 50),
+    "priceOverrides": _rule_price_overrides,
     "gpuModel": lambda v: (v, None) if _HF_MODEL.fullmatch(v) else (
         None, "must be a Hugging Face model id such as Qwen/Qwen2.5-0.5B-Instruct"),
 }

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pulumi
 
 from stacks.config import LAYERS
+from stacks.costs import estimate as estimate_costs
+from stacks.costs import totals as cost_totals
 from stacks.layers import Lab
 
 
@@ -14,6 +16,12 @@ def export_lab(lab: Lab) -> None:
     pulumi.export("destroyOrder", list(reversed(cfg.layers)))
     pulumi.export("notBuilt", [layer for layer in LAYERS if layer not in cfg.layers])
     pulumi.export("region", cfg.region)
+    costs, _ = estimate_costs(cfg, dict(cfg.price_overrides))
+    low, high = cost_totals(costs)
+    # Approximate on-demand USD per hour with everything built running; the maximum adds
+    # Karpenter's burst at its cap. `python -m stacks.plan` shows the breakdown.
+    pulumi.export("estimatedHourlyCostUsd", low)
+    pulumi.export("estimatedMaxHourlyCostUsd", high)
 
     if lab.network is not None:
         net = lab.network

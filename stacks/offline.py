@@ -164,6 +164,15 @@ class ProgramRun:
     def __post_init__(self):
         self.by_urn = {r.urn: r for r in self.registrations}
 
+    @property
+    def lab_config(self):
+        """The validated LabConfig of this run's config."""
+        from stacks.config import PROJECT, load_config
+
+        prefix = f"{PROJECT}:"
+        values = {k[len(prefix):]: v for k, v in self.config.items() if k.startswith(prefix)}
+        return load_config(values, stack=self.stack, region=self.config.get("aws:region"))
+
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.registrations if r.type == type_]
 

@@ -17,6 +17,10 @@ from collections import Counter, defaultdict
 from typing import Optional, TextIO
 
 from stacks.config import LAYERS, ConfigError
+from stacks.costs import READ_ON
+from stacks.costs import estimate as estimate_costs
+from stacks.costs import totals as cost_totals
+from stacks.timing import estimate_destroy, estimate_layer_by_layer, estimate_up
 from stacks.offline import ProgramRun, load_stack_config, provider_default_tags, run_program
 
 _MAX_NAMES = 4
@@ -74,12 +78,47 @@ def render(run: ProgramRun, out: TextIO) -> None:
     out.write("\nDestroy order (pulumi destroy; lowering upToLayer removes the layers above it)\n")
     out.write(f"  {' -> '.join(reversed(built)) if built else '(nothing)'}\n")
 
+    _render_costs(run, out)
+    _render_times(run, out)
+
     out.write("\nWarnings\n")
     if run.warnings:
         for warning in run.warnings:
             out.write(f"  ! {warning}\n")
     else:
         out.write("  none\n")
+
+
+def _render_costs(run: ProgramRun, out: TextIO) -> None:
+    cfg = run.lab_config
+    costs, book = estimate_costs(cfg, dict(cfg.price_overrides))
+    source = f"{book.region} prices" + (f" (no table for {cfg.region})" if book.fallback else "")
+    out.write(f"\nCost while up (USD, on-demand, approximate; {source} read {READ_ON}, "
+              "stacks/costs.py; priceOverrides replaces them)\n")
+
+    def money(low, high, per):
+        if low is None:
+            return "?"
+        return f"{low * per:.2f}" if low == high else f"{low * per:.2f}-{high * per:.2f}"
+
+    for cost in costs:
+        note = f"  ({cost.note})" if cost.note else ""
+        out.write(f"  {cost.layer:<10} {money(cost.low, cost.high, 1):>12} /h "
+                  f"{money(cost.low, cost.high, 24):>14} /day{note}\n")
+    low, high = cost_totals(costs)
+    out.write(f"  {'total':<10} {money(low, high, 1):>12} /h {money(low, high, 24):>14} /day\n")
+    if book.missing:
+        out.write(f"  no price for {', '.join(sorted(book.missing))}: set priceOverrides\n")
+
+
+def _render_times(run: ProgramRun, out: TextIO) -> None:
+    up, down = estimate_up(run), estimate_destroy(run)
+    layered = estimate_layer_by_layer(run)
+    out.write("\nTime (critical path; typical durations per resource type in stacks/timing.py)\n")
+    out.write(f"  pulumi up       ~{up.seconds / 60:.0f} min: {' -> '.join(up.chain)}\n")
+    out.write(f"  pulumi destroy  ~{down.seconds / 60:.0f} min: {' -> '.join(down.chain)}\n")
+    out.write(f"  layer by layer  ~{layered / 60:.0f} min (if each layer waited for the whole "
+              "previous one)\n")
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -104,6 +104,8 @@ BAD_VALUES = [
     ("burstCpuLimit", "3", "at least 4"),
     ("burstReplicas", "-1", "must be from 0 to 50"),
     ("burstReplicas", "51", "must be from 0 to 50"),
+    ("priceOverrides", '["natGateway"]', "is not key=usd"),
+    ("priceOverrides", '["ec2.m5.xlarge=-1"]', "is not key=usd"),
     ("gpuModel", "llama", "Hugging Face model id"),
     ("gpuModel", "org/model name", "Hugging Face model id"),
 ]

@@ -1,0 +1,106 @@
+"""Can this account and this machine hold the lab? Read-only checks to run before `pulumi up`.
+
+    python -m stacks.preflight [--stack dev] [--stack-file PATH] [--region R]
+
+Reads ``Pulumi.<stack>.yaml`` and checks, with Describe/List/Get calls only: the AWS
+credentials, the region, the availability zones, the instance types, the quota headroom, the
+AWS CLI v2 and the Pulumi CLI. Each line is PASS, WARN or FAIL (with the fix); SKIP marks an
+AWS check an earlier failure left nothing to run with. Exits 1 on any FAIL, 2 on bad usage or
+an invalid config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+from typing import Optional, TextIO
+
+import boto3
+from botocore.exceptions import BotoCoreError
+
+from components.zones import EKS_UNSUPPORTED_ZONE_IDS
+from ops.preflight import (FAIL, InstanceNeed, LabNeeds, Run, Which, counts, run_command,
+                           run_preflight)
+from stacks.config import ConfigError, LabConfig, config_from_stack_file
+from stacks.layers.cluster import SYSTEM_NODE_COUNT
+from stacks.layers.gateway import GATEWAY_NODE_COUNT
+from stacks.layers.karpenter import BURST_INSTANCE_TYPES
+
+ON_PREM_NOTE = ", which holds the simulated on-prem LAN"
+
+
+def lab_needs(cfg: LabConfig) -> LabNeeds:
+    """What the stack launches and where (the placement the layers use)."""
+    instances = [
+        # The system node group spans every private subnet of the cloud VPC.
+        InstanceNeed("system nodes", cfg.system_node_instance_type, SYSTEM_NODE_COUNT,
+                     "systemNodeInstanceType", span=cfg.availability_zone_count, min_zones=2),
+        # The gateway nodes use the first two private subnets, one node in each zone.
+        InstanceNeed("gateway nodes", cfg.gateway_instance_type, GATEWAY_NODE_COUNT,
+                     "gatewayInstanceType", span=GATEWAY_NODE_COUNT, min_zones=GATEWAY_NODE_COUNT),
+        # The on-prem VPC has one server LAN subnet, in the first zone.
+        InstanceNeed("hybrid hosts", cfg.hybrid_node_instance_type, cfg.hybrid_node_count,
+                     "hybridNodeInstanceType", span=1, min_zones=1, placement_note=ON_PREM_NOTE),
+    ]
+    if cfg.gpu_enabled:
+        instances.append(InstanceNeed("GPU host", cfg.gpu_instance_type, 1, "gpuInstanceType",
+                                      span=1, min_zones=1, placement_note=ON_PREM_NOTE))
+    return LabNeeds(
+        region=cfg.region,
+        availability_zone_count=cfg.availability_zone_count,
+        instances=tuple(instances),
+        burst_instance_types=tuple(BURST_INSTANCE_TYPES),
+        burst_cpu_limit=cfg.burst_cpu_limit,
+        excluded_zone_ids=tuple(EKS_UNSUPPORTED_ZONE_IDS),
+        burst_types_source="BURST_INSTANCE_TYPES in stacks/layers/karpenter.py",
+    )
+
+
+def render(checks, out: TextIO) -> None:
+    for check in checks:
+        out.write(f"{check.status}  {check.name}: {check.detail}\n")
+        if check.fix and check.status != "PASS":
+            out.write(f"      fix: {check.fix}\n")
+    n = counts(checks)
+    skipped = f" ({n['SKIP']} skipped)" if n["SKIP"] else ""
+    out.write(f"preflight: {n['PASS']} passed, {n['WARN']} warnings, {n['FAIL']} failed"
+              f"{skipped}\n")
+
+
+def main(argv: Optional[list[str]] = None, *, session: Optional[boto3.Session] = None,
+         which: Which = shutil.which, run: Run = run_command) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stacks.preflight",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--stack", default="dev",
+                        help="stack whose Pulumi.<stack>.yaml to check for (default: dev)")
+    parser.add_argument("--stack-file", type=Path, metavar="PATH",
+                        help="read this stack file instead")
+    parser.add_argument("--region", help="check this region instead of the stack's aws:region")
+    args = parser.parse_args(argv)
+    source = args.stack_file or f"Pulumi.{args.stack}.yaml"
+    try:
+        cfg = config_from_stack_file(args.stack, path=args.stack_file, region=args.region)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ConfigError as exc:
+        print(f"error: {source}: {exc}", file=sys.stderr)
+        return 2
+    if session is None:
+        try:
+            session = boto3.Session(region_name=cfg.region)
+        except BotoCoreError as exc:  # e.g. AWS_PROFILE names a profile that does not exist
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+
+    print(f"eks-hybrid-lab preflight for stack '{cfg.stack}' in {cfg.region} "
+          f"(read-only: Describe/List/Get calls only)")
+    checks = run_preflight(session, lab_needs(cfg), which=which, run=run)
+    render(checks, sys.stdout)
+    return 1 if any(c.status == FAIL for c in checks) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

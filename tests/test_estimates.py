@@ -1,0 +1,87 @@
+"""The plan's cost and deploy-time estimates."""
+
+from __future__ import annotations
+
+import pytest
+
+from stacks import costs
+from stacks.config import load_config
+from stacks.timing import DURATIONS, estimate_destroy, estimate_layer_by_layer, estimate_up
+
+
+def cfg(region: str = "ap-northeast-2", **raw):
+    return load_config({k: str(v) for k, v in raw.items()}, stack="dev", region=region)
+
+
+def test_one_config_recomputed_by_hand_from_the_table():
+    # Defaults in Seoul: every layer, scenario A, no GPU, burst cap 32 vCPUs.
+    p = {k: v.usd for k, v in costs.PRICES["ap-northeast-2"].items()}
+    month = costs.HOURS_PER_MONTH
+    network = 2 * p["natGateway"] + 2 * p["publicIpv4"] + 2 * p["tgwAttachment"]
+    cluster = p["eks.cluster"] + p["kms.key"] / month + 2 * (p["ec2.m6i.large"] + 30 * p["ebs.gp3"] / month)
+    hybrid = 2 * (p["ec2.m5.xlarge"] + 40 * p["ebs.gp3"] / month + 4 * p["eks.hybridVcpu"])
+    gateway = 2 * (p["ec2.m6i.large"] + 30 * p["ebs.gp3"] / month)
+    per_vcpu = max(p["ec2.m6i.xlarge"] / 4, p["ec2.m6i.2xlarge"] / 8, p["ec2.m7i.xlarge"] / 4, p["ec2.m7i.2xlarge"] / 8)
+    burst = 32 * per_vcpu + (32 / 4) * 30 * p["ebs.gp3"] / month
+    layer_costs, book = costs.estimate(cfg())
+    assert not book.missing
+    low, high = costs.totals(layer_costs)
+    assert low == pytest.approx(network + cluster + hybrid + gateway, abs=1e-3)
+    assert high == pytest.approx(network + cluster + hybrid + gateway + burst, abs=1e-3)
+    # About 1.50 USD an hour in Seoul with nothing bursting.
+    assert 1.3 < low < 1.7
+
+
+def test_gpu_host_and_overrides():
+    base, _ = costs.estimate(cfg())
+    with_gpu, _ = costs.estimate(cfg(gpuEnabled="true"))
+    hybrid = {c.layer: c for c in with_gpu}["hybrid"]
+    assert hybrid.low - {c.layer: c for c in base}["hybrid"].low == pytest.approx(
+        1.00 + 100 * 0.0912 / 730 + 4 * 0.020, abs=1e-3)
+    overridden, _ = costs.estimate(cfg(), {"natGateway": 1.0})
+    assert {c.layer: c for c in overridden}["network"].low == pytest.approx(2 * 1.0 + 2 * 0.005 + 2 * 0.07)
+
+
+def test_unknown_type_is_reported_not_guessed():
+    layer_costs, book = costs.estimate(cfg(systemNodeInstanceType="c7i.large"))
+    assert "ec2.c7i.large" in book.missing
+    assert costs.totals(layer_costs) == (None, None)
+    priced, book = costs.estimate(cfg(systemNodeInstanceType="c7i.large"), {"ec2.c7i.large": 0.1})
+    assert not book.missing and costs.totals(priced)[0] is not None
+
+
+def test_region_without_a_table_falls_back_and_says_so():
+    _, book = costs.estimate(cfg(region="eu-west-1"))
+    assert book.fallback and book.region == "us-east-1"
+
+
+def test_every_price_says_where_it_comes_from():
+    for region, table in costs.PRICES.items():
+        assert set(table) == set(costs.PRICES["us-east-1"]), region
+        for key, price in table.items():
+            assert price.source and price.usd > 0, (region, key)
+
+
+@pytest.mark.parametrize("name,count", [("m6i.large", 2), ("m5.xlarge", 4), ("m7i.2xlarge", 8), ("g6.12xlarge", 48)])
+def test_vcpus(name, count):
+    assert costs.vcpus(name) == count
+
+
+def test_stack_exports_the_hourly_estimate(dev_run):
+    layer_costs, _ = costs.estimate(dev_run.lab_config)
+    assert dev_run.outputs["estimatedHourlyCostUsd"] == costs.totals(layer_costs)[0]
+    assert dev_run.outputs["estimatedMaxHourlyCostUsd"] > dev_run.outputs["estimatedHourlyCostUsd"]
+
+
+def test_deploy_time_critical_paths(dev_run):
+    up, down = estimate_up(dev_run), estimate_destroy(dev_run)
+    assert "cluster-eks-cluster" in up.chain and "cluster-eks-cluster" in down.chain
+    # The chain is a real dependency path, in creation order.
+    names = {r.name: r for r in dev_run.resources()}
+    for before, after in zip(up.chain, up.chain[1:]):
+        waits = set(names[after].dependencies) | {names[after].provider.rsplit("::", 1)[0]}
+        assert names[before].urn in waits, (before, after)
+    # Layers are not chained, so the whole up is well under a layer-by-layer apply.
+    assert up.seconds < 0.75 * estimate_layer_by_layer(dev_run)
+    assert 10 * 60 < up.seconds < 40 * 60
+    assert all(d.source for d in DURATIONS.values())

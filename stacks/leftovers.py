@@ -12,14 +12,18 @@ or AWS could not be (fully) queried.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
+import yaml
+
 from ops import leftovers as audit
-from ops.leftovers import COST_NOTE, AwsUnavailable, Leftover, Report, Scope, scan
+from ops.leftovers import COST_NOTE, AwsUnavailable, Report, Scope, scan
+from stacks.costs import PriceBook
 
 #: Pulumi's rule for stack names (without an organization or project prefix).
 _STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
@@ -28,10 +32,17 @@ _HOURS_A_MONTH = 730
 
 
 def scope_of(config: Any) -> Scope:
-    """The leftovers scope of a validated ``LabConfig``."""
+    """The leftovers scope of a validated ``LabConfig``, priced from the lab's price table
+    (stacks/costs.py, with the stack's priceOverrides) so the audit and the plan agree."""
     (key, value), = config.lab_tag.items()
+    book = PriceBook(config.region, dict(config.price_overrides))
+    hourly = {"nat-gateway": book.hourly("natGateway"), "public-ipv4": book.hourly("publicIpv4"),
+              "tgw-attachment": book.hourly("tgwAttachment"), "eks-cluster": book.hourly("eks.cluster"),
+              "kms-key": book.hourly("kms.key")}
+    instances = {k[len("ec2."):]: v for k, v in book.prices.items() if k.startswith("ec2.")}
     return Scope(stack=config.stack, region=config.region, cluster_name=config.cluster_name,
-                 hybrid_pod_cidr=config.hybrid_pod_cidr, lab_tag_key=key, lab_tag_value=value)
+                 hybrid_pod_cidr=config.hybrid_pod_cidr, lab_tag_key=key, lab_tag_value=value,
+                 hourly_usd=hourly, instance_hourly_usd=instances)
 
 
 def _usd(value: Optional[float]) -> str:
@@ -78,22 +89,17 @@ def as_json(report: Report) -> dict[str, Any]:
         "stack": scope.stack,
         "region": scope.region,
         "account": scope.account,
-        "scope": {"labTag": {scope.lab_tag_key: scope.lab_tag_value},
-                  "clusterName": scope.cluster_name,
-                  "hybridPodCidr": str(scope.hybrid_pod_cidr)},
+        "scope": {"lab_tag": {scope.lab_tag_key: scope.lab_tag_value},
+                  "cluster_name": scope.cluster_name,
+                  "hybrid_pod_cidr": str(scope.hybrid_pod_cidr)},
         "clean": report.clean,
         "complete": report.complete,
-        "leftovers": [_leftover_json(item) for item in report.leftovers],
+        "leftovers": [dataclasses.asdict(item) for item in report.leftovers],
         "errors": [{"check": check, "error": why} for check, why in report.errors],
-        "totalHourlyUsd": round(total, 6),
-        "unknownCostCount": unknown,
-        "costNote": COST_NOTE,
+        "total_hourly_usd": round(total, 6),
+        "unknown_cost_count": unknown,
+        "cost_note": COST_NOTE,
     }
-
-
-def _leftover_json(item: Leftover) -> dict[str, Any]:
-    return {"kind": item.kind, "id": item.id, "region": item.region, "detail": item.detail,
-            "hourly_usd": item.hourly_usd, "remove": item.remove}
 
 
 def _stack_name(args: argparse.Namespace) -> str:
@@ -127,12 +133,15 @@ def main(argv: Optional[list[str]] = None, session: Any = None) -> int:
                              "'.', at most 100)")
         from stacks.config import ConfigError, config_from_stack_file
 
+        source = args.stack_file or f"Pulumi.{stack}.yaml"
         try:
             config = config_from_stack_file(stack, path=args.stack_file, region=args.region)
         except ConfigError as error:
-            source = args.stack_file or f"Pulumi.{stack}.yaml"
             raise ValueError(f"{source}: {error}") from error
-    except (FileNotFoundError, ValueError) as error:
+        except (yaml.YAMLError, AttributeError) as error:
+            # AttributeError: YAML that is not a mapping of settings.
+            raise ValueError(f"{source}: not a Pulumi stack file ({error})") from error
+    except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 

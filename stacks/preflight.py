@@ -21,8 +21,8 @@ import boto3
 from botocore.exceptions import BotoCoreError
 
 from components.zones import EKS_UNSUPPORTED_ZONE_IDS
-from ops.preflight import (FAIL, InstanceNeed, LabNeeds, Run, Which, counts, run_command,
-                           run_preflight)
+from ops.preflight import (FAIL, PASS, SKIP, WARN, Check, InstanceNeed, LabNeeds, Run, Which,
+                           counts, run_command, run_preflight)
 from stacks.config import ConfigError, LabConfig, config_from_stack_file
 from stacks.layers.cluster import SYSTEM_NODE_COUNT
 from stacks.layers.gateway import GATEWAY_NODE_COUNT
@@ -58,15 +58,15 @@ def lab_needs(cfg: LabConfig) -> LabNeeds:
     )
 
 
-def render(checks, out: TextIO) -> None:
+def render(checks: list[Check], out: TextIO) -> None:
+    """One line per check, its fix under a WARN or FAIL, then the summary."""
     for check in checks:
         out.write(f"{check.status}  {check.name}: {check.detail}\n")
-        if check.fix and check.status != "PASS":
+        if check.fix and check.status in (WARN, FAIL):
             out.write(f"      fix: {check.fix}\n")
     n = counts(checks)
-    skipped = f" ({n['SKIP']} skipped)" if n["SKIP"] else ""
-    out.write(f"preflight: {n['PASS']} passed, {n['WARN']} warnings, {n['FAIL']} failed"
-              f"{skipped}\n")
+    skipped = f" ({n[SKIP]} skipped)" if n[SKIP] else ""
+    out.write(f"preflight: {n[PASS]} passed, {n[WARN]} warnings, {n[FAIL]} failed{skipped}\n")
 
 
 def main(argv: Optional[list[str]] = None, *, session: Optional[boto3.Session] = None,

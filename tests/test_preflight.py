@@ -1,0 +1,439 @@
+"""The preflight (`python -m stacks.preflight`): read-only checks that an account and a machine
+can hold the lab.
+
+EC2 and STS come from moto (its ap-northeast-2 offers every default type: m6i.large, m5.xlarge,
+g6.xlarge); Service Quotas, whose EC2 quotas moto does not implement, and the failures (access
+denied, no credentials) come from botocore's Stubber. The CLIs are fakes passed to the checks.
+Nothing here reaches AWS: moto answers in-process, the subprocess test talks to a moto server
+on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import botocore.credentials
+import botocore.session
+import pytest
+import yaml
+from botocore.stub import Stubber
+from moto import mock_aws
+from moto.server import ThreadedMotoServer
+
+from ops.preflight import (FAIL, PASS, SKIP, WARN, CommandResult, check_aws_cli,
+                           check_pulumi_cli, vcpu_quota_class)
+from stacks.preflight import main
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+DEV_STACK = yaml.safe_load((PROJECT_DIR / "Pulumi.dev.yaml").read_text())
+REGION = "ap-northeast-2"
+AWS_V2 = "aws-cli/2.17.0 Python/3.11.9 Linux/6.1.0 exe/x86_64.ubuntu.24"
+PULUMI_V3 = "v3.140.0"
+
+# Quota codes, in the order the preflight reads them.
+VPCS, NATS, EIPS, STANDARD, GVT = "L-F678F1CE", "L-FE5A380F", "L-0263D0A3", "L-1216C47A", "L-DB2E81BA"
+SERVICE = {VPCS: "vpc", NATS: "vpc", EIPS: "ec2", STANDARD: "ec2", GVT: "ec2"}
+ROOMY = {VPCS: 5, NATS: 5, EIPS: 5, STANDARD: 640}
+
+
+def stack_file(tmp_path: Path, **settings) -> Path:
+    """The dev stack file with some settings changed (``region`` stands for aws:region)."""
+    data = copy.deepcopy(DEV_STACK)
+    for key, value in settings.items():
+        data["config"]["aws:region" if key == "region" else f"eks-hybrid-lab:{key}"] = value
+    path = tmp_path / "Pulumi.preflight-test.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def fake_tools(aws: str | None = AWS_V2, pulumi: str | None = PULUMI_V3, aws_on_stderr=False):
+    """``which`` and ``run`` for the CLI checks; None means the tool is not on PATH."""
+    printed = {"aws": aws, "pulumi": pulumi}
+
+    def which(name):
+        return f"/opt/bin/{name}" if printed.get(name) is not None else None
+
+    def run(argv):
+        text = printed[Path(argv[0]).name] + "\n"
+        return CommandResult(0, "", text) if aws_on_stderr else CommandResult(0, text, "")
+
+    return which, run
+
+
+#: botocore's service models, loaded once for every session of this module (each new
+#: session would otherwise parse EC2's model again, about 0.3 s).
+_LOADER = botocore.session.get_session().get_component("data_loader")
+
+
+def shared_loader_session() -> botocore.session.Session:
+    core = botocore.session.get_session()
+    core.register_component("data_loader", _LOADER)
+    return core
+
+
+class CachingSession(boto3.Session):
+    """One client per service, so a Stubber can sit on the client the preflight will use."""
+
+    def __init__(self, **kwargs):
+        super().__init__(botocore_session=shared_loader_session(), **kwargs)
+        self.cached = {}
+
+    def client(self, service_name, *args, **kwargs):
+        if service_name not in self.cached:
+            self.cached[service_name] = super().client(service_name, *args, **kwargs)
+        return self.cached[service_name]
+
+
+def stub_quotas(session: boto3.Session, region: str, answers: dict) -> Stubber:
+    """Queues Service Quotas answers in the order the preflight asks: a number is the applied
+    value, ("default", n) is no applied value and an AWS default of n, a string is an error
+    code for GetServiceQuota."""
+    stubber = Stubber(session.client("service-quotas", region_name=region))
+    for code, answer in answers.items():
+        request = {"ServiceCode": SERVICE[code], "QuotaCode": code}
+        if isinstance(answer, str):
+            stubber.add_client_error("get_service_quota", service_error_code=answer,
+                                     http_status_code=400, expected_params=request)
+        elif isinstance(answer, tuple):
+            stubber.add_client_error("get_service_quota",
+                                     service_error_code="NoSuchResourceException",
+                                     http_status_code=400, expected_params=request)
+            stubber.add_response("get_aws_default_service_quota",
+                                 {"Quota": {**request, "Value": float(answer[1])}}, request)
+        else:
+            stubber.add_response("get_service_quota",
+                                 {"Quota": {**request, "Value": float(answer)}}, request)
+    stubber.activate()
+    return stubber
+
+
+@pytest.fixture
+def aws(monkeypatch):
+    """moto for everything boto3 calls; fake credentials, no profile, no endpoint override."""
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # 5,000 AMIs: most of moto's start
+    with mock_aws():
+        yield
+
+
+def plant_instances(count: int, instance_type: str) -> None:
+    CachingSession(region_name=REGION).client("ec2").run_instances(
+        ImageId="ami-12c6146b", MinCount=count, MaxCount=count, InstanceType=instance_type)
+
+
+def preflight(tmp_path, capsys, quotas=None, tools=None, session=None, cli_region=None,
+              **settings):
+    """Runs the command on the dev stack with ``settings`` changed (and ``--region cli_region``).
+    Returns (exit code, the report's lines, {check name: line})."""
+    region = cli_region or settings.get("region", REGION)
+    if session is None:
+        session = CachingSession(region_name=region)
+        stubber = stub_quotas(session, region, ROOMY if quotas is None else quotas)
+    else:
+        stubber = None
+    which, run = tools or fake_tools()
+    argv = ["--stack-file", str(stack_file(tmp_path, **settings))]
+    code = main(argv + (["--region", cli_region] if cli_region else []),
+                session=session, which=which, run=run)
+    if stubber:
+        stubber.assert_no_pending_responses()
+    lines = capsys.readouterr().out.splitlines()
+    by_name = {}
+    for line in lines:
+        status, _, rest = line.partition("  ")
+        if status in (PASS, WARN, FAIL, SKIP):
+            by_name[rest.split(": ", 1)[0]] = line
+    return code, lines, by_name
+
+
+def fix_of(lines, line):
+    """The ``fix:`` line printed under ``line``."""
+    following = lines[lines.index(line) + 1]
+    assert following.startswith("      fix: "), following
+    return following
+
+
+DEFAULT_CHECKS = [
+    "credentials", "region", "availability zones",
+    "instance type for system nodes", "instance type for gateway nodes",
+    "instance type for hybrid hosts", "instance types for burst nodes",
+    f"quota VPCs per Region ({VPCS})", f"quota NAT gateways per Availability Zone ({NATS})",
+    f"quota EC2-VPC Elastic IPs ({EIPS})",
+    f"quota Running On-Demand Standard instances vCPUs ({STANDARD})",
+    "aws CLI", "pulumi CLI",
+]
+
+
+def test_all_pass(aws, tmp_path, capsys):
+    code, lines, checks = preflight(tmp_path, capsys)
+    assert code == 0
+    assert list(checks) == DEFAULT_CHECKS
+    assert all(line.startswith("PASS  ") for line in checks.values()), lines
+    assert lines[0].startswith(f"eks-hybrid-lab preflight for stack 'dev' in {REGION}")
+    assert lines[-1] == f"preflight: {len(DEFAULT_CHECKS)} passed, 0 warnings, 0 failed"
+    assert checks["credentials"] == ("PASS  credentials: account 123456789012 as "
+                                     "arn:aws:sts::123456789012:user/moto")
+    assert "ap-northeast-2a, ap-northeast-2b (availabilityZoneCount = 2)" in checks["availability zones"]
+    assert "m5.xlarge (2 instances) is offered in ap-northeast-2a" in checks["instance type for hybrid hosts"]
+    # 2 system + 2 gateway m6i.large (2 vCPUs) + 2 m5.xlarge hybrid hosts (4 vCPUs) = 16;
+    # the burst may add burstCpuLimit = 32 more.
+    vcpus = checks[f"quota Running On-Demand Standard instances vCPUs ({STANDARD})"]
+    assert "in use 0 (an estimate" in vcpus and "the lab adds 16 (+ up to 32" in vcpus
+    assert vcpus.endswith("48 of 640")
+    # moto's default VPC is in use; the lab adds its two.
+    assert checks[f"quota VPCs per Region ({VPCS})"].endswith("in use 1, the lab adds 2: 3 of 5")
+    assert not any("fix:" in line for line in lines)
+
+
+def test_too_few_zones_names_the_setting_and_the_zones(aws, tmp_path, capsys):
+    # moto's us-west-1 has two zones; the lab is asked for three (--region overrides the file).
+    code, lines, checks = preflight(tmp_path, capsys, cli_region="us-west-1",
+                                    availabilityZoneCount=3)
+    assert lines[0].startswith("eks-hybrid-lab preflight for stack 'dev' in us-west-1 ")
+    assert code == 1
+    line = checks["availability zones"]
+    assert line.startswith("FAIL  ")
+    assert "availabilityZoneCount = 3 needs 3 usable zones in us-west-1" in line
+    assert "it has 2: us-west-1a, us-west-1b" in line
+    assert "pulumi config set availabilityZoneCount 2" in fix_of(lines, line)
+    assert checks["instance types"].startswith("SKIP  ")
+    assert lines[-1] == "preflight: 8 passed, 0 warnings, 1 failed (1 skipped)"
+
+
+def test_zones_eks_does_not_support_are_left_out(aws, tmp_path, capsys):
+    code, _, checks = preflight(tmp_path, capsys, region="us-east-1", availabilityZoneCount=3)
+    assert code == 0
+    line = checks["availability zones"]
+    assert "5 usable zones in us-east-1" in line
+    assert "left out: us-east-1e (use1-az3) is not supported by EKS" in line
+
+
+def test_instance_type_not_offered(aws, tmp_path, capsys):
+    # c7i-flex.large: moto offers it in ap-northeast-2b and 2d, not in 2a (the on-prem zone).
+    # m8a.large: not offered anywhere in moto's ap-northeast-2. m9z.large: no such type.
+    code, lines, checks = preflight(tmp_path, capsys, hybridNodeInstanceType="c7i-flex.large",
+                                    systemNodeInstanceType="m8a.large",
+                                    gatewayInstanceType="m9z.large")
+    assert code == 1
+    hybrid = checks["instance type for hybrid hosts"]
+    assert hybrid.startswith("FAIL  ")
+    assert "c7i-flex.large is offered in ap-northeast-2b, ap-northeast-2d " \
+           "but not in ap-northeast-2a" in hybrid
+    assert "which holds the simulated on-prem LAN" in hybrid
+    assert "pulumi config set hybridNodeInstanceType <type>" in fix_of(lines, hybrid)
+    system = checks["instance type for system nodes"]
+    assert system.startswith("FAIL  ") and "m8a.large is not offered in any zone" in system
+    assert "pick another type with systemNodeInstanceType" in fix_of(lines, system)
+    gateway = checks["instance type for gateway nodes"]
+    assert gateway.startswith("FAIL  ") and "m9z.large is not offered" in gateway
+    assert "gatewayInstanceType" in fix_of(lines, gateway)
+    # EC2 does not know m9z.large: its vCPUs cannot be counted, and the report says so.
+    assert checks["quota vCPUs of gateway nodes"].startswith("WARN  ")
+    assert lines[-1].endswith("3 failed")
+
+
+def test_quota_exhausted_fails(aws, tmp_path, capsys):
+    # Two running m5.24xlarge use 192 vCPUs; with the lab's 16 that is 208 of 200.
+    plant_instances(2, "m5.24xlarge")
+    code, lines, checks = preflight(tmp_path, capsys,
+                                    quotas={VPCS: 2, NATS: 5, EIPS: 5, STANDARD: 200})
+    assert code == 1
+    vpcs = checks[f"quota VPCs per Region ({VPCS})"]
+    assert vpcs.startswith("FAIL  ") and "in use 1, the lab adds 2: 3 > 2" in vpcs
+    assert "--service-code vpc --quota-code L-F678F1CE --desired-value 3" in fix_of(lines, vpcs)
+    vcpus = checks[f"quota Running On-Demand Standard instances vCPUs ({STANDARD})"]
+    assert vcpus.startswith("FAIL  ") and "in use 192" in vcpus and "208 > 200" in vcpus
+    assert lines[-1].endswith("2 failed")
+
+
+def test_burst_beyond_the_quota_warns(aws, tmp_path, capsys):
+    # 192 + 16 fits in 220; with the burst's 32 more it does not.
+    plant_instances(2, "m5.24xlarge")
+    code, lines, checks = preflight(tmp_path, capsys, quotas={**ROOMY, STANDARD: 220})
+    assert code == 0
+    vcpus = checks[f"quota Running On-Demand Standard instances vCPUs ({STANDARD})"]
+    assert vcpus.startswith("WARN  ") and "240 > 220 at full burst" in vcpus
+    assert "capped by burstCpuLimit" in vcpus
+    assert "lower burstCpuLimit to 12 (pulumi config set burstCpuLimit 12)" in fix_of(lines, vcpus)
+
+
+def test_quota_lookups_denied_warn(aws, tmp_path, capsys):
+    denied = {code: "AccessDeniedException" for code in ROOMY}
+    code, lines, checks = preflight(tmp_path, capsys, quotas=denied)
+    assert code == 0
+    quota_lines = [line for name, line in checks.items() if name.startswith("quota ")]
+    assert len(quota_lines) == 4
+    for line in quota_lines:
+        assert line.startswith("WARN  ") and "quota lookup not permitted" in line
+        assert "servicequotas:GetServiceQuota" in fix_of(lines, line)
+    assert lines[-1] == "preflight: 9 passed, 4 warnings, 0 failed"
+
+
+def test_quota_without_an_applied_value_uses_the_aws_default(aws, tmp_path, capsys):
+    code, _, checks = preflight(tmp_path, capsys, quotas={**ROOMY, EIPS: ("default", 5)})
+    assert code == 0
+    assert "quota 5 (AWS default)" in checks[f"quota EC2-VPC Elastic IPs ({EIPS})"]
+
+
+@pytest.mark.parametrize("aws_cli, on_stderr, status, text", [
+    (None, False, FAIL, "aws is not on PATH"),
+    ("aws-cli/1.29.62 Python/3.8.10 Linux/5.15 botocore/1.31.62", True, FAIL, "v1"),
+    (AWS_V2, False, PASS, "aws-cli/2.17.0"),
+    ("something else", False, WARN, "printed no aws-cli/<version>"),
+])
+def test_aws_cli(aws_cli, on_stderr, status, text):
+    check = check_aws_cli(*fake_tools(aws=aws_cli, aws_on_stderr=on_stderr))
+    assert check.status == status and text in check.detail
+    if status == FAIL:
+        assert "AWS CLI v2" in check.fix and "getting-started-install" in check.fix
+
+
+@pytest.mark.parametrize("pulumi, status, text", [
+    (None, FAIL, "pulumi is not on PATH"),
+    ("v2.25.2", FAIL, "needs 3.0 or newer"),
+    (PULUMI_V3, PASS, "pulumi 3.140.0"),
+    ("no version here", WARN, "could not read a version"),
+])
+def test_pulumi_cli(pulumi, status, text):
+    check = check_pulumi_cli(*fake_tools(pulumi=pulumi))
+    assert check.status == status and text in check.detail
+    if status == FAIL:
+        assert "get.pulumi.com" in check.fix
+
+
+def test_missing_clis_fail_the_run(aws, tmp_path, capsys):
+    code, lines, checks = preflight(tmp_path, capsys, tools=fake_tools(aws=None, pulumi=None))
+    assert code == 1
+    assert checks["aws CLI"].startswith("FAIL  ") and checks["pulumi CLI"].startswith("FAIL  ")
+    assert "install the Pulumi CLI" in fix_of(lines, checks["pulumi CLI"])
+
+
+def test_no_credentials_fails_and_skips_the_aws_checks(monkeypatch, tmp_path, capsys):
+    # No moto: the call stops at signing. The endpoint is a closed loopback port regardless.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    core = shared_loader_session()
+    core.register_component("credential_provider", botocore.credentials.CredentialResolver([]))
+    code, lines, checks = preflight(tmp_path, capsys, session=boto3.Session(
+        botocore_session=core, region_name=REGION))
+    assert code == 1
+    line = checks["credentials"]
+    assert line.startswith("FAIL  credentials: no AWS credentials found")
+    assert fix_of(lines, line) == "      fix: configure AWS credentials (aws configure / AWS_PROFILE)"
+    for name in ("region", "availability zones", "instance types", "quotas"):
+        assert checks[name] == (f"SKIP  {name}: not checked: no working AWS credentials "
+                                "(see credentials)")
+    assert checks["aws CLI"].startswith("PASS  ") and checks["pulumi CLI"].startswith("PASS  ")
+    assert lines[-1] == "preflight: 2 passed, 0 warnings, 1 failed (4 skipped)"
+
+
+def test_refused_credentials_fail(aws, tmp_path, capsys):
+    session = CachingSession(region_name=REGION)
+    sts = Stubber(session.client("sts", region_name=REGION))
+    sts.add_client_error("get_caller_identity", service_error_code="InvalidClientTokenId",
+                         service_message="The security token included in the request is invalid.",
+                         http_status_code=403)
+    sts.activate()
+    code, lines, checks = preflight(tmp_path, capsys, session=session)
+    assert code == 1
+    assert "InvalidClientTokenId: The security token" in checks["credentials"]
+    assert "aws configure / AWS_PROFILE" in fix_of(lines, checks["credentials"])
+    assert checks["quotas"].startswith("SKIP  ")
+
+
+def test_region_not_enabled(aws, tmp_path, capsys):
+    # moto lists me-south-1 as not-opted-in.
+    code, lines, checks = preflight(tmp_path, capsys, session=CachingSession(
+        region_name="me-south-1"), region="me-south-1")
+    assert code == 1
+    line = checks["region"]
+    assert line == "FAIL  region: me-south-1 is not enabled for the account (not-opted-in)"
+    assert "aws account enable-region --region-name me-south-1" in fix_of(lines, line)
+    assert checks["availability zones"].startswith("SKIP  ")
+
+
+def test_gpu_enabled_adds_the_gpu_checks(aws, tmp_path, capsys):
+    code, lines, checks = preflight(tmp_path, capsys, quotas={**ROOMY, GVT: 0},
+                                    gpuEnabled=True)
+    gpu_type = checks["instance type for GPU host"]
+    assert gpu_type == "PASS  instance type for GPU host: g6.xlarge (1 instance) is offered in ap-northeast-2a"
+    # A new account's G and VT quota is often 0: the GPU host's 4 vCPUs do not fit.
+    gvt = checks[f"quota Running On-Demand G and VT instances vCPUs ({GVT})"]
+    assert gvt.startswith("FAIL  ") and "the lab adds 4: 4 > 0" in gvt
+    assert code == 1
+    # The GPU host does not count against the standard quota.
+    assert "the lab adds 16 " in checks[f"quota Running On-Demand Standard instances vCPUs ({STANDARD})"]
+
+
+def test_gpu_disabled_has_no_gpu_checks(aws, tmp_path, capsys):
+    _, lines, checks = preflight(tmp_path, capsys, gpuEnabled=False)
+    assert not any("GPU" in name or "G and VT" in name for name in checks)
+    assert not any("g6.xlarge" in line for line in lines)
+
+
+def test_bad_config_exits_2(tmp_path, capsys):
+    code = main(["--stack-file", str(stack_file(tmp_path, availabilityZoneCount=7))],
+                session=object(), which=lambda _: None, run=None)
+    assert code == 2
+    assert 'availabilityZoneCount = "7": must be 2 or 3' in capsys.readouterr().err
+
+
+def test_quota_classes():
+    assert [vcpu_quota_class(t) for t in ("m6i.large", "c7i-flex.large", "t3.micro", "g6.xlarge",
+                                          "vt1.3xlarge", "p5.48xlarge", "inf2.xlarge",
+                                          "mac2.metal", "trn1.2xlarge")] == \
+        ["standard", "standard", "standard", "gvt", "gvt", "other", "other", "other", "other"]
+
+
+def test_command_against_a_moto_server(tmp_path, monkeypatch):
+    """The real command, in its own process, against moto's server: Service Quotas answers the
+    VPC quotas and fails the EC2 ones (not implemented), which must be WARN lines, not a crash."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, printed in (("aws", AWS_V2), ("pulumi", PULUMI_V3)):
+        script = bin_dir / name
+        script.write_text(f"#!/bin/sh\necho '{printed}'\n")
+        script.chmod(0o755)
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # read by the server's backends
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        env = {"PATH": str(bin_dir), "HOME": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1",
+               "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+               "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+               "AWS_CONFIG_FILE": str(tmp_path / "none"),
+               "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+               "AWS_EC2_METADATA_DISABLED": "true",
+               # No retries with backoff on the server's 500s for what it does not implement.
+               "AWS_MAX_ATTEMPTS": "1"}
+        result = subprocess.run(
+            [sys.executable, "-m", "stacks.preflight", "--stack-file", str(stack_file(tmp_path))],
+            cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        server.stop()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    reported = [line for line in result.stdout.splitlines() if not line.startswith("      fix:")]
+    assert reported[0] == ("eks-hybrid-lab preflight for stack 'dev' in ap-northeast-2 "
+                           "(read-only: Describe/List/Get calls only)")
+    statuses = [(line.split("  ", 1)[0], line.split("  ", 1)[1].split(": ", 1)[0])
+                for line in reported[1:-1]]
+    assert statuses == [
+        (PASS, name) if name not in (f"quota EC2-VPC Elastic IPs ({EIPS})",
+                                     f"quota Running On-Demand Standard instances vCPUs ({STANDARD})")
+        else (WARN, name)
+        for name in DEFAULT_CHECKS
+    ]
+    assert f"PASS  aws CLI: aws-cli/2.17.0 at {bin_dir}/aws" in reported
+    assert any(line.startswith(f"WARN  quota EC2-VPC Elastic IPs ({EIPS}): could not read the quota")
+               for line in reported)
+    assert reported[-1] == f"preflight: {len(DEFAULT_CHECKS) - 2} passed, 2 warnings, 0 failed"

@@ -55,3 +55,4 @@ def lab():
 @pytest.fixture(scope="session")
 def dev_run() -> ProgramRun:
     return run_lab()
+

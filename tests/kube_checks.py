@@ -40,7 +40,9 @@ def as_object(reg: Registration) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def crd_schema(api_version: str, kind: str) -> dict:
-    crd = yaml.safe_load((CRD_DIR / CRD_FILES[(api_version, kind)]).read_text())
+    # The Kyverno CRD is 1.4 MB: the C loader reads it ten times faster.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    crd = yaml.load((CRD_DIR / CRD_FILES[(api_version, kind)]).read_text(), Loader=loader)
     version = api_version.split("/")[1]
     [served] = [v for v in crd["spec"]["versions"] if v["name"] == version]
     return served["schema"]["openAPIV3Schema"]

@@ -116,6 +116,28 @@ def echo_server(name: str, *, on_hybrid: bool) -> dict:
     )
 
 
+def _loop_container(name: str, loop: str, *, stale_minutes: int, startup_period: int,
+                    startup_failures: int, readiness_period: int) -> dict:
+    """A busybox shell loop that touches /tmp/alive on every turn; its probes check that it
+    still does (a loop stuck for ``stale_minutes`` is restarted)."""
+    alive = ["test", "-e", "/tmp/alive"]
+    # find prints nothing (and still exits 0) when the file is stale: test its output.
+    fresh = ["/bin/sh", "-c", f'test -n "$(find /tmp/alive -mmin -{stale_minutes})"']
+    return {
+        "name": name,
+        "image": BUSYBOX,
+        "command": ["/bin/sh", "-c", loop],
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                      "limits": {"cpu": "100m", "memory": "32Mi"}},
+        "securityContext": container_security(),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "startupProbe": {"exec": {"command": alive}, "periodSeconds": startup_period,
+                         "failureThreshold": startup_failures},
+        "livenessProbe": {"exec": {"command": fresh}, "periodSeconds": 30},
+        "readinessProbe": {"exec": {"command": alive}, "periodSeconds": readiness_period},
+    }
+
+
 def prober(name: str, target_url: str, *, on_hybrid: bool) -> dict:
     """Demo 1: requests ``target_url`` every second and logs ok/FAIL with a timestamp, so the
     gap during a gateway failover can be read from `kubectl logs`."""
@@ -124,22 +146,8 @@ def prober(name: str, target_url: str, *, on_hybrid: bool) -> dict:
         f"if wget -q -T 1 -O /dev/null {target_url}; then r=ok; else r=FAIL; fi; "
         'echo "$(date +%T) $r"; touch /tmp/alive; sleep 1; done'
     )
-    container = {
-        "name": "prober",
-        "image": BUSYBOX,
-        "command": ["/bin/sh", "-c", loop],
-        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
-                      "limits": {"cpu": "100m", "memory": "32Mi"}},
-        "securityContext": container_security(),
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-        # The loop is alive while it keeps touching /tmp/alive.
-        "startupProbe": {"exec": {"command": ["test", "-e", "/tmp/alive"]},
-                         "periodSeconds": 2, "failureThreshold": 15},
-        "livenessProbe": {"exec": {"command": ["find", "/tmp/alive", "-mmin", "-1"]},
-                          "periodSeconds": 30},
-        "readinessProbe": {"exec": {"command": ["test", "-e", "/tmp/alive"]},
-                           "periodSeconds": 10},
-    }
+    container = _loop_container("prober", loop, stale_minutes=1, startup_period=2,
+                                startup_failures=15, readiness_period=10)
     return deployment(
         name, replicas=1, uid=1000, containers=[container],
         affinity=required_affinity(ON_HYBRID if on_hybrid else OFF_HYBRID),
@@ -220,21 +228,8 @@ def vllm_client(name: str, url: str, model: str) -> dict:
         'echo; echo "$(date +%T) $r in $(( $(date +%s) - start ))s"; touch /tmp/alive; '
         "sleep 30; done"
     )
-    container = {
-        "name": "client",
-        "image": BUSYBOX,
-        "command": ["/bin/sh", "-c", loop],
-        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
-                      "limits": {"cpu": "100m", "memory": "32Mi"}},
-        "securityContext": container_security(),
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-        "startupProbe": {"exec": {"command": ["test", "-e", "/tmp/alive"]},
-                         "periodSeconds": 10, "failureThreshold": 90},
-        "livenessProbe": {"exec": {"command": ["find", "/tmp/alive", "-mmin", "-5"]},
-                          "periodSeconds": 60},
-        "readinessProbe": {"exec": {"command": ["test", "-e", "/tmp/alive"]},
-                           "periodSeconds": 30},
-    }
+    container = _loop_container("client", loop, stale_minutes=5, startup_period=10,
+                                startup_failures=90, readiness_period=30)
     return deployment(name, replicas=1, uid=1000, containers=[container],
                       affinity=required_affinity(OFF_HYBRID), volumes=[TMP_VOLUME])
 

@@ -196,3 +196,20 @@ def test_workloads_depend_on_what_they_run_on(lab):
         if run.layer_of(reg) == "demo" and reg.type == "kubernetes:apps/v1:Deployment":
             ns = as_object(reg)["metadata"]["namespace"]
             assert named(run, f"demo-{ns}").urn in reg.explicit_dependencies
+
+
+def test_loop_liveness_fails_once_the_loop_stops_touching_its_file(tmp_path):
+    import os
+    import subprocess
+    import time
+
+    container = demos._loop_container("x", "true", stale_minutes=1, startup_period=2,
+                                      startup_failures=15, readiness_period=10)
+    shell, flag, script = container["livenessProbe"]["exec"]["command"]
+    alive = tmp_path / "alive"
+    script = script.replace("/tmp/alive", str(alive))
+    alive.touch()
+    assert subprocess.run([shell, flag, script]).returncode == 0
+    stale = time.time() - 180
+    os.utime(alive, (stale, stale))
+    assert subprocess.run([shell, flag, script]).returncode != 0

@@ -14,6 +14,7 @@ from typing import Mapping, Optional, Sequence
 import pulumi
 import pulumi_aws as aws
 
+from components.cleanup.node_objects import NodeObjectCleanup
 from components.hybrid_user_data import NODEADM_ARCH, HostBootstrap, render_user_data
 from components.instance_types import architecture
 
@@ -44,11 +45,17 @@ class HybridHostsArgs:
     #: The cloud VPC: the control plane, the gateway and cloud pods reach the hosts from it.
     cloud_vpc_cidr: str
     cluster_name: pulumi.Input[str]
+    cluster_endpoint: pulumi.Input[str]
+    cluster_certificate_authority: pulumi.Input[str]
     region: str
     kubernetes_version: str
     activation_id: pulumi.Input[str]
     activation_code: pulumi.Input[str]
     hosts: Sequence[HostSpec]
+    #: Labels that mark the hosts as this stack's; with ``<label_prefix>host`` and
+    #: ``<label_prefix>activation`` they select each host's Node object and nothing else.
+    identity_labels: Mapping[str, str] = field(default_factory=dict)
+    label_prefix: str = "eks-hybrid-lab.io/"
     #: What a host needs to join and, at delete, what must outlive it: routes to the cluster and
     #: the internet, the IAM role and access entry, and the cleanups that run after it is gone.
     wait_for: Sequence[pulumi.Resource] = ()
@@ -57,6 +64,10 @@ class HybridHostsArgs:
 class HybridHosts(pulumi.ComponentResource):
     security_group: aws.ec2.SecurityGroup
     instances: dict[str, aws.ec2.Instance]
+    #: One per host: deleted after its host, it deletes the host's Node object (hybrid nodes
+    #: are billed per vCPU while it exists) — also when only that host goes (the GPU host
+    #: switched off) or is replaced (a new activation).
+    node_cleanups: dict[str, NodeObjectCleanup]
 
     def __init__(self, name: str, args: HybridHostsArgs,
                  opts: Optional[pulumi.ResourceOptions] = None):
@@ -94,7 +105,19 @@ class HybridHosts(pulumi.ComponentResource):
 
         amis: dict[str, pulumi.Output[str]] = {}
         self.instances = {}
+        self.node_cleanups = {}
+        host_key, activation_key = f"{args.label_prefix}host", f"{args.label_prefix}activation"
         for host in args.hosts:
+            identity = {**args.identity_labels, host_key: host.name}
+            selector = pulumi.Output.concat(
+                ",".join(f"{k}={v}" for k, v in identity.items()),
+                f",{activation_key}=", args.activation_id)
+            self.node_cleanups[host.name] = NodeObjectCleanup(
+                f"{name}-{host.name}-node",
+                cluster_name=args.cluster_name, region=args.region,
+                endpoint=args.cluster_endpoint,
+                certificate_authority=args.cluster_certificate_authority,
+                label_selector=selector, opts=child)
             arch = architecture(host.instance_type)
             if arch not in amis:
                 amis[arch] = aws.ssm.get_parameter_output(
@@ -103,13 +126,14 @@ class HybridHosts(pulumi.ComponentResource):
                 ).value
             ami = amis[arch]
 
-            def user_data(values, host=host, arch=arch) -> str:
+            def user_data(values, host=host, arch=arch, identity=identity) -> str:
                 cluster_name, activation_id, activation_code = values
                 return render_user_data(HostBootstrap(
                     cluster_name=cluster_name, region=args.region,
                     kubernetes_version=args.kubernetes_version,
                     activation_id=activation_id, activation_code=activation_code,
-                    architecture=arch, node_labels=host.node_labels,
+                    architecture=arch,
+                    node_labels={**host.node_labels, **identity, activation_key: activation_id},
                     node_taints=host.node_taints, gpu=host.gpu))
 
             self.instances[host.name] = aws.ec2.Instance(
@@ -134,7 +158,7 @@ class HybridHosts(pulumi.ComponentResource):
                 tags={"Name": f"{name}-{host.name}"},
                 opts=pulumi.ResourceOptions(
                     parent=self,
-                    depends_on=list(args.wait_for),
+                    depends_on=[*args.wait_for, self.node_cleanups[host.name]],
                     # Canonical publishes a new AMI every few days; a running host keeps its
                     # image instead of being replaced by the next preview.
                     ignore_changes=["ami"],

@@ -77,13 +77,14 @@ def test_hybrid_order(full):
         for workload in hybrid_workloads:
             graph.assert_deleted_before(workload, host)
         graph.assert_deleted_before(host, ssm_cleanup)
-        graph.assert_deleted_before(host, run.named("hybrid-node-objects"))
+        graph.assert_deleted_before(host, run.named(f"{host.name}-node"))
         for route in ("network-transit-cloud-to-onprem", "network-transit-onprem-to-cloud",
                       "network-transit-to-cloud", "network-transit-to-onprem",
                       "network-onprem-private-default-route"):
             graph.assert_deleted_before(host, run.named(route))
     graph.assert_deleted_before(ssm_cleanup, activation)
-    graph.assert_deleted_before(run.named("hybrid-node-objects"), run.named("cluster-eks-cluster"))
+    for host in hosts(run):
+        graph.assert_deleted_before(run.named(f"{host.name}-node"), run.named("cluster-eks-cluster"))
 
 
 def test_kubernetes_resources_before_the_cluster_and_the_cluster_before_its_network(full):

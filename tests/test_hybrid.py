@@ -206,11 +206,10 @@ def test_hosts_depend_on_routes_egress_access_and_the_cleanups(dev_run):
         "network-transit-onprem-to-cloud", "network-onprem-private-default-route",
         "network-onprem-private-0-rta", "hybrid-access", "hybrid-node-role-iam-cluster",
         "hybrid-node-role-iam-AmazonSSMManagedInstanceCore", "hybrid-ssm-registrations",
-        "hybrid-node-objects",
     }
     for host in hosts(dev_run).values():
         names = {dev_run.by_urn[u].name for u in host.explicit_dependencies}
-        assert required <= names, required - names
+        assert required | {f"{host.name}-node"} <= names, required - names
 
 
 def test_ssm_cleanup_is_scoped_to_the_activation_and_runs_before_it_goes(dev_run):
@@ -221,17 +220,37 @@ def test_ssm_cleanup_is_scoped_to_the_activation_and_runs_before_it_goes(dev_run
     assert activation.urn in cleanup.dependencies
 
 
-def test_node_cleanup_selects_exactly_the_labels_the_hosts_register_with(lab):
+def test_each_host_has_a_node_cleanup_selecting_exactly_its_node(lab):
     run = lab(gpuEnabled=True)
-    cleanup = one(run, NODE_CLEANUP)
+    activation = one(run, ACTIVATION)
     eks = one(run, "aws:eks/cluster:Cluster")
-    assert cleanup.inputs["clusterName"] == "hybrid-lab"
-    assert cleanup.inputs["endpoint"] == eks.outputs["endpoint"]
-    key, value = cleanup.inputs["labelSelector"].split("=")
-    assert (key, value) == ("eks-hybrid-lab.io/stack", "eks-hybrid-lab.dev")
-    for host in hosts(run).values():
-        assert f"{key}={value}" in host.inputs["userData"].value
-    assert run.outputs["hybridNodeSelector"] == cleanup.inputs["labelSelector"]
+    cleanups = {c.name: c for c in run.of_type(NODE_CLEANUP)}
+    assert set(cleanups) == {f"{h}-node" for h in hosts(run)}
+    for name, host in hosts(run).items():
+        cleanup = cleanups[f"{name}-node"]
+        assert cleanup.inputs["clusterName"] == "hybrid-lab"
+        assert cleanup.inputs["endpoint"] == eks.outputs["endpoint"]
+        selector = dict(term.split("=") for term in cleanup.inputs["labelSelector"].split(","))
+        # This stack, this host, this activation: a replaced host's Node goes with the old
+        # cleanup, and the new host's Node is not selected by it.
+        assert selector == {"eks-hybrid-lab.io/stack": "eks-hybrid-lab.dev",
+                            "eks-hybrid-lab.io/host": name.removeprefix("hybrid-hosts-"),
+                            "eks-hybrid-lab.io/activation": activation.id}
+        flags = host.inputs["userData"].value.split("--node-labels=", 1)[1].split("\n", 1)[0]
+        node_labels = dict(term.split("=") for term in flags.split(","))
+        assert selector.items() <= node_labels.items(), "the host must carry what selects it"
+        assert cleanup.urn in host.explicit_dependencies
+    assert run.outputs["hybridNodeSelector"] == "eks-hybrid-lab.io/stack=eks-hybrid-lab.dev"
+
+
+def test_switching_the_gpu_host_off_deletes_only_its_node(lab):
+    with_gpu, without = lab(gpuEnabled=True), lab(gpuEnabled=False)
+    removed = {r.urn for r in with_gpu.resources()} - {r.urn for r in without.resources()}
+    names = {with_gpu.by_urn[u].name for u in removed}
+    assert {"hybrid-hosts-gpu", "hybrid-hosts-gpu-node"} <= names
+    assert not any(n.startswith("hybrid-hosts-node-") for n in names)
+    # The activation (and so the other hosts) stays.
+    assert one(with_gpu, ACTIVATION).inputs == one(without, ACTIVATION).inputs
 
 
 def test_hosts_security_group_rules(dev_run):
@@ -366,14 +385,13 @@ def test_gpu_host_and_device_plugin(lab):
 
 def test_lowering_below_hybrid_deletes_node_objects_while_the_cluster_stays(lab):
     # Hybrid nodes bill per vCPU while their Node object exists. Lowering upToLayer to cluster
-    # removes the hybrid layer: Pulumi deletes the hosts first (they depend on the Node cleanup),
-    # then the cleanup deletes their Node objects through the API of the cluster that is kept.
+    # removes the hybrid layer: Pulumi deletes each host first (it depends on its Node cleanup),
+    # then the cleanup deletes its Node object through the API of the cluster that is kept.
     full, lowered = lab(upToLayer="hybrid"), lab(upToLayer="cluster")
-    cleanup = one(full, NODE_CLEANUP)
-    assert cleanup.urn not in lowered.by_urn
-    assert all(h.urn not in lowered.by_urn for h in hosts(full).values())
     eks = one(full, "aws:eks/cluster:Cluster")
     assert eks.urn in lowered.by_urn
-    assert eks.urn in cleanup.dependencies
-    for host in hosts(full).values():
+    for name, host in hosts(full).items():
+        cleanup = full.named(f"{name}-node")
+        assert cleanup.urn not in lowered.by_urn and host.urn not in lowered.by_urn
+        assert eks.urn in cleanup.dependencies
         assert cleanup.urn in host.explicit_dependencies

@@ -11,7 +11,6 @@ import pulumi
 import pulumi_aws as aws
 
 from components.cilium import Cilium, CiliumArgs
-from components.cleanup.node_objects import NodeObjectCleanup
 from components.cleanup.ssm_registrations import SsmRegistrationCleanup
 from components.expiry import Expiry
 from components.hybrid_hosts import HostSpec, HybridHosts, HybridHostsArgs
@@ -27,8 +26,9 @@ ACTIVATION_DAYS = 30
 #: Seed 000: workloads opt in to hybrid nodes by tolerating this taint.
 HYBRID_TAINT = ("eks.amazonaws.com/compute-type", "hybrid", "NoSchedule")
 GPU_TAINT = ("gpu", "true", "NoSchedule")
-#: The label that marks this stack's hybrid nodes; the Node cleanup deletes only these.
-STACK_LABEL = "eks-hybrid-lab.io/stack"
+#: The labels that mark this stack's hybrid nodes; the Node cleanups delete only these.
+LABEL_PREFIX = "eks-hybrid-lab.io/"
+STACK_LABEL = f"{LABEL_PREFIX}stack"
 
 
 def _taint(key: str, value: str, effect: str) -> str:
@@ -50,7 +50,6 @@ class HybridLayer(Layer):
     activation: aws.ssm.Activation
     activation_expiry: Expiry
     ssm_cleanup: SsmRegistrationCleanup
-    node_cleanup: NodeObjectCleanup
     hosts: HybridHosts
     cilium: Cilium
     device_plugin: Optional[NvidiaDevicePlugin]
@@ -104,16 +103,11 @@ class HybridLayer(Layer):
         self.ssm_cleanup = SsmRegistrationCleanup(
             self.child_name("ssm-registrations"), activation_id=self.activation.id,
             region=cfg.region, opts=self.child())
+        # All of this stack's hybrid nodes (each host also gets host and activation labels,
+        # by which its own Node cleanup finds it).
         self.node_label_selector = f"{STACK_LABEL}={stack_label_value(cfg)}"
-        self.node_cleanup = NodeObjectCleanup(
-            self.child_name("node-objects"),
-            cluster_name=eks.name, region=cfg.region, endpoint=eks.endpoint,
-            certificate_authority=eks.certificate_authority,
-            label_selector=self.node_label_selector,
-            opts=self.child(depends_on=eks.access),
-        )
 
-        labels = {"topology.kubernetes.io/zone": "onprem", STACK_LABEL: stack_label_value(cfg)}
+        labels = {"topology.kubernetes.io/zone": "onprem"}
         specs = [HostSpec(name=f"node-{i}", instance_type=cfg.hybrid_node_instance_type,
                           node_labels=labels, node_taints=[_taint(*HYBRID_TAINT)])
                  for i in range(cfg.hybrid_node_count)]
@@ -130,16 +124,20 @@ class HybridLayer(Layer):
             subnet_id=network.on_prem.private_subnet_ids[0],
             cloud_vpc_cidr=network.cloud.cidr_block,
             cluster_name=eks.name,
+            cluster_endpoint=eks.endpoint,
+            cluster_certificate_authority=eks.certificate_authority,
             region=cfg.region,
             kubernetes_version=cfg.kubernetes_version,
             activation_id=self.activation.id,
             activation_code=activation_code,
             hosts=specs,
+            identity_labels={STACK_LABEL: stack_label_value(cfg)},
+            label_prefix=LABEL_PREFIX,
             wait_for=[
                 # The cluster over the Transit Gateway and nodeadm's downloads over NAT.
                 *network.transit.routes, *network.on_prem.egress,
                 self.access_entry, *self.role.attachments,
-                self.ssm_cleanup, self.node_cleanup,
+                self.ssm_cleanup,
             ],
         ), opts=self.child())
 

@@ -8,12 +8,14 @@ from dataclasses import dataclass
 from typing import Optional
 
 import pulumi
+import pulumi_aws as aws
 
 from components.iam import Role, RoleArgs, managed_policy_arn, trust_policy
 
 
 @dataclass(frozen=True)
 class HybridNodeRoleArgs:
+    cluster_name: pulumi.Input[str]
     cluster_arn: pulumi.Input[str]
     account_id: str
     region: str
@@ -62,9 +64,14 @@ def hybrid_node_policy(cluster_arn: pulumi.Input[str], account_id: str, region: 
 
 
 class HybridNodeRole(pulumi.ComponentResource):
+    """The role and its ``HYBRID_LINUX`` access entry: what a hybrid node is to AWS and to
+    the cluster."""
+
     role: Role
+    access_entry: aws.eks.AccessEntry
     arn: pulumi.Output[str]
     role_name: pulumi.Output[str]
+    #: The policies and the access entry: a host joins only once all of them exist.
     attachments: list[pulumi.Resource]
 
     def __init__(self, name: str, args: HybridNodeRoleArgs,
@@ -82,5 +89,13 @@ class HybridNodeRole(pulumi.ComponentResource):
         ), opts=pulumi.ResourceOptions(parent=self))
         self.arn = self.role.arn
         self.role_name = self.role.role_name
-        self.attachments = self.role.attachments
+        self.access_entry = aws.eks.AccessEntry(
+            f"{name}-access",
+            cluster_name=args.cluster_name,
+            principal_arn=self.role.arn,
+            # EKS sets the username and groups of hybrid nodes itself; no access policies.
+            type="HYBRID_LINUX",
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.attachments = [*self.role.attachments, self.access_entry]
         self.register_outputs({"arn": self.arn, "name": self.role_name})

@@ -49,8 +49,8 @@ def export_lab(lab: Lab) -> None:
 
     if lab.hybrid is not None:
         hybrid = lab.hybrid
-        pulumi.export("activationId", hybrid.activation.id)
-        pulumi.export("activationExpiresAt", hybrid.activation_expiry.expires_at)
+        pulumi.export("activationId", hybrid.activation.activation_id)
+        pulumi.export("activationExpiresAt", hybrid.activation.expires_at)
         pulumi.export("hybridHostIds", {k: i.id for k, i in hybrid.hosts.instances.items()})
         pulumi.export("hybridNodeSelector", hybrid.node_label_selector)
         pulumi.export("checkHybridNodesCommand",

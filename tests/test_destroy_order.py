@@ -71,8 +71,8 @@ def test_hybrid_order(full):
     hybrid_workloads = [run.named(n) for n in ("demo-echo-hybrid", "demo-prober-hybrid", "demo-burst")]
     if run.config["eks-hybrid-lab:gpuEnabled"] == "true":
         hybrid_workloads.append(run.named("demo-vllm"))
-    ssm_cleanup = run.named("hybrid-ssm-registrations")
-    activation = run.named("hybrid-activation")
+    ssm_cleanup = run.named("hybrid-activation-registrations")
+    activation = run.named("hybrid-activation-ssm")
     for host in hosts(run):
         for workload in hybrid_workloads:
             graph.assert_deleted_before(workload, host)

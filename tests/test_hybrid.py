@@ -71,7 +71,7 @@ def test_hybrid_node_role_policies(dev_run):
 
 
 def test_hybrid_linux_access_entry_for_the_node_role(dev_run):
-    [entry] = [e for e in dev_run.of_type("aws:eks/accessEntry:AccessEntry") if e.name == "hybrid-access"]
+    [entry] = [e for e in dev_run.of_type("aws:eks/accessEntry:AccessEntry") if e.name == "hybrid-node-role-access"]
     assert entry.inputs["type"] == "HYBRID_LINUX"
     assert entry.inputs["principalArn"] == named(dev_run, "hybrid-node-role-iam-role").outputs["arn"]
     assert entry.inputs["clusterName"] == "hybrid-lab"
@@ -204,8 +204,8 @@ def test_hosts_depend_on_routes_egress_access_and_the_cleanups(dev_run):
     required = {
         "network-transit-to-cloud", "network-transit-to-onprem", "network-transit-cloud-to-onprem",
         "network-transit-onprem-to-cloud", "network-onprem-private-default-route",
-        "network-onprem-private-0-rta", "hybrid-access", "hybrid-node-role-iam-cluster",
-        "hybrid-node-role-iam-AmazonSSMManagedInstanceCore", "hybrid-ssm-registrations",
+        "network-onprem-private-0-rta", "hybrid-node-role-access", "hybrid-node-role-iam-cluster",
+        "hybrid-node-role-iam-AmazonSSMManagedInstanceCore", "hybrid-activation-registrations",
     }
     for host in hosts(dev_run).values():
         names = {dev_run.by_urn[u].name for u in host.explicit_dependencies}

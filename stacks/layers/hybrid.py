@@ -8,11 +8,9 @@ import datetime
 from typing import Optional
 
 import pulumi
-import pulumi_aws as aws
 
 from components.cilium import Cilium, CiliumArgs
-from components.cleanup.ssm_registrations import SsmRegistrationCleanup
-from components.expiry import Expiry
+from components.hybrid_activation import HybridActivation, HybridActivationArgs
 from components.hybrid_hosts import HostSpec, HybridHosts, HybridHostsArgs
 from components.hybrid_node_role import HybridNodeRole, HybridNodeRoleArgs
 from components.nvidia_device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
@@ -46,10 +44,7 @@ def stack_label_value(cfg: LabConfig) -> str:
 
 class HybridLayer(Layer):
     role: HybridNodeRole
-    access_entry: aws.eks.AccessEntry
-    activation: aws.ssm.Activation
-    activation_expiry: Expiry
-    ssm_cleanup: SsmRegistrationCleanup
+    activation: HybridActivation
     hosts: HybridHosts
     cilium: Cilium
     device_plugin: Optional[NvidiaDevicePlugin]
@@ -61,48 +56,25 @@ class HybridLayer(Layer):
         eks = cluster.eks
 
         self.role = HybridNodeRole(self.child_name("node-role"), HybridNodeRoleArgs(
-            cluster_arn=eks.arn, account_id=account_id, region=cfg.region), opts=self.child())
-        self.access_entry = aws.eks.AccessEntry(
-            self.child_name("access"),
-            cluster_name=eks.name,
-            principal_arn=self.role.arn,
-            # EKS sets the username and groups of hybrid nodes itself; no access policies.
-            type="HYBRID_LINUX",
-            opts=self.child(),
-        )
+            cluster_name=eks.name, cluster_arn=eks.arn, account_id=account_id,
+            region=cfg.region), opts=self.child())
 
-        # A fixed expiry: computing it from "now" on every run would replace the activation,
-        # and with it every host, at each preview.
-        self.activation_expiry = Expiry(
-            self.child_name("activation-expiry"), days=ACTIVATION_DAYS,
-            generation=cfg.activation_generation, opts=self.child())
-        self.activation_expiry.expires_at.apply(
-            lambda at: _warn_if_expiring(at, cfg.activation_generation))
-        self.activation = aws.ssm.Activation(
-            self.child_name("activation"),
-            name=f"{cfg.cluster_name}-hybrid-nodes",
-            description=f"{cfg.project}/{cfg.stack}: hybrid nodes of EKS cluster {cfg.cluster_name}",
-            iam_role=self.role.role_name,
+        self.activation = HybridActivation(self.child_name("activation"), HybridActivationArgs(
+            role_name=self.role.role_name,
+            cluster_arn=eks.arn,
+            region=cfg.region,
             # Every host once, plus one re-join each; the GPU host's share is reserved even when
             # it is off, so switching it on does not replace the activation (and the hosts).
             registration_limit=2 * (cfg.hybrid_node_count + 1),
-            expiration_date=self.activation_expiry.expires_at,
-            # Copied onto every managed instance that registers; the node role's deregistration
-            # right is scoped by it.
-            tags={"EKSClusterARN": eks.arn},
-            opts=self.child(
-                additional_secret_outputs=["activationCode"],
-                depends_on=self.role.attachments,
-            ),
-        )
-        activation_code = pulumi.Output.secret(self.activation.activation_code)
+            valid_days=ACTIVATION_DAYS,
+            generation=cfg.activation_generation,
+            name=f"{cfg.cluster_name}-hybrid-nodes",
+            description=f"{cfg.project}/{cfg.stack}: hybrid nodes of EKS cluster {cfg.cluster_name}",
+            wait_for=self.role.role.attachments,
+        ), opts=self.child())
+        self.activation.expires_at.apply(
+            lambda at: _warn_if_expiring(at, cfg.activation_generation))
 
-        # Destroy-time cleanups. The hosts depend on both, so both run after the hosts are gone:
-        # SSM registrations are deregistered before the activation is deleted, and the Node
-        # objects (billed per vCPU while they exist) are deleted while the cluster still runs.
-        self.ssm_cleanup = SsmRegistrationCleanup(
-            self.child_name("ssm-registrations"), activation_id=self.activation.id,
-            region=cfg.region, opts=self.child())
         # All of this stack's hybrid nodes (each host also gets host and activation labels,
         # by which its own Node cleanup finds it).
         self.node_label_selector = f"{STACK_LABEL}={stack_label_value(cfg)}"
@@ -128,16 +100,16 @@ class HybridLayer(Layer):
             cluster_certificate_authority=eks.certificate_authority,
             region=cfg.region,
             kubernetes_version=cfg.kubernetes_version,
-            activation_id=self.activation.id,
-            activation_code=activation_code,
+            activation_id=self.activation.activation_id,
+            activation_code=self.activation.activation_code,
             hosts=specs,
             identity_labels={STACK_LABEL: stack_label_value(cfg)},
             label_prefix=LABEL_PREFIX,
             wait_for=[
                 # The cluster over the Transit Gateway and nodeadm's downloads over NAT.
                 *network.transit.routes, *network.on_prem.egress,
-                self.access_entry, *self.role.attachments,
-                self.ssm_cleanup,
+                *self.role.attachments,
+                self.activation.registrations_cleanup,
             ],
         ), opts=self.child())
 
@@ -160,7 +132,7 @@ class HybridLayer(Layer):
                 opts=self.child())
 
         self.register_outputs({
-            "activationId": self.activation.id,
+            "activationId": self.activation.activation_id,
             "hostIds": {k: i.id for k, i in self.hosts.instances.items()},
         })
 

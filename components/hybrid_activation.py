@@ -1,0 +1,76 @@
+"""The SSM hybrid activation hosts register with, and what keeps it trustworthy: an expiry
+that is fixed when it is created (not recomputed at every preview), a secret code, and the
+deregistration of the managed instances that registered through it once they are gone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import pulumi
+import pulumi_aws as aws
+
+from components.cleanup.ssm_registrations import SsmRegistrationCleanup
+from components.expiry import Expiry
+
+
+@dataclass(frozen=True)
+class HybridActivationArgs:
+    #: The IAM role the registered machines act as (its name, as SSM wants it).
+    role_name: pulumi.Input[str]
+    cluster_arn: pulumi.Input[str]
+    region: str
+    registration_limit: int
+    #: Days the activation accepts registrations (SSM allows at most 30).
+    valid_days: int
+    #: A new generation makes a new activation (and a new expiry).
+    generation: int
+    name: str
+    description: str
+    #: The role's policies: registered machines need them from their first call.
+    wait_for: Sequence[pulumi.Resource] = ()
+
+
+class HybridActivation(pulumi.ComponentResource):
+    expiry: Expiry
+    activation: aws.ssm.Activation
+    #: Hosts depend on it: at destroy it runs after them and deregisters what they left.
+    registrations_cleanup: SsmRegistrationCleanup
+    activation_id: pulumi.Output[str]
+    activation_code: pulumi.Output[str]
+    expires_at: pulumi.Output[str]
+
+    def __init__(self, name: str, args: HybridActivationArgs,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("eks-hybrid-lab:hybrid:HybridActivation", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        # Fixed at creation: an expiry computed from "now" on every run would replace the
+        # activation, and with it every host, at each preview.
+        self.expiry = Expiry(f"{name}-expiry", days=args.valid_days, generation=args.generation,
+                             opts=child)
+        self.expires_at = self.expiry.expires_at
+        self.activation = aws.ssm.Activation(
+            f"{name}-ssm",
+            name=args.name,
+            description=args.description,
+            iam_role=args.role_name,
+            registration_limit=args.registration_limit,
+            expiration_date=self.expiry.expires_at,
+            # Copied onto every managed instance that registers; the node role's right to
+            # deregister is scoped by it.
+            tags={"EKSClusterARN": args.cluster_arn},
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                # pulumi-aws does not mark the code secret; it is one.
+                additional_secret_outputs=["activationCode"],
+                depends_on=list(args.wait_for),
+            ),
+        )
+        self.activation_id = self.activation.id
+        self.activation_code = pulumi.Output.secret(self.activation.activation_code)
+        # Deleting an activation does not deregister its managed instances (billed): this does,
+        # for this activation's instances only.
+        self.registrations_cleanup = SsmRegistrationCleanup(
+            f"{name}-registrations", activation_id=self.activation.id, region=args.region,
+            opts=child)
+        self.register_outputs({"activationId": self.activation_id, "expiresAt": self.expires_at})

@@ -10,9 +10,9 @@ VTEP config it leaves behind at uninstall are removed by a cleanup that runs aft
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -20,6 +20,10 @@ import pulumi_kubernetes as k8s
 
 from components.cleanup.gateway_routes import GatewayRouteCleanup
 from components.iam import Role, RoleArgs, trust_policy
+from components.node_group import ManagedNodeGroup, ManagedNodeGroupArgs, Taint
+
+#: VXLAN between the gateway and the hybrid nodes.
+VXLAN_PORT = 8472
 
 CHART = "oci://public.ecr.aws/eks/eks-hybrid-nodes-gateway"
 #: 1.0.0 crashes on a comma-separated list of VPC CIDRs.
@@ -99,6 +103,71 @@ def gateway_values(vpc_cidr: str, pod_cidrs: Sequence[str],
         "replicas": 2,
         "nodeLabel": NODE_LABEL,
     }
+
+
+@dataclass(frozen=True)
+class GatewayNodesArgs:
+    cluster_name: pulumi.Input[str]
+    cluster_security_group_id: pulumi.Input[str]
+    region: str
+    account_id: str
+    vpc_id: pulumi.Input[str]
+    #: One subnet per node, in different zones, and their CIDRs.
+    subnet_ids: Sequence[pulumi.Input[str]]
+    subnet_cidrs: Sequence[str]
+    instance_type: str
+    #: The hybrid nodes: their network (the server LAN) and their security group.
+    peer_cidr: str
+    peer_security_group_id: pulumi.Input[str]
+    instance_tags: Mapping[str, str] = field(default_factory=dict)
+    wait_for: Sequence[pulumi.Resource] = ()
+
+
+class GatewayNodes(pulumi.ComponentResource):
+    """The gateway's own node group (label and taint ``hybrid-gateway-node=true``; source/dest
+    check off on each primary interface) and VXLAN between it and the hybrid nodes, in both
+    directions and no wider: the server LAN on the gateway side, the gateway nodes' subnets on
+    the hosts' side."""
+
+    security_group: aws.ec2.SecurityGroup
+    group: ManagedNodeGroup
+
+    def __init__(self, name: str, args: GatewayNodesArgs,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("eks-hybrid-lab:gateway:GatewayNodes", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.security_group = aws.ec2.SecurityGroup(
+            f"{name}-sg", vpc_id=args.vpc_id,
+            description="Hybrid nodes gateway: VXLAN to and from the hybrid nodes",
+            tags={"Name": f"{name}-sg"}, opts=child)
+        vxlan = dict(ip_protocol="udp", from_port=VXLAN_PORT, to_port=VXLAN_PORT)
+        aws.vpc.SecurityGroupIngressRule(
+            f"{name}-vxlan-from-peers", security_group_id=self.security_group.id,
+            cidr_ipv4=args.peer_cidr, description="VXLAN from hybrid nodes", opts=child, **vxlan)
+        aws.vpc.SecurityGroupEgressRule(
+            f"{name}-vxlan-to-peers", security_group_id=self.security_group.id,
+            cidr_ipv4=args.peer_cidr, description="VXLAN to hybrid nodes", opts=child, **vxlan)
+        for index, cidr in enumerate(args.subnet_cidrs):
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-peers-vxlan-from-{index}",
+                security_group_id=args.peer_security_group_id, cidr_ipv4=cidr,
+                description="VXLAN from the hybrid nodes gateway (the return path)",
+                opts=child, **vxlan)
+        self.group = ManagedNodeGroup(f"{name}-group", ManagedNodeGroupArgs(
+            cluster_name=args.cluster_name,
+            subnet_ids=list(args.subnet_ids),
+            instance_type=args.instance_type,
+            size=len(args.subnet_ids),
+            labels={NODE_LABEL: "true"},
+            taints=[Taint(NODE_LABEL, "true", "NO_SCHEDULE")],
+            instance_tags=args.instance_tags,
+            extra_user_data=gateway_node_user_data(),
+            extra_node_policies={"source-dest-check": source_dest_check_policy(
+                args.region, args.account_id, args.vpc_id)},
+            security_group_ids=[args.cluster_security_group_id, self.security_group.id],
+            wait_for=args.wait_for,
+        ), opts=child)
+        self.register_outputs({"securityGroupId": self.security_group.id})
 
 
 @dataclass(frozen=True)

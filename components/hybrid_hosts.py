@@ -20,8 +20,6 @@ from components.instance_types import architecture
 
 #: Admission webhooks served from pods on hybrid nodes (controller-runtime's default port).
 WEBHOOK_PORT = 9443
-#: VXLAN between the hybrid nodes gateway and the hybrid nodes.
-VXLAN_PORT = 8472
 KUBELET_PORT = 10250
 
 UBUNTU_AMI_PARAMETER = "/aws/service/canonical/ubuntu/server/24.04/stable/current/{arch}/hvm/ebs-gp3/ami-id"

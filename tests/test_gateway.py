@@ -122,7 +122,7 @@ def test_helm_values_match_the_config(lab, overrides):
 
 def test_release_waits_for_cilium_identity_nodes_and_its_cleanup(dev_run):
     deps = {dev_run.by_urn[u].name for u in release(dev_run).explicit_dependencies}
-    assert {"hybrid-cilium-release", "gateway-gateway-pod-identity", "gateway-nodes-ng",
+    assert {"hybrid-cilium-release", "gateway-gateway-pod-identity", "gateway-nodes-group-ng",
             "gateway-gateway-route-cleanup", "cluster-eks-pod-identity-agent"} <= deps
 
 
@@ -140,14 +140,14 @@ def test_route_cleanup_covers_exactly_the_gateways_tables_and_cidrs(dev_run):
 
 def test_gateway_nodes(lab):
     run = lab(gatewayInstanceType="c6in.large", availabilityZoneCount=3)
-    group = named(run, "gateway-nodes-ng")
+    group = named(run, "gateway-nodes-group-ng")
     assert group.inputs["instanceTypes"] == ["c6in.large"]
     assert group.inputs["scalingConfig"] == {"desiredSize": 2, "minSize": 2, "maxSize": 2}
     assert group.inputs["labels"] == {"hybrid-gateway-node": "true"}
     assert group.inputs["taints"] == [{"key": "hybrid-gateway-node", "value": "true", "effect": "NO_SCHEDULE"}]
     zones = {s.id: s.inputs["availabilityZone"] for s in run.of_type("aws:ec2/subnet:Subnet")}
     assert len({zones[s] for s in group.inputs["subnetIds"]}) == 2
-    template = named(run, "gateway-nodes-lt")
+    template = named(run, "gateway-nodes-group-lt")
     assert template.inputs["metadataOptions"]["httpTokens"] == "required"
     assert template.inputs["blockDeviceMappings"][0]["ebs"]["encrypted"] == "true"
     eks = run.of_type("aws:eks/cluster:Cluster")[0]
@@ -160,7 +160,7 @@ def test_gateway_nodes(lab):
 
 def test_launch_template_turns_off_source_dest_check_on_device_index_0(dev_run):
     import base64
-    user_data = base64.b64decode(named(dev_run, "gateway-nodes-lt").inputs["userData"]).decode()
+    user_data = base64.b64decode(named(dev_run, "gateway-nodes-group-lt").inputs["userData"]).decode()
     assert "Content-Type: multipart/mixed" in user_data
     assert 'device-number")" = "0"' in user_data
     assert "aws ec2 modify-network-interface-attribute" in user_data
@@ -170,7 +170,7 @@ def test_launch_template_turns_off_source_dest_check_on_device_index_0(dev_run):
 
 
 def test_gateway_node_role_may_only_modify_interfaces_of_this_vpc(dev_run):
-    policy = json.loads(named(dev_run, "gateway-nodes-node-source-dest-check").inputs["policy"])
+    policy = json.loads(named(dev_run, "gateway-nodes-group-node-source-dest-check").inputs["policy"])
     [statement] = policy["Statement"]
     cloud = [v for v in dev_run.of_type("aws:ec2/vpc:Vpc") if v.name == "network-cloud-vpc"][0]
     assert statement["Action"] == "ec2:ModifyNetworkInterfaceAttribute"

@@ -250,3 +250,37 @@ def test_resource_registers_public_outputs(tmp_path):
     assert reg.inputs["certificateAuthority"] == "Q0E="
     assert not isinstance(reg.inputs["__provider"], Secret)
     assert run.outputs["out"] == ["c", "r", "https://e", "Q0E=", "k=v"]
+
+
+def test_a_cluster_deleted_outside_pulumi_leaves_nothing_to_clean(pki, provider, monkeypatch):
+    # The API server does not answer, and EKS says the cluster is gone: the Nodes went with it.
+    asked = []
+    monkeypatch.setattr(provider, "_cluster_is_gone", lambda name, region: asked.append(name) or True)
+    provider.attempts = 1
+    props = {"clusterName": CLUSTER, "region": "ap-northeast-2", "endpoint": "https://127.0.0.1:9",
+             "certificateAuthority": pki.ca_b64, "labelSelector": SELECTOR}
+    provider.delete("id", props)
+    assert asked == [CLUSTER]
+
+
+@pytest.mark.parametrize("answer,gone", [
+    ({"cluster": {"name": "lab", "status": "ACTIVE"}}, False),
+    ("ResourceNotFoundException", True),
+    ("AccessDeniedException", False),
+])
+def test_cluster_is_gone_only_when_eks_says_not_found(provider, monkeypatch, answer, gone):
+    import boto3
+    from botocore.stub import Stubber
+
+    eks = boto3.client("eks", region_name="ap-northeast-2", endpoint_url="http://127.0.0.1:9",
+                       aws_access_key_id="AKIAEXAMPLE", aws_secret_access_key="fake")
+    stubber = Stubber(eks)
+    if isinstance(answer, dict):
+        stubber.add_response("describe_cluster", answer, {"name": "lab"})
+    else:
+        stubber.add_client_error("describe_cluster", service_error_code=answer,
+                                 expected_params={"name": "lab"})
+    stubber.activate()
+    monkeypatch.setattr(boto3, "client", lambda *a, **k: eks)
+    assert provider._cluster_is_gone("lab", "ap-northeast-2") is gone
+    stubber.assert_no_pending_responses()

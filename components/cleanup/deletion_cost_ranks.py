@@ -67,6 +67,8 @@ class DeletionCostRanksProvider(KubernetesApi, pulumi.dynamic.ResourceProvider):
         try:
             listed = self._call(opener, "GET", base, token, allow_404=True) or {}
         except RuntimeError as error:
+            if self._cluster_is_gone(p["clusterName"], p["region"]):
+                return  # deleted outside Pulumi: its pods went with it
             raise Exception(f"could not list the pods of {p['namespace']}: {error}; "
                             f"remove negative {DELETION_COST} values with: {hint}") from None
         left = []

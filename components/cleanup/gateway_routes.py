@@ -139,7 +139,9 @@ class GatewayRouteCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resour
         try:
             self._delete_vtep_config(props)
         except Exception as error:  # noqa: BLE001
-            vtep_error = f"{type(error).__name__}: {error}"
+            # A cluster deleted outside Pulumi took its CiliumVTEPConfig with it.
+            if not self._cluster_is_gone(props["clusterName"], region):
+                vtep_error = f"{type(error).__name__}: {error}"
 
         if not routes_left and not tables_unread and vtep_error is None:
             return

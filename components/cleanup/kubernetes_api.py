@@ -109,3 +109,18 @@ class KubernetesApi:
                 # Connection resets, timeouts and truncated bodies surface here.
                 last = f"{method} {url} failed: {error!r}"
         raise RuntimeError(f"{last} (after {self.attempts} attempts)")
+
+    def _cluster_is_gone(self, cluster_name: str, region: str) -> bool:
+        """True only when EKS answers that the cluster does not exist (it was deleted outside
+        Pulumi): then nothing of it is left to clean up. Any other answer or failure: False."""
+        try:
+            import boto3
+            from botocore.config import Config
+
+            eks = boto3.client("eks", region_name=region, config=Config(
+                retries={"max_attempts": 2}, connect_timeout=5, read_timeout=10))
+            eks.describe_cluster(name=cluster_name)
+        except Exception as error:  # noqa: BLE001 anything but NotFound means "maybe there"
+            response = getattr(error, "response", None) or {}
+            return response.get("Error", {}).get("Code") == "ResourceNotFoundException"
+        return False

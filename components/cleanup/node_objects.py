@@ -99,6 +99,8 @@ class NodeObjectCleanupProvider(KubernetesApi, pulumi.dynamic.ResourceProvider):
                     raise RuntimeError(f"still listed after {self.poll_seconds:g} s")
                 time.sleep(self.poll_interval_seconds)
         except Exception as error:
+            if self._cluster_is_gone(props["clusterName"], props["region"]):
+                return  # deleted outside Pulumi: its Node objects went with it
             nodes = (", ".join(left) + " (as last listed)" if left
                      else "unknown (the node list did not succeed)")
             raise Exception(

@@ -362,8 +362,12 @@ def fake_aws(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in FAKE_AWS_ENV.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    # A cleanup that cannot reach the API server asks EKS whether the cluster still exists:
-    # in tests that question goes to a closed port on this machine, never to AWS.
+
+
+@pytest.fixture
+def no_eks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cleanup that cannot reach the API server asks EKS whether the cluster still exists:
+    in these tests that question goes to a closed port on this machine, never to AWS."""
     monkeypatch.setenv("AWS_ENDPOINT_URL_EKS", "http://127.0.0.1:9")
 
 

@@ -9,7 +9,10 @@ import pytest
 
 from components.cleanup.deletion_cost_ranks import DELETION_COST, DeletionCostRanksProvider
 from tests.fake_kube_api import api, assert_authorized, fake_aws, pki  # noqa: F401 (fixtures)
+from tests.fake_kube_api import no_eks  # noqa: F401 (fixture)
 from tests.pickled_provider import result_of, run_pickled
+
+pytestmark = pytest.mark.usefixtures("no_eks")
 
 
 @pytest.fixture

@@ -18,7 +18,10 @@ from stacks.offline import Secret, run_program
 from tests.fake_kube_api import (CLUSTER, FAKE_AWS_ENV, REGION, FakeApiServer, Pki,
                                  assert_authorized)
 from tests.fake_kube_api import api, fake_aws, other_pki, pki  # noqa: F401 (fixtures)
+from tests.fake_kube_api import no_eks  # noqa: F401 (fixture)
 from tests.pickled_provider import result_of, run_pickled
+
+pytestmark = pytest.mark.usefixtures("no_eks")
 
 SELECTOR = "eks-hybrid-lab.io/stack=eks-hybrid-lab.dev"
 HYBRID = {"eks.amazonaws.com/compute-type": "hybrid"}

@@ -32,6 +32,7 @@ from tests.fake_kube_api import (CLUSTER, FAKE_AWS_ENV, REGION, FakeApiServer, P
                                  assert_authorized)
 from tests.fake_kube_api import api, fake_aws, pki  # noqa: F401 (fixtures)
 from tests.fake_kube_api import no_eks  # noqa: F401 (fixture)
+from tests.offline_guard import forbid_network
 from tests.pickled_provider import result_of, run_pickled
 
 pytestmark = pytest.mark.usefixtures("no_eks")
@@ -449,13 +450,7 @@ def test_unreachable_api_server_raises_with_kubectl_hint_after_the_routes(
 # --- create, diff, update -------------------------------------------------------------------
 
 def test_create_is_pure(pki, provider, monkeypatch):
-    def no_network(*_args, **_kwargs):
-        raise AssertionError("create() reached out")
-
-    monkeypatch.setattr(socket.socket, "connect", no_network)
-    monkeypatch.setattr(socket, "create_connection", no_network)
-    monkeypatch.setattr(boto3, "client", no_network)
-    monkeypatch.setattr(boto3.session, "Session", no_network)
+    forbid_network(monkeypatch)
     props = props_for("https://eks.example.invalid", pki, ["rtb-01", "rtb-02"])
     created = provider.create(props)
     assert created.id == RESOURCE_ID

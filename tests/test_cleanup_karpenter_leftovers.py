@@ -22,7 +22,6 @@ Where moto differs from AWS:
 from __future__ import annotations
 
 import json
-import socket
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -38,6 +37,7 @@ from components.cleanup.karpenter_leftovers import KarpenterLeftoverCleanupProvi
 from stacks.offline import Secret, run_program
 from tests.fake_kube_api import FAKE_AWS_ENV, REGION
 from tests.fake_kube_api import fake_aws  # noqa: F401 (fixture)
+from tests.offline_guard import forbid_network
 from tests.pickled_provider import result_of, run_pickled
 from tests.test_cleanup_gateway_routes import (aws_session, moto_server,  # noqa: F401 (fixtures)
                                                quick_boto)
@@ -650,13 +650,7 @@ def test_a_failing_look_stops_the_wait_and_is_reported(lean, provider, monkeypat
 # --- create, diff, update -------------------------------------------------------------------
 
 def test_create_is_pure(provider, monkeypatch):
-    def no_network(*_args, **_kwargs):
-        raise AssertionError("create() reached out")
-
-    monkeypatch.setattr(socket.socket, "connect", no_network)
-    monkeypatch.setattr(socket, "create_connection", no_network)
-    monkeypatch.setattr(boto3, "client", no_network)
-    monkeypatch.setattr(boto3.session, "Session", no_network)
+    forbid_network(monkeypatch)
     created = provider.create(dict(PROPS))
     assert created.id == RESOURCE_ID
     assert created.outs == PROPS

@@ -19,6 +19,7 @@ from tests.fake_kube_api import (CLUSTER, FAKE_AWS_ENV, REGION, FakeApiServer, P
                                  assert_authorized)
 from tests.fake_kube_api import api, fake_aws, other_pki, pki  # noqa: F401 (fixtures)
 from tests.fake_kube_api import no_eks  # noqa: F401 (fixture)
+from tests.offline_guard import forbid_network
 from tests.pickled_provider import result_of, run_pickled
 
 pytestmark = pytest.mark.usefixtures("no_eks")
@@ -200,11 +201,7 @@ def test_unreachable_server_fails_with_kubectl_hint(pki, provider):
 
 
 def test_create_is_pure_and_diff_replaces_only_on_identity(api, pki, provider, monkeypatch):
-    def no_network(*_args, **_kwargs):
-        raise AssertionError("create() opened a connection")
-
-    monkeypatch.setattr(socket.socket, "connect", no_network)
-    monkeypatch.setattr(socket, "create_connection", no_network)
+    forbid_network(monkeypatch)
     props = props_for(api, pki)
     created = provider.create(props)
     assert created.id == f"node-objects-{CLUSTER}"

@@ -15,7 +15,7 @@ from typing import Any, Optional
 import pulumi
 import pulumi.dynamic
 
-from components.cleanup.kubernetes_api import KubernetesApi
+from components.cleanup.kubernetes_api import KubernetesApi, public_certificate_authority
 from components.cleanup.self_contained import self_contained
 
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
@@ -102,7 +102,6 @@ class DeletionCostRanks(pulumi.dynamic.Resource, module="cleanup", name="Deletio
                  namespace: str, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__(DeletionCostRanksProvider(), name, {
             "clusterName": cluster_name, "region": region, "endpoint": endpoint,
-            # The cluster CA is public; stored as such.
-            "certificateAuthority": pulumi.Output.unsecret(pulumi.Output.from_input(certificate_authority)),
+            "certificateAuthority": public_certificate_authority(certificate_authority),
             "namespace": namespace,
         }, opts)

@@ -24,7 +24,7 @@ import pulumi
 import pulumi.dynamic
 
 from components.cleanup.aws_calls import AwsCalls
-from components.cleanup.kubernetes_api import KubernetesApi
+from components.cleanup.kubernetes_api import KubernetesApi, public_certificate_authority
 from components.cleanup.self_contained import self_contained
 
 
@@ -289,9 +289,6 @@ class GatewayRouteCleanup(pulumi.dynamic.Resource, module="cleanup", name="Gatew
             "podCidrs": pod_cidrs,
             "clusterName": cluster_name,
             "endpoint": endpoint,
-            # The cluster CA is public; unsecret it in case it arrives inside a secret
-            # (e.g. cut out of a kubeconfig), so the state and diffs stay readable.
-            "certificateAuthority": pulumi.Output.unsecret(
-                pulumi.Output.from_input(certificate_authority)),
+            "certificateAuthority": public_certificate_authority(certificate_authority),
             "vtepConfigName": vtep_config_name,
         }, opts)

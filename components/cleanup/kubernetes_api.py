@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import pulumi
+
 from components.cleanup.self_contained import self_contained
+
+
+def public_certificate_authority(certificate_authority: pulumi.Input[str]) -> pulumi.Output[str]:
+    """The cluster CA for a cleanup's inputs. It is public: unsecret it in case it arrives
+    inside a secret (cut out of a kubeconfig, say), so the state and diffs stay readable.
+    (Called when a resource is declared, never from a provider method: it is not pickled.)"""
+    return pulumi.Output.unsecret(pulumi.Output.from_input(certificate_authority))
 
 
 @self_contained

@@ -18,7 +18,7 @@ from typing import Any, Optional
 import pulumi
 import pulumi.dynamic
 
-from components.cleanup.kubernetes_api import KubernetesApi
+from components.cleanup.kubernetes_api import KubernetesApi, public_certificate_authority
 from components.cleanup.self_contained import self_contained
 
 
@@ -176,9 +176,6 @@ class NodeObjectCleanup(pulumi.dynamic.Resource, module="cleanup", name="HybridN
             "clusterName": cluster_name,
             "region": region,
             "endpoint": endpoint,
-            # The cluster CA is public; unsecret it in case it arrives inside a secret
-            # (e.g. cut out of a kubeconfig), so the state and diffs stay readable.
-            "certificateAuthority": pulumi.Output.unsecret(
-                pulumi.Output.from_input(certificate_authority)),
+            "certificateAuthority": public_certificate_authority(certificate_authority),
             "labelSelector": label_selector,
         }, opts)

@@ -14,6 +14,8 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.chart_defaults import chart_default
+
 CHART = "oci://public.ecr.aws/eks/cilium/cilium"
 #: The AWS build that registers the CiliumVTEPConfig CRD the gateway needs (1.18.8-1 or later
 #: on the 1.18 line, which EKS supports for hybrid nodes).
@@ -28,11 +30,29 @@ HYBRID_ONLY = {
 }
 
 
+#: A Transit Gateway carries packets of at most 8500 bytes and drops bigger ones without telling
+#: the sender (no ICMP "fragmentation needed"); hosts default to 9001 and VXLAN adds 50 bytes.
+#: Cilium's MTU is the underlying network's: pods get 50 bytes less, so every encapsulated packet
+#: stays at or under 8450 (it would also fit if the value were read as the pods' own MTU).
+TRANSIT_SAFE_MTU = 8450
+
+
 def cilium_values(pod_cidrs: Sequence[str], node_mask: int, operator_replicas: int,
-                  tolerations: Sequence[dict]) -> dict:
+                  operator_tolerations: Sequence[dict]) -> dict:
+    """The release's values. Helm replaces lists whole, so:
+
+    - the agent's ``tolerations`` are left alone: the chart's ``[{operator: Exists}]`` lets the
+      agent (the CNI) onto every hybrid node, tainted or NotReady — a node is NotReady until its
+      CNI runs, and the DaemonSet controller adds no ``not-ready:NoSchedule`` toleration itself;
+    - the operator's are the chart's (not-ready, uninitialized, control-plane) plus
+      ``operator_tolerations``: it allocates the pod CIDRs the agents wait for, so it too must
+      start on NotReady hybrid nodes, the only nodes its affinity allows.
+
+    ``affinity`` is a map, which Helm merges: the chart's pod anti-affinity (one agent, and one
+    operator, per node) stays next to the node affinity given here.
+    """
     return {
         "affinity": HYBRID_ONLY,
-        "tolerations": list(tolerations),
         "ipam": {
             "mode": "cluster-pool",
             "operator": {
@@ -43,6 +63,7 @@ def cilium_values(pod_cidrs: Sequence[str], node_mask: int, operator_replicas: i
         },
         "routingMode": "tunnel",
         "tunnelProtocol": "vxlan",
+        "MTU": TRANSIT_SAFE_MTU,
         "vtep": {"enabled": True},
         # The gateway path carries no L7 policy; Envoy would only cost memory on the nodes.
         "l7Proxy": False,
@@ -50,8 +71,9 @@ def cilium_values(pod_cidrs: Sequence[str], node_mask: int, operator_replicas: i
         "loadBalancer": {"serviceTopology": True},
         "operator": {
             "affinity": HYBRID_ONLY,
-            "tolerations": list(tolerations),
-            # Hard anti-affinity spreads operator replicas over nodes: no more than there are.
+            "tolerations": [*chart_default("cilium", "operator", "tolerations"),
+                            *operator_tolerations],
+            # The chart's anti-affinity spreads replicas over nodes: no more than there are.
             "replicas": operator_replicas,
             # Cloud pods belong to the VPC CNI; the operator must not restart them.
             "unmanagedPodWatcher": {"restart": False},
@@ -63,10 +85,10 @@ def cilium_values(pod_cidrs: Sequence[str], node_mask: int, operator_replicas: i
 class CiliumArgs:
     pod_cidrs: Sequence[str]
     node_mask: int
-    #: Hybrid nodes there will be; the operator runs min(2, this) replicas.
+    #: Hybrid nodes the operator may run on (not the GPU host); it runs min(2, this) replicas.
     hybrid_node_count: int
-    #: Taints of the hybrid nodes, as pod tolerations.
-    tolerations: Sequence[dict]
+    #: The hybrid nodes' own taint, as a toleration for the operator (the agent tolerates all).
+    operator_tolerations: Sequence[dict]
     #: The nodes the release waits for (Helm waits until the agents and operator are ready).
     wait_for: Sequence[pulumi.Resource] = ()
 
@@ -78,7 +100,7 @@ class Cilium(pulumi.ComponentResource):
     def __init__(self, name: str, args: CiliumArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("eks-hybrid-lab:hybrid:Cilium", name, None, opts)
         self.values = cilium_values(args.pod_cidrs, args.node_mask,
-                                    min(2, args.hybrid_node_count), args.tolerations)
+                                    min(2, args.hybrid_node_count), args.operator_tolerations)
         self.release = k8s.helm.v3.Release(
             f"{name}-release",
             name="cilium",

@@ -13,6 +13,8 @@ BUSYBOX = ("busybox:1.37.0@sha256:"
            "9db7b59979c38555a39def84a31fb98b5296952f9e3afd4f6f11f05b07adfab0")
 #: The OpenAI-compatible vLLM server; about 10 GB, so it is pulled ahead of the talk.
 VLLM = "vllm/vllm-openai:v0.11.0"
+#: The user name the vLLM process goes by (its UID has none in the image).
+VLLM_USER = "vllm"
 
 HYBRID_TAINT_TOLERATION = {"key": "eks.amazonaws.com/compute-type", "operator": "Equal",
                            "value": "hybrid", "effect": "NoSchedule"}
@@ -116,17 +118,29 @@ def echo_server(name: str, *, on_hybrid: bool) -> dict:
     )
 
 
-def _loop_container(name: str, loop: str, *, stale_minutes: int, startup_period: int,
-                    startup_failures: int, readiness_period: int) -> dict:
-    """A busybox shell loop that touches /tmp/alive on every turn; its probes check that it
-    still does (a loop stuck for ``stale_minutes`` is restarted)."""
+#: Seconds one probe may take in all, name lookup included.
+PROBE_TIMEOUT_SECONDS = 3
+
+
+def loop_script(body: str, period_seconds: int) -> str:
+    """A shell loop that runs ``body`` every ``period_seconds`` and touches /tmp/alive on every
+    turn. /tmp/alive is touched once before the first turn too, so the startup probe does not
+    depend on how long the first request takes."""
+    return (f"touch /tmp/alive; while true; do {body}; touch /tmp/alive; "
+            f"sleep {period_seconds}; done")
+
+
+def _loop_container(name: str, body: str, *, period_seconds: int, stale_minutes: int,
+                    startup_period: int, startup_failures: int, readiness_period: int) -> dict:
+    """A busybox shell loop (``loop_script``); its probes check that it still turns (a loop
+    stuck for ``stale_minutes`` is restarted)."""
     alive = ["test", "-e", "/tmp/alive"]
     # find prints nothing (and still exits 0) when the file is stale: test its output.
     fresh = ["/bin/sh", "-c", f'test -n "$(find /tmp/alive -mmin -{stale_minutes})"']
     return {
         "name": name,
         "image": BUSYBOX,
-        "command": ["/bin/sh", "-c", loop],
+        "command": ["/bin/sh", "-c", loop_script(body, period_seconds)],
         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
                       "limits": {"cpu": "100m", "memory": "32Mi"}},
         "securityContext": container_security(),
@@ -141,13 +155,12 @@ def _loop_container(name: str, loop: str, *, stale_minutes: int, startup_period:
 def prober(name: str, target_url: str, *, on_hybrid: bool) -> dict:
     """Demo 1: requests ``target_url`` every second and logs ok/FAIL with a timestamp, so the
     gap during a gateway failover can be read from `kubectl logs`."""
-    loop = (
-        "while true; do "
-        f"if wget -q -T 1 -O /dev/null {target_url}; then r=ok; else r=FAIL; fi; "
-        'echo "$(date +%T) $r"; touch /tmp/alive; sleep 1; done'
-    )
-    container = _loop_container("prober", loop, stale_minutes=1, startup_period=2,
-                                startup_failures=15, readiness_period=10)
+    # `timeout` bounds the whole request: wget's -T covers the connection, not the name lookup,
+    # and a DNS query to an unreachable server waits far longer than a second.
+    body = (f"if timeout {PROBE_TIMEOUT_SECONDS} wget -q -T 1 -O /dev/null {target_url}; "
+            'then r=ok; else r=FAIL; fi; echo "$(date +%T) $r"')
+    container = _loop_container("prober", body, period_seconds=1, stale_minutes=1,
+                                startup_period=2, startup_failures=15, readiness_period=10)
     return deployment(
         name, replicas=1, uid=1000, containers=[container],
         affinity=required_affinity(ON_HYBRID if on_hybrid else OFF_HYBRID),
@@ -155,18 +168,16 @@ def prober(name: str, target_url: str, *, on_hybrid: bool) -> dict:
         volumes=[TMP_VOLUME])
 
 
-#: Demo 2's CPU request: eight pods fill two default hybrid nodes (m5.xlarge, 4 vCPU each, less
-#: what the node's own daemons reserve).
-BURST_CPU_REQUEST = "930m"
-
-
-def burst(name: str, replicas: int) -> dict:
+def burst(name: str, replicas: int, cpu_request_m: int,
+          extra_tolerations: Sequence[dict] = ()) -> dict:
     """Demo 2: prefers hybrid nodes (weight 100) and tolerates their taint, so hybrid fills
-    first and the overflow goes to the cloud-burst NodePool."""
+    first and the overflow goes to the cloud-burst NodePool (whose taint ``extra_tolerations``
+    lets it onto, and nothing else). ``cpu_request_m`` is sized so exactly four pods fit on a
+    default hybrid node (``stacks.capacity.burst_cpu_request_m``)."""
     spec = deployment(
         name, replicas=replicas, uid=101,
-        containers=[nginx_container("web", BURST_CPU_REQUEST, "1")],
-        tolerations=[HYBRID_TAINT_TOLERATION],
+        containers=[nginx_container("web", f"{cpu_request_m}m", "1")],
+        tolerations=[HYBRID_TAINT_TOLERATION, *extra_tolerations],
         volumes=[TMP_VOLUME],
         grace_seconds=10,
     )
@@ -174,6 +185,17 @@ def burst(name: str, replicas: int) -> dict:
         "preferredDuringSchedulingIgnoredDuringExecution": [
             {"weight": 100, "preference": {"matchExpressions": [ON_HYBRID]}}]}}
     return spec
+
+
+def cpu_requested_m(spec: dict) -> int:
+    """The CPU a Deployment spec asks for in all (replicas x the pod's containers), in
+    millicores: what it takes from the nodes it lands on."""
+    def millis(quantity: str) -> int:
+        return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
+
+    pod = spec["template"]["spec"]
+    per_pod = sum(millis(c["resources"]["requests"]["cpu"]) for c in pod["containers"])
+    return spec["replicas"] * per_pod
 
 
 def vllm_server(name: str, model: str) -> dict:
@@ -191,6 +213,10 @@ def vllm_server(name: str, model: str) -> dict:
             "HOME": cache, "HF_HOME": f"{cache}/huggingface", "XDG_CACHE_HOME": cache,
             "VLLM_CACHE_ROOT": f"{cache}/vllm", "TRITON_CACHE_DIR": f"{cache}/triton",
             "TORCHINDUCTOR_CACHE_DIR": f"{cache}/torchinductor",
+            # UID 1000 has no passwd entry in the image, and the torch it ships asks
+            # getpass.getuser() for a user name when its compile cache loads (whatever
+            # TORCHINDUCTOR_CACHE_DIR says): without USER/LOGNAME that raises KeyError.
+            "USER": VLLM_USER, "LOGNAME": VLLM_USER,
             "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}.items()],
         "resources": {"requests": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"},
                       "limits": {"cpu": "3", "memory": "12Gi", "nvidia.com/gpu": "1"}},
@@ -218,18 +244,20 @@ def vllm_server(name: str, model: str) -> dict:
 
 
 def vllm_client(name: str, url: str, model: str) -> dict:
-    """Demo 3: a cloud pod that asks the model for a completion every 30 s and logs the time
-    it took."""
+    """Demo 3: a cloud pod that asks the model for a completion every 30 s and logs how long it
+    took, to the hundredth of a second (a small model answers in well under one)."""
     body = ('{"model": "%s", "prompt": "EKS Hybrid Nodes are", "max_tokens": 16}' % model)
-    loop = (
-        "while true; do start=$(date +%s); "
+    # /proc/uptime counts hundredths of a second; busybox `date` has no sub-second format.
+    now = "cut -d' ' -f1 /proc/uptime"
+    request = (
+        f"start=$({now}); "
         f"if wget -q -T 60 -O - --header 'Content-Type: application/json' --post-data '{body}' "
-        f"{url}/v1/completions; then r=ok; else r=FAIL; fi; "
-        'echo; echo "$(date +%T) $r in $(( $(date +%s) - start ))s"; touch /tmp/alive; '
-        "sleep 30; done"
+        f"{url}/v1/completions; then r=ok; else r=FAIL; fi; end=$({now}); "
+        'echo; echo "$(date +%T) $r in $(awk -v a="$start" -v b="$end" '
+        "'BEGIN { printf \"%.2f\", b - a }')s\""
     )
-    container = _loop_container("client", loop, stale_minutes=5, startup_period=10,
-                                startup_failures=90, readiness_period=30)
+    container = _loop_container("client", request, period_seconds=30, stale_minutes=5,
+                                startup_period=10, startup_failures=90, readiness_period=30)
     return deployment(name, replicas=1, uid=1000, containers=[container],
                       affinity=required_affinity(OFF_HYBRID), volumes=[TMP_VOLUME])
 

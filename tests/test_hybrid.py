@@ -277,7 +277,8 @@ def test_hosts_security_group_rules(dev_run):
 CILIUM_VALUES_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["affinity", "ipam", "routingMode", "tunnelProtocol", "vtep", "l7Proxy", "operator"],
+    "required": ["affinity", "ipam", "routingMode", "tunnelProtocol", "MTU", "vtep", "l7Proxy",
+                 "operator"],
     "properties": {
         "affinity": {"type": "object"},
         "tolerations": {"type": "array"},
@@ -290,6 +291,8 @@ CILIUM_VALUES_SCHEMA = {
         }},
         "routingMode": {"const": "tunnel"},
         "tunnelProtocol": {"const": "vxlan"},
+        # A Transit Gateway drops packets over 8500 bytes; VXLAN adds 50 to what pods send.
+        "MTU": {"type": "integer", "minimum": 1280, "maximum": 8500 - 50},
         "vtep": {"type": "object", "additionalProperties": False,
                  "properties": {"enabled": {"const": True}}},
         "l7Proxy": {"const": False},
@@ -341,8 +344,17 @@ def test_cilium_values_validate_and_match_the_config(lab, nodes):
     assert values["operator"]["unmanagedPodWatcher"] == {"restart": False}
     hybrid_toleration = {"key": "eks.amazonaws.com/compute-type", "operator": "Equal",
                          "value": "hybrid", "effect": "NoSchedule"}
-    assert hybrid_toleration in values["tolerations"]
-    assert hybrid_toleration in values["operator"]["tolerations"]
+    # Helm replaces lists: the agent keeps the chart's tolerate-everything default (it is the
+    # CNI of NotReady nodes), and the operator gets the chart's four defaults back, plus the
+    # hybrid taint — not the GPU's: it stays off the GPU host.
+    assert "tolerations" not in values
+    assert values["operator"]["tolerations"] == [
+        {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"},
+        {"key": "node-role.kubernetes.io/master", "operator": "Exists"},
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists"},
+        {"key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Exists"},
+        hybrid_toleration,
+    ]
 
 
 def test_cilium_schema_catches_a_wrong_value(dev_run):

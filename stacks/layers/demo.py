@@ -10,11 +10,12 @@ import pulumi_kubernetes as k8s
 from components import demos
 from components.cleanup.deletion_cost_ranks import DeletionCostRanks
 from components.kyverno import Kyverno, KyvernoArgs
+from stacks.capacity import burst_cpu_request_m
 from stacks.config import LabConfig
 from stacks.layers.base import Layer
 from stacks.layers.cluster import ClusterLayer
 from stacks.layers.hybrid import HybridLayer
-from stacks.layers.karpenter import KarpenterLayer
+from stacks.layers.karpenter import BURST_TOLERATION, KarpenterLayer
 
 GATEWAY_NS = "demo-gateway"
 BURST_NS = "demo-burst"
@@ -59,13 +60,14 @@ class DemoLayer(Layer):
         # Demo 1: traffic both ways through the gateway, and through ClusterIP services.
         workload(GATEWAY_NS, "echo-cloud", demos.echo_server("echo-cloud", on_hybrid=False),
                  service_port=(80, 8080))
-        workload(GATEWAY_NS, "echo-hybrid", demos.echo_server("echo-hybrid", on_hybrid=True),
-                 depends_on=on_hybrid, service_port=(80, 8080))
+        echo_hybrid = demos.echo_server("echo-hybrid", on_hybrid=True)
+        workload(GATEWAY_NS, "echo-hybrid", echo_hybrid, depends_on=on_hybrid,
+                 service_port=(80, 8080))
         workload(GATEWAY_NS, "prober-cloud", demos.prober(
             "prober-cloud", f"http://echo-hybrid.{GATEWAY_NS}.svc", on_hybrid=False))
-        workload(GATEWAY_NS, "prober-hybrid", demos.prober(
-            "prober-hybrid", f"http://echo-cloud.{GATEWAY_NS}.svc", on_hybrid=True),
-            depends_on=on_hybrid)
+        prober_hybrid = demos.prober(
+            "prober-hybrid", f"http://echo-cloud.{GATEWAY_NS}.svc", on_hybrid=True)
+        workload(GATEWAY_NS, "prober-hybrid", prober_hybrid, depends_on=on_hybrid)
 
         # Demo 2: Kyverno's deletion-cost policy in scenarios B and C, absent in A.
         self.kyverno = Kyverno(self.child_name("kyverno"), KyvernoArgs(
@@ -76,7 +78,13 @@ class DemoLayer(Layer):
         burst_needs = [karpenter.node_pool, *on_hybrid, self.kyverno.release]
         if self.kyverno.policy is not None:
             burst_needs.append(self.kyverno.policy)
-        workload(BURST_NS, "burst", demos.burst("burst", cfg.burst_replicas), depends_on=burst_needs)
+        # Sized so that exactly four burst pods fit on each default hybrid node next to demo 1's
+        # pods there, wherever those land (stacks/capacity.py; tests/test_scheduling.py).
+        co_tenants = demos.cpu_requested_m(echo_hybrid) + demos.cpu_requested_m(prober_hybrid)
+        burst_request = burst_cpu_request_m(cfg.hybrid_node_instance_type, co_tenants)
+        workload(BURST_NS, "burst", demos.burst(
+            "burst", cfg.burst_replicas, burst_request, extra_tolerations=[BURST_TOLERATION]),
+            depends_on=burst_needs)
         if cfg.burst_scenario == "C":
             # Present while Karpenter ranks pods (scenario C). Switching to A or B deletes it,
             # after Karpenter's gate is off, and its deletion strips the negative costs

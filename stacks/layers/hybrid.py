@@ -117,8 +117,9 @@ class HybridLayer(Layer):
         self.cilium = Cilium(self.child_name("cilium"), CiliumArgs(
             pod_cidrs=[str(cfg.hybrid_pod_cidr)],
             node_mask=CILIUM_NODE_MASK,
-            hybrid_node_count=cfg.hybrid_host_count,
-            tolerations=[hybrid_toleration, _toleration(*GPU_TAINT)],
+            # The operator stays off the GPU host: it tolerates the hybrid taint only.
+            hybrid_node_count=cfg.hybrid_node_count,
+            operator_tolerations=[hybrid_toleration],
             wait_for=list(self.hosts.instances.values()),
         ), opts=self.child())
 

@@ -21,6 +21,10 @@ NODE_POOL = "cloud-burst"
 #: General-purpose types that hold several 930m burst pods (seed 000), in two generations so
 #: spot has somewhere to go.
 BURST_INSTANCE_TYPES = ["m6i.xlarge", "m6i.2xlarge", "m7i.xlarge", "m7i.2xlarge"]
+#: Only demo 2's burst pods tolerate it: any other pod on a burst node would keep the node from
+#: ever being empty, so it would outlive the run and skew the next one.
+BURST_TAINT = {"key": "eks-hybrid-lab.io/burst", "value": "true", "effect": "NoSchedule"}
+BURST_TOLERATION = {**BURST_TAINT, "operator": "Equal"}
 
 
 def ec2_node_class(cfg: LabConfig, node_role_name: pulumi.Input[str]) -> dict:
@@ -46,6 +50,7 @@ def burst_node_pool(cfg: LabConfig) -> dict:
         "template": {
             "metadata": {"labels": {"node-type": NODE_POOL}},
             "spec": {
+                "taints": [dict(BURST_TAINT)],
                 "requirements": [
                     {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
                     {"key": "karpenter.sh/capacity-type", "operator": "In",

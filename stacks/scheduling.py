@@ -1,0 +1,801 @@
+"""Where every pod the lab causes can run — including while its nodes bootstrap — and whether
+demo 2's capacity arithmetic holds.
+
+A small, explicit model of the kube-scheduler and the DaemonSet controller, over what registers:
+
+- **Nodes** from the registrations: the managed node groups (their labels and taints), the
+  hybrid hosts (the labels and taints their NodeConfig registers them with, read back from their
+  user data, plus the ``compute-type=hybrid`` label nodeadm adds), and one node of each instance
+  type the Karpenter NodePool may launch (its template labels and taints). Allocatable CPU and
+  memory come from ``stacks/capacity.py``.
+- **Pods**: the lab's Deployments as registered; each Helm release's pods rendered from its
+  values merged into the chart's defaults the way Helm merges (``components/chart_defaults``:
+  maps merged, lists replaced); the EKS add-ons' pods from their documented defaults
+  (``EKS_ADDONS``).
+- **Rules**: nodeSelector, required node affinity (In, NotIn — which a missing label passes —
+  Exists, DoesNotExist, Gt, Lt), taints against tolerations (an empty key with Exists tolerates
+  everything; NoSchedule and NoExecute taints filter), the tolerations the DaemonSet controller
+  and the DefaultTolerationSeconds admission plugin add by themselves, required pod
+  anti-affinity on the hostname, DoNotSchedule zone spread, requests against allocatable (a
+  pod's request is the larger of its containers' sum and its largest init container), then
+  preferred node affinity and the least-allocated node to choose among the nodes that fit.
+- **Bootstrap**: a node is NotReady — tainted ``node.kubernetes.io/not-ready`` — until its CNI
+  runs, so the CNI, and what it waits for (Cilium's operator hands out the pod CIDRs), must
+  tolerate that.
+
+What it cannot show: the scheduler's other scores and its order under load, Karpenter's
+instance choice and timing, real memory figures (approximate here), Helm templates beyond the
+values that place and size pods, and chart hook Jobs (they run on the untainted system nodes).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping, Optional, Sequence, TextIO
+
+import yaml
+
+from components.chart_defaults import DEFAULTS, helm_merge
+from stacks.capacity import (HYBRID_MAX_PODS, Capacity, allocatable, burst_cpu_request_m)
+from stacks.offline import ProgramRun, Registration, Secret
+
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+RELEASE = "kubernetes:helm.sh/v3:Release"
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+INSTANCE = "aws:ec2/instance:Instance"
+NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
+ADDON = "aws:eks/addon:Addon"
+
+COMPUTE_TYPE = "eks.amazonaws.com/compute-type"
+HOSTNAME = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+#: The demo scales burst up to this many pods (seed 002: 3 -> 15 -> 12 -> 10 -> 3).
+BURST_PEAK = 15
+BURST = "burst"
+
+# --- quantities ---------------------------------------------------------------------------------
+
+_MEMORY_UNITS = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 ** 2,
+                 "K": 1000 / 1024 ** 2, "M": 1000 ** 2 / 1024 ** 2, "G": 1000 ** 3 / 1024 ** 2}
+
+
+def cpu_millis(quantity: Any) -> int:
+    text = str(quantity)
+    if text.endswith("m"):
+        return int(float(text[:-1]))
+    return int(round(float(text) * 1000))
+
+
+def memory_mib(quantity: Any) -> int:
+    text = str(quantity)
+    match = re.fullmatch(r"([\d.]+)([A-Za-z]*)", text)
+    if not match:
+        raise ValueError(f"not a memory quantity: {quantity!r}")
+    number, unit = float(match.group(1)), match.group(2)
+    return int(number / 1024 ** 2) if not unit else int(number * _MEMORY_UNITS[unit])
+
+
+@dataclass(frozen=True)
+class Request:
+    cpu_m: int = 0
+    memory_mib: int = 0
+    gpus: int = 0
+
+    def __add__(self, other: "Request") -> "Request":
+        return Request(self.cpu_m + other.cpu_m, self.memory_mib + other.memory_mib,
+                       self.gpus + other.gpus)
+
+    def fits(self, free: "Request") -> bool:
+        return (self.cpu_m <= free.cpu_m and self.memory_mib <= free.memory_mib
+                and self.gpus <= free.gpus)
+
+    def __sub__(self, other: "Request") -> "Request":
+        return Request(self.cpu_m - other.cpu_m, self.memory_mib - other.memory_mib,
+                       self.gpus - other.gpus)
+
+
+def _container_request(container: Mapping) -> Request:
+    requests = ((container.get("resources") or {}).get("requests") or {})
+    return Request(cpu_millis(requests.get("cpu", 0)),
+                   memory_mib(requests.get("memory", 0)),
+                   int(float(requests.get("nvidia.com/gpu", 0))))
+
+
+def pod_request(containers: Sequence[Mapping], init_containers: Sequence[Mapping] = ()) -> Request:
+    """What the scheduler counts for a pod: per resource, the larger of its containers' sum and
+    its largest (sequential) init container."""
+    total = Request()
+    for c in containers:
+        total = total + _container_request(c)
+    for c in init_containers:
+        r = _container_request(c)
+        total = Request(max(total.cpu_m, r.cpu_m), max(total.memory_mib, r.memory_mib),
+                        max(total.gpus, r.gpus))
+    return total
+
+
+# --- nodes and pods -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str  # NoSchedule | PreferNoSchedule | NoExecute
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+#: What a node carries from registration until its CNI makes it Ready.
+NOT_READY = (Taint("node.kubernetes.io/not-ready", "", "NoSchedule"),
+             Taint("node.kubernetes.io/not-ready", "", "NoExecute"))
+#: EC2 nodes (kubelet with an external cloud provider) until the cloud controller sees them.
+UNINITIALIZED = Taint("node.cloudprovider.kubernetes.io/uninitialized", "true", "NoSchedule")
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    #: system | gateway | hybrid | gpu | burst — what the node is for in this lab.
+    role: str
+    instance_type: str
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    allocatable: Request
+    #: True for a node type Karpenter may launch (one stands for as many as needed).
+    elastic: bool = False
+
+    @property
+    def zone(self) -> str:
+        return self.labels.get(ZONE, "")
+
+    def bootstrap_taints(self) -> tuple[Taint, ...]:
+        extra = () if self.role in ("hybrid", "gpu") else (UNINITIALIZED,)
+        return (*self.taints, *NOT_READY, *extra)
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    kind: str  # DaemonSet | Deployment
+    replicas: int
+    request: Request
+    node_selector: Mapping[str, str]
+    affinity: Mapping[str, Any]
+    tolerations: tuple[Mapping[str, Any], ...]
+    host_network: bool
+    #: Where it comes from: "lab", "chart cilium 1.18.8-1", "EKS add-on vpc-cni".
+    source: str
+    topology_spread: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def spreads_by_host(self) -> bool:
+        """A required pod anti-affinity term on the hostname: one replica per node (chart
+        templates fill in the workload's own selector when the values give none)."""
+        terms = ((self.affinity.get("podAntiAffinity") or {})
+                 .get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+        return any(t.get("topologyKey") == HOSTNAME for t in terms)
+
+
+#: Tolerations the DaemonSet controller adds to every DaemonSet pod (REFERENCE §9): not
+#: ``not-ready:NoSchedule``.
+DAEMONSET_TOLERATIONS = (
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+)
+#: ... and to host-network DaemonSet pods.
+HOST_NETWORK_DAEMONSET_TOLERATIONS = (
+    {"key": "node.kubernetes.io/network-unavailable", "operator": "Exists", "effect": "NoSchedule"},
+)
+#: The DefaultTolerationSeconds admission plugin gives every pod these (for 300 s).
+ADMISSION_TOLERATIONS = (
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+)
+
+
+def effective_tolerations(w: Workload) -> list[Mapping[str, Any]]:
+    extra: list = list(ADMISSION_TOLERATIONS)
+    if w.kind == "DaemonSet":
+        extra += DAEMONSET_TOLERATIONS
+        if w.host_network:
+            extra += HOST_NETWORK_DAEMONSET_TOLERATIONS
+    return [*w.tolerations, *extra]
+
+
+def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> bool:
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint.effect:
+            continue
+        key, operator = t.get("key", ""), t.get("operator", "Equal")
+        if operator == "Exists" and (not key or key == taint.key):
+            return True
+        if operator == "Equal" and key == taint.key and str(t.get("value", "")) == taint.value:
+            return True
+    return False
+
+
+def _expression_holds(labels: Mapping[str, str], e: Mapping[str, Any]) -> bool:
+    key, operator, values = e["key"], e["operator"], [str(v) for v in e.get("values") or []]
+    if operator == "In":
+        return key in labels and labels[key] in values
+    if operator == "NotIn":
+        return key not in labels or labels[key] not in values
+    if operator == "Exists":
+        return key in labels
+    if operator == "DoesNotExist":
+        return key not in labels
+    if operator in ("Gt", "Lt") and key in labels:
+        a, b = int(labels[key]), int(values[0])
+        return a > b if operator == "Gt" else a < b
+    return False
+
+
+def _terms(affinity: Mapping[str, Any]) -> Optional[list]:
+    required = ((affinity.get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    return required.get("nodeSelectorTerms")
+
+
+def placement_problem(w: Workload, node: Node, *, bootstrapping: bool = False) -> Optional[str]:
+    """Why ``w`` cannot run on ``node`` (labels, affinity, taints), or None if it can."""
+    for key, value in w.node_selector.items():
+        if node.labels.get(key) != str(value):
+            return f"nodeSelector {key}={value}"
+    terms = _terms(w.affinity)
+    if terms and not any(all(_expression_holds(node.labels, e)
+                              for e in term.get("matchExpressions") or []) for term in terms):
+        return "required node affinity"
+    tolerations = effective_tolerations(w)
+    for taint in (node.bootstrap_taints() if bootstrapping else node.taints):
+        if taint.effect in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
+            return f"taint {taint}"
+    return None
+
+
+def _preference(w: Workload, node: Node) -> int:
+    preferred = ((w.affinity.get("nodeAffinity") or {})
+                 .get("preferredDuringSchedulingIgnoredDuringExecution") or [])
+    return sum(p["weight"] for p in preferred
+               if all(_expression_holds(node.labels, e)
+                      for e in p["preference"].get("matchExpressions") or []))
+
+
+# --- the lab's nodes ----------------------------------------------------------------------------
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, Secret) else value
+
+
+def _subnet_zones(run: ProgramRun) -> dict[str, str]:
+    return {r.id: r.inputs.get("availabilityZone", "")
+            for r in run.of_type("aws:ec2/subnet:Subnet")}
+
+
+def _ec2_labels(name: str, instance_type: str, zone: str) -> dict[str, str]:
+    return {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", HOSTNAME: name,
+            "node.kubernetes.io/instance-type": instance_type, ZONE: zone}
+
+
+_EKS_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute",
+                "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
+
+
+def _node_group_nodes(run: ProgramRun, reg: Registration) -> list[Node]:
+    inputs = reg.inputs
+    [instance_type] = inputs["instanceTypes"]
+    labels = dict(inputs.get("labels") or {})
+    taints = tuple(Taint(t["key"], str(t.get("value", "")), _EKS_EFFECTS[t["effect"]])
+                   for t in inputs.get("taints") or [])
+    role = "gateway" if any(t.key == "hybrid-gateway-node" for t in taints) else "system"
+    zones = _subnet_zones(run)
+    subnets = inputs["subnetIds"]
+    # VPC CNI: max pods from the ENI limits; the m/c/r large and xlarge sizes allow 29 and 58.
+    cap = allocatable(instance_type, max_pods=29 if instance_type.endswith(".large") else 58)
+    nodes = []
+    for index in range(int(inputs["scalingConfig"]["desiredSize"])):
+        name = f"{reg.name}-{index}"
+        # Managed node groups spread their nodes over the subnets' zones.
+        zone = zones.get(subnets[index % len(subnets)], "")
+        nodes.append(Node(
+            name=name, role=role, instance_type=instance_type,
+            labels={**_ec2_labels(name, instance_type, zone), **labels,
+                    "eks.amazonaws.com/nodegroup": reg.name,
+                    "eks.amazonaws.com/capacityType": "ON_DEMAND"},
+            taints=taints, allocatable=Request(cap.cpu_m, cap.memory_mib, cap.gpus)))
+    return nodes
+
+
+def node_config_of(user_data: str) -> Optional[dict]:
+    """The NodeConfig a hybrid host's join script writes (None for other user data)."""
+    match = re.search(r"<<'NODECONFIG'\n(.*?)\nNODECONFIG\n", user_data, re.S)
+    return yaml.safe_load(match.group(1)) if match else None
+
+
+def _flag(flags: Sequence[str], name: str) -> list[str]:
+    for flag in flags:
+        if flag.startswith(f"--{name}="):
+            return [item for item in flag.split("=", 1)[1].split(",") if item]
+    return []
+
+
+def _hybrid_node(reg: Registration) -> Optional[Node]:
+    config = node_config_of(str(_plain(reg.inputs.get("userData", ""))))
+    if config is None:
+        return None
+    flags = ((config["spec"].get("kubelet") or {}).get("flags") or [])
+    labels = dict(item.split("=", 1) for item in _flag(flags, "node-labels"))
+    taints = []
+    for item in _flag(flags, "register-with-taints"):
+        key_value, effect = item.rsplit(":", 1)
+        key, _, value = key_value.partition("=")
+        taints.append(Taint(key, value, effect))
+    instance_type = reg.inputs["instanceType"]
+    cap: Capacity = allocatable(instance_type, HYBRID_MAX_PODS)
+    role = "gpu" if labels.get("nvidia.com/gpu.present") == "true" else "hybrid"
+    return Node(
+        name=reg.name, role=role, instance_type=instance_type,
+        labels={"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", HOSTNAME: reg.name,
+                **labels, COMPUTE_TYPE: "hybrid"},
+        taints=tuple(taints), allocatable=Request(cap.cpu_m, cap.memory_mib, cap.gpus))
+
+
+def _burst_nodes(reg: Registration) -> list[Node]:
+    spec = reg.inputs["spec"]
+    template = spec["template"]
+    pool = reg.inputs["metadata"]["name"]
+    types = next(r["values"] for r in template["spec"]["requirements"]
+                 if r["key"] == "node.kubernetes.io/instance-type")
+    taints = tuple(Taint(t["key"], str(t.get("value", "")), t["effect"])
+                   for t in template["spec"].get("taints") or [])
+    nodes = []
+    for instance_type in types:
+        cap = allocatable(instance_type, max_pods=58)
+        name = f"karpenter:{pool}:{instance_type}"
+        nodes.append(Node(
+            name=name, role="burst", instance_type=instance_type,
+            labels={**_ec2_labels(name, instance_type, ""),
+                    **(template.get("metadata") or {}).get("labels", {}),
+                    "karpenter.sh/nodepool": pool, "karpenter.sh/capacity-type": "on-demand"},
+            taints=taints, allocatable=Request(cap.cpu_m, cap.memory_mib, cap.gpus),
+            elastic=True))
+    return nodes
+
+
+def lab_nodes(run: ProgramRun) -> list[Node]:
+    nodes: list[Node] = []
+    for reg in run.of_type(NODE_GROUP):
+        nodes += _node_group_nodes(run, reg)
+    for reg in run.of_type(INSTANCE):
+        node = _hybrid_node(reg)
+        if node is not None:
+            nodes.append(node)
+    for reg in run.of_type(NODE_POOL):
+        nodes += _burst_nodes(reg)
+    return nodes
+
+
+# --- the pods -----------------------------------------------------------------------------------
+
+_ANY_LINUX = {"matchExpressions": [
+    {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+    {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]}]}
+
+
+def _excluding(*compute_types: str) -> dict:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [*_ANY_LINUX["matchExpressions"],
+                              {"key": COMPUTE_TYPE, "operator": "NotIn",
+                               "values": list(compute_types)}]}]}}}
+
+
+#: The pods of the EKS managed add-ons, as EKS installs them (REFERENCE §1 and §9; the add-ons'
+#: public charts: amazon-vpc-cni-k8s, eks-pod-identity-agent; the EKS CoreDNS and kube-proxy
+#: manifests). Keyed by add-on name.
+EKS_ADDONS: dict[str, Workload] = {
+    "vpc-cni": Workload(
+        "aws-node", "DaemonSet", 1, Request(25, 0), {}, _excluding("fargate", "hybrid", "auto"),
+        ({"operator": "Exists"},), True, "EKS add-on vpc-cni (cloud nodes only: mixed mode)"),
+    "kube-proxy": Workload(
+        "kube-proxy", "DaemonSet", 1, Request(100, 0), {}, _excluding("fargate", "auto"),
+        ({"operator": "Exists"},), True, "EKS add-on kube-proxy"),
+    "eks-pod-identity-agent": Workload(
+        "eks-pod-identity-agent", "DaemonSet", 1, Request(0, 0), {},
+        _excluding("fargate", "hybrid"), ({"operator": "Exists"},), True,
+        "EKS add-on eks-pod-identity-agent (excludes hybrid nodes)"),
+    "coredns": Workload(
+        "coredns", "Deployment", 2, Request(100, 70), {},
+        {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [_ANY_LINUX]}}},
+        ({"key": "CriticalAddonsOnly", "operator": "Exists"},
+         {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}),
+        False, "EKS add-on coredns"),
+}
+
+
+def _release_workloads(reg: Registration) -> list[Workload]:
+    """A Helm release's pods, from its values merged into the chart's defaults."""
+    chart = reg.inputs["chart"]
+    given = reg.inputs.get("values") or {}
+    source = f"chart {chart.rsplit('/', 1)[-1]} {reg.inputs.get('version', '')}".strip()
+    if chart.endswith("/cilium"):
+        v = helm_merge(DEFAULTS["cilium"], given)
+        init = [{"resources": v.get("cni", {}).get("resources") or {}},
+                {"resources": v.get("initResources") or {}}]
+        op = v["operator"]
+        return [
+            Workload("cilium-agent", "DaemonSet", 1,
+                     pod_request([{"resources": v.get("resources") or {}}], init),
+                     v.get("nodeSelector") or {}, v.get("affinity") or {},
+                     tuple(v.get("tolerations") or ()), True, source),
+            Workload("cilium-operator", "Deployment", int(op["replicas"]),
+                     pod_request([{"resources": op.get("resources") or {}}]),
+                     op.get("nodeSelector") or {}, op.get("affinity") or {},
+                     tuple(op.get("tolerations") or ()), bool(op.get("hostNetwork")), source),
+        ]
+    if chart.endswith("/karpenter"):
+        v = helm_merge(DEFAULTS["karpenter"], given)
+        return [Workload("karpenter", "Deployment", int(v["replicas"]),
+                         pod_request([{"resources": v["controller"].get("resources") or {}}]),
+                         v.get("nodeSelector") or {}, v.get("affinity") or {},
+                         tuple(v.get("tolerations") or ()), False, source,
+                         tuple(v.get("topologySpreadConstraints") or ()))]
+    if chart == "kyverno":
+        v = helm_merge(DEFAULTS["kyverno"], given)
+        found = []
+        for controller in ("admissionController", "backgroundController", "cleanupController",
+                           "reportsController"):
+            c = v[controller]
+            if controller == "admissionController":
+                request = pod_request([c["container"]], [c["initContainer"]])
+            else:
+                request = pod_request([{"resources": c.get("resources") or {}}])
+            found.append(Workload(
+                f"kyverno-{controller.removesuffix('Controller')}", "Deployment",
+                int(c.get("replicas") or 1), request,
+                c.get("nodeSelector") or v["global"]["nodeSelector"], {},
+                tuple(c.get("tolerations") or v["global"]["tolerations"]), False, source))
+        return found
+    if chart.endswith("/eks-hybrid-nodes-gateway"):
+        v = helm_merge(DEFAULTS["eks-hybrid-nodes-gateway"], given)
+        # The chart's template: nodeSelector on its node label (plus compute-type=auto in Auto
+        # Mode), a toleration of that label's taint, one replica per node; no requests.
+        selector = {v["nodeLabel"]: "true"}
+        if v["autoMode"]["enabled"]:
+            selector[COMPUTE_TYPE] = "auto"
+        return [Workload("hybrid-nodes-gateway", "Deployment", int(v["replicas"]), Request(),
+                         selector, {"podAntiAffinity": {
+                             "requiredDuringSchedulingIgnoredDuringExecution": [
+                                 {"topologyKey": HOSTNAME}]}},
+                         ({"key": v["nodeLabel"], "operator": "Exists", "effect": "NoSchedule"},),
+                         True, source)]
+    if chart == "nvidia-device-plugin":
+        v = helm_merge(DEFAULTS["nvidia-device-plugin"], given)
+        return [Workload("nvidia-device-plugin", "DaemonSet", 1,
+                         pod_request([{"resources": v.get("resources") or {}}]),
+                         v.get("nodeSelector") or {}, v.get("affinity") or {},
+                         tuple(v.get("tolerations") or ()), False, source)]
+    return []  # karpenter-crd: no pods
+
+
+def _deployment_workload(reg: Registration, replicas: Optional[int] = None) -> Workload:
+    spec = reg.inputs["spec"]
+    pod = spec["template"]["spec"]
+    return Workload(
+        name=reg.inputs["metadata"]["name"], kind="Deployment",
+        replicas=int(spec["replicas"] if replicas is None else replicas),
+        request=pod_request(pod.get("containers") or [], pod.get("initContainers") or []),
+        node_selector=pod.get("nodeSelector") or {}, affinity=pod.get("affinity") or {},
+        tolerations=tuple(pod.get("tolerations") or ()), host_network=bool(pod.get("hostNetwork")),
+        source="lab")
+
+
+def lab_workloads(run: ProgramRun) -> list[Workload]:
+    """Every pod template the lab causes, in the order they would be scheduled (add-ons, then the
+    charts, then the demos; ``burst`` at its demo peak)."""
+    found: list[Workload] = []
+    addons = {r.inputs["addonName"] for r in run.of_type(ADDON)}
+    found += [w for name, w in EKS_ADDONS.items() if name in addons]
+    for reg in sorted(run.of_type(RELEASE), key=lambda r: r.inputs["chart"]):
+        found += _release_workloads(reg)
+    ours = []
+    for reg in run.of_type(DEPLOYMENT):
+        name = reg.inputs["metadata"]["name"]
+        ours.append(_deployment_workload(reg, BURST_PEAK if name == BURST else None))
+    # Registration order is not creation order: a fixed order keeps the plan repeatable. Demo 2
+    # scales burst up once everything else runs, so it comes last.
+    found += sorted(ours, key=lambda w: (w.name == BURST, w.name))
+    return found
+
+
+# --- scheduling ---------------------------------------------------------------------------------
+
+@dataclass
+class Placement:
+    workload: Workload
+    #: node name -> pods there (elastic Karpenter nodes: under the pool's name, "karpenter").
+    nodes: Counter = field(default_factory=Counter)
+    karpenter: int = 0
+    pending: int = 0
+    #: Why it could not run where it did not (node role -> reason), for unplaced pods.
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.nodes.values()) + self.karpenter
+
+
+@dataclass
+class Schedule:
+    nodes: list[Node]
+    placements: list[Placement]
+    used: dict[str, Request]
+
+    def of(self, name: str) -> Placement:
+        [found] = [p for p in self.placements if p.workload.name == name]
+        return found
+
+    def roles_of(self, name: str) -> set[str]:
+        by_name = {n.name: n for n in self.nodes}
+        placement = self.of(name)
+        roles = {by_name[n].role for n, count in placement.nodes.items() if count}
+        return roles | ({"burst"} if placement.karpenter else set())
+
+
+def _why_not(w: Workload, nodes: Sequence[Node]) -> dict[str, str]:
+    reasons = {}
+    for node in nodes:
+        problem = placement_problem(w, node)
+        reasons.setdefault(node.role, problem or "no room")
+    return reasons
+
+
+def schedule(nodes: Sequence[Node], workloads: Sequence[Workload]) -> Schedule:
+    """Places every workload's pods: DaemonSets on every node they admit (Karpenter's node types
+    stand for the nodes it launches), then each Deployment's replicas one at a time, on the
+    fixed node that admits and fits it with the highest preference and the most free CPU, or on
+    a node Karpenter launches when no fixed node fits and the NodePool admits the pod."""
+    fixed = [n for n in nodes if not n.elastic]
+    elastic = [n for n in nodes if n.elastic]
+    used: dict[str, Request] = {n.name: Request() for n in nodes}
+    placements = []
+    for w in sorted(workloads, key=lambda w: w.kind != "DaemonSet"):
+        placement = Placement(w)
+        placements.append(placement)
+        if w.kind == "DaemonSet":
+            for node in nodes:
+                if placement_problem(w, node) is None:
+                    placement.nodes[node.name] += 1
+                    used[node.name] = used[node.name] + w.request
+            continue
+        for _ in range(w.replicas):
+            candidates = []
+            for node in fixed:
+                if placement_problem(w, node) is not None:
+                    continue
+                if not w.request.fits(node.allocatable - used[node.name]):
+                    continue
+                if w.spreads_by_host and placement.nodes[node.name]:
+                    continue
+                if not _spread_allows(w, node, placement, fixed):
+                    continue
+                free = node.allocatable - used[node.name]
+                candidates.append((-_preference(w, node),
+                                   -free.cpu_m / max(node.allocatable.cpu_m, 1), node.name, node))
+            if candidates:
+                node = min(candidates)[-1]
+                placement.nodes[node.name] += 1
+                used[node.name] = used[node.name] + w.request
+                continue
+            if any(placement_problem(w, n) is None and
+                   w.request.fits(n.allocatable - used[n.name]) for n in elastic):
+                placement.karpenter += 1
+                continue
+            placement.pending += 1
+        if placement.pending:
+            placement.reasons = _why_not(w, nodes)
+    return Schedule(list(nodes), placements, used)
+
+
+def _spread_allows(w: Workload, node: Node, placement: Placement, fixed: Sequence[Node]) -> bool:
+    """DoNotSchedule zone spread: after placing on ``node``, no zone may hold more than
+    ``maxSkew`` pods over the emptiest zone among the nodes the pod's affinity admits."""
+    by_name = {n.name: n for n in fixed}
+    for constraint in w.topology_spread:
+        if constraint.get("whenUnsatisfiable") != "DoNotSchedule":
+            continue
+        key = constraint["topologyKey"]
+        domains = {n.labels.get(key) for n in fixed
+                   if placement_problem(w, n) is None and n.labels.get(key)}
+        counts = Counter({d: 0 for d in domains})
+        for name, count in placement.nodes.items():
+            counts[by_name[name].labels.get(key)] += count
+        counts[node.labels.get(key)] += 1
+        if max(counts.values()) - min(counts.values()) > int(constraint["maxSkew"]):
+            return False
+    return True
+
+
+# --- checks -------------------------------------------------------------------------------------
+
+#: What each node role needs running before it is Ready, and so must start on a NotReady node:
+#: the CNI, and for Cilium's cluster-pool IPAM the operator that hands out the pod CIDRs.
+BOOTSTRAP_NEEDS = {
+    "hybrid": ("cilium-agent", "cilium-operator"),
+    "gpu": ("cilium-agent",),
+    "system": ("aws-node",),
+    "gateway": ("aws-node",),
+    "burst": ("aws-node",),
+}
+
+
+def bootstrap_problems(nodes: Sequence[Node], workloads: Sequence[Workload]) -> list[str]:
+    """Every node can become Ready: what it needs first can start on it while it is NotReady."""
+    by_name = {w.name: w for w in workloads}
+    problems = []
+    for node in nodes:
+        for needed in BOOTSTRAP_NEEDS[node.role]:
+            w = by_name.get(needed)
+            if w is None:
+                problems.append(f"{node.name}: nothing provides {needed}, so it never becomes Ready")
+                continue
+            problem = placement_problem(w, node, bootstrapping=True)
+            if problem:
+                problems.append(f"{node.name} ({node.role}) never becomes Ready: {needed} "
+                                f"({w.source}) cannot start on it while it bootstraps: {problem}")
+    return problems
+
+
+def unschedulable(result: Schedule) -> list[str]:
+    return [f"{p.workload.name} ({p.workload.source}): {p.pending} of "
+            f"{p.workload.replicas} pods cannot be scheduled; "
+            + "; ".join(f"{role}: {why}" for role, why in sorted(p.reasons.items()))
+            for p in result.placements if p.pending]
+
+
+def burst_pool_intruders(nodes: Sequence[Node], workloads: Sequence[Workload]) -> list[str]:
+    """Nothing but ``burst`` (and the per-node DaemonSets) can land on a Karpenter burst node:
+    any other pod there keeps the node from ever becoming empty."""
+    burst_nodes = [n for n in nodes if n.role == "burst"]
+    return sorted({f"{w.name} ({w.source}) can land on the burst node {n.name}"
+                   for w in workloads if w.kind == "Deployment" and w.name != BURST
+                   for n in burst_nodes if placement_problem(w, n) is None})
+
+
+@dataclass(frozen=True)
+class BurstCapacity:
+    request_m: int
+    #: hybrid node -> allocatable CPU and what its DaemonSets take.
+    nodes: dict[str, tuple[int, int]]
+    #: Other pods that may share those nodes: (workload, replicas, CPU each).
+    co_tenants: list[tuple[str, int, int]]
+    #: Burst pods that fit on the hybrid nodes, fewest and most over every placement of the
+    #: co-tenants.
+    fewest: int
+    most: int
+
+
+def burst_capacity(result: Schedule) -> Optional[BurstCapacity]:
+    """How many ``burst`` pods fit on the hybrid nodes, for every way the lab's other hybrid
+    pods could be spread over them."""
+    by_name = {w.workload.name: w.workload for w in result.placements}
+    burst = by_name.get(BURST)
+    if burst is None:
+        return None
+    hosts = [n for n in result.nodes if not n.elastic and n.role in ("hybrid", "gpu")
+             and placement_problem(burst, n) is None]
+    daemons = {n.name: sum(p.workload.request.cpu_m for p in result.placements
+                           if p.workload.kind == "DaemonSet" and p.nodes[n.name]) for n in hosts}
+    others = [p.workload for p in result.placements
+              if p.workload.kind == "Deployment" and p.workload.name != BURST
+              and any(placement_problem(p.workload, n) is None for n in hosts)]
+    slots = [(w, i) for w in others for i in range(w.replicas)]
+    fits = []
+    for choice in itertools.product(range(len(hosts)), repeat=len(slots)):
+        load = Counter()
+        taken = defaultdict(set)
+        valid = True
+        for (w, _), index in zip(slots, choice):
+            node = hosts[index]
+            if placement_problem(w, node) is not None or (
+                    w.spreads_by_host and node.name in taken[w.name]):
+                valid = False
+                break
+            taken[w.name].add(node.name)
+            load[node.name] += w.request.cpu_m
+        if not valid:
+            continue
+        fits.append(sum(max(0, n.allocatable.cpu_m - daemons[n.name] - load[n.name])
+                        // max(burst.request.cpu_m, 1) for n in hosts))
+    if not fits:
+        fits = [0]
+    return BurstCapacity(
+        request_m=burst.request.cpu_m,
+        nodes={n.name: (n.allocatable.cpu_m, daemons[n.name]) for n in hosts},
+        co_tenants=[(w.name, w.replicas, w.request.cpu_m) for w in others],
+        fewest=min(fits), most=max(fits))
+
+
+@dataclass
+class SchedulingModel:
+    nodes: list[Node]
+    workloads: list[Workload]
+    result: Schedule
+    bootstrap: list[str]
+    unschedulable: list[str]
+    intruders: list[str]
+    burst: Optional[BurstCapacity]
+
+    @property
+    def problems(self) -> list[str]:
+        return [*self.bootstrap, *self.unschedulable, *self.intruders]
+
+
+def evaluate(run: ProgramRun) -> SchedulingModel:
+    nodes = lab_nodes(run)
+    workloads = lab_workloads(run)
+    result = schedule(nodes, workloads)
+    return SchedulingModel(nodes, workloads, result, bootstrap_problems(nodes, workloads),
+                           unschedulable(result), burst_pool_intruders(nodes, workloads),
+                           burst_capacity(result))
+
+
+# --- the plan's summary -------------------------------------------------------------------------
+
+def _where(result: Schedule, placement: Placement) -> str:
+    by_name = {n.name: n for n in result.nodes}
+    parts = []
+    roles = Counter()
+    for name, count in placement.nodes.items():
+        if count and not by_name[name].elastic:
+            roles[by_name[name].role] += count
+    for role, count in sorted(roles.items()):
+        parts.append(f"{count} on {role}")
+    if placement.workload.kind == "DaemonSet" and any(
+            placement.nodes[n.name] for n in result.nodes if n.elastic):
+        parts.append("each burst node")
+    if placement.karpenter:
+        parts.append(f"{placement.karpenter} on Karpenter burst nodes")
+    if placement.pending:
+        parts.append(f"{placement.pending} PENDING")
+    return ", ".join(parts) or "nowhere"
+
+
+def render(model: SchedulingModel, out: TextIO) -> None:
+    out.write("\nScheduling (model over the registered nodes, taints and pods, chart defaults "
+              "merged as Helm merges; stacks/scheduling.py)\n")
+    groups = Counter((n.role, n.instance_type, n.allocatable.cpu_m)
+                     for n in model.nodes if not n.elastic)
+    out.write("  nodes: " + ", ".join(
+        f"{role} {count}x {itype} ({cpu}m allocatable)"
+        for (role, itype, cpu), count in sorted(groups.items())) + "\n")
+    burst_types = sorted({n.instance_type for n in model.nodes if n.elastic})
+    if burst_types:
+        taints = sorted({str(t) for n in model.nodes if n.elastic for t in n.taints})
+        out.write(f"  burst: Karpenter nodes of {', '.join(burst_types)}"
+                  f" (taint {', '.join(taints) or 'none'})\n")
+    width = max((len(p.workload.name) for p in model.result.placements), default=10)
+    for p in model.result.placements:
+        count = "" if p.workload.kind == "DaemonSet" else f" x{p.workload.replicas}"
+        out.write(f"  {p.workload.name:<{width}}  {p.workload.kind + count:<15} "
+                  f"{_where(model.result, p)}\n")
+    if model.burst:
+        b = model.burst
+        nodes = ", ".join(f"{name} {alloc}m - {daemons}m daemons" for name, (alloc, daemons)
+                          in sorted(b.nodes.items()))
+        others = ", ".join(f"{name} {n}x{cpu}m" for name, n, cpu in b.co_tenants) or "none"
+        verdict = (f"{b.fewest} fit" if b.fewest == b.most
+                   else f"{b.fewest} to {b.most} fit, depending on where the others land")
+        out.write(f"  hybrid capacity for burst ({b.request_m}m each): {nodes}; shared with "
+                  f"{others}: {verdict}, for every placement of the others\n")
+    problems = model.problems
+    out.write("  problems: " + ("none" if not problems else "") + "\n")
+    for problem in problems:
+        out.write(f"    ! {problem}\n")

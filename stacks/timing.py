@@ -1,16 +1,23 @@
-"""How long `pulumi up` and `pulumi destroy` take: the critical path through the dependency
-graph, weighted with typical durations per resource type.
+"""How long `pulumi up` and `pulumi destroy` take, and whether every await outlasts what it waits
+for: one table of typical durations, read by both.
 
-Pulumi starts a resource as soon as everything it depends on is done, so the wall time of an
-`up` is the longest chain of create durations; a `destroy` walks the same graph backwards.
-The table below gives typical durations with where each comes from; they are estimates, and the
-chain they pick out is the useful part: it is what to shorten.
+Pulumi starts a resource as soon as everything it depends on is done, and marks it done when its
+await ends. So the wall time of an `up` is the longest chain of create durations, and a resource
+whose await is shorter than what happens inside it fails the `up` (a `destroy` walks the graph
+backwards). Some of what an await covers happens outside Pulumi: a host joins the cluster after
+its EC2 instance runs, the GPU driver installs after that, a pod pulls its image. Those phases
+are figures in the same table, placed in the await of the resource that actually waits for them
+(``COVERS``): the estimate and the awaits model compute one schedule from it.
+
+The figures are typical values with where each comes from; the chain they pick out is the part
+to act on: it is what to shorten.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterable, Optional
 
 from stacks.config import LAYERS
 from stacks.offline import ProgramRun, Registration
@@ -23,7 +30,14 @@ class Duration:
     source: str
 
 
-#: Typical durations by resource type. Types not listed take DEFAULT.
+INSTANCE = "aws:ec2/instance:Instance"
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+SERVICE = "kubernetes:core/v1:Service"
+RELEASE = "kubernetes:helm.sh/v3:Release"
+
+#: Typical durations: by resource type (the resource's own work), and by phase name (work outside
+#: Pulumi that some awaits cover, see COVERS; a phase has no delete). Types not listed take
+#: DEFAULT.
 DURATIONS: dict[str, Duration] = {
     "aws:eks/cluster:Cluster": Duration(570, 180, "create 8.5-10 min (terraform-aws-eks #2203, DevopsArtFactory/terraform-provisioning #46, AWS 2021-03 'under 9 min'); delete 1-4 min (Terraform logs)"),
     "aws:eks/nodeGroup:NodeGroup": Duration(150, 250, "create 2-3 min (DevopsArtFactory #47); delete 4-10 min (Terraform logs, cloud-nuke #339)"),
@@ -33,42 +47,127 @@ DURATIONS: dict[str, Duration] = {
     "aws:ec2/natGateway:NatGateway": Duration(110, 60, "create 1.5-2 min, delete about 1 min (six Terraform logs)"),
     "aws:ec2transitgateway/transitGateway:TransitGateway": Duration(120, 120, "1-2 min (estimate; terraform-provider-aws #6605 test: 95 s create+destroy)"),
     "aws:ec2transitgateway/vpcAttachment:VpcAttachment": Duration(90, 90, "1-2 min (estimate)"),
-    "aws:ec2/instance:Instance": Duration(20, 60, "running in 10-16 s (karpenter-provider-aws #3827); terminate about a minute"),
+    # Pulumi marks an instance created once it runs; the host's join is not in this await.
+    INSTANCE: Duration(20, 60, "running in 10-16 s (karpenter-provider-aws #3827); terminate about a minute"),
     "aws:kms/key:Key": Duration(20, 5, "12-29 s (Terraform logs); deletion only schedules it"),
     "aws:cloudwatch/logGroup:LogGroup": Duration(2, 2, "0-2 s (Terraform logs)"),
     "aws:iam/role:Role": Duration(5, 3, "1-7 s (DevopsArtFactory #46, steampipe-plugin-aws #131)"),
-    "kubernetes:helm.sh/v3:Release": Duration(60, 45, "Cilium 30 s, Karpenter 63 s (Terraform logs)"),
+    RELEASE: Duration(60, 45, "Cilium 30 s, Karpenter 63 s on nodes that are up (Terraform logs)"),
     "kubernetes:karpenter.sh/v1:NodePool": Duration(2, 60, "deletion waits for its instances to terminate"),
     "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass": Duration(2, 30, "deletion waits for its instance profiles"),
-    "kubernetes:apps/v1:Deployment": Duration(30, 20, "pods pulled and ready"),
+    DEPLOYMENT: Duration(30, 20, "pods scheduled, small images pulled, ready (estimate)"),
+    SERVICE: Duration(12, 5, "pulumi-kubernetes waits until the Endpoints target a pod, then 10 s for them to settle (provider/pkg/await/service.go); the pods are their Deployment's"),
     "pulumi-python:dynamic/cleanup:SsmRegistrations": Duration(1, 15, "deregistration calls"),
     "pulumi-python:dynamic/cleanup:HybridNodeObjects": Duration(1, 15, "Kubernetes API calls"),
     "pulumi-python:dynamic/cleanup:GatewayRoutes": Duration(1, 15, "route and Kubernetes API calls"),
     "pulumi-python:dynamic/cleanup:KarpenterLeftovers": Duration(1, 20, "describe calls (nothing left normally)"),
+    # Phases: work outside Pulumi.
+    "host-join": Duration(240, 0, "a host registers with the cluster after its instance runs: nodeadm install 1-3 min, init 0.5-1.5 min (estimate; aws/eks-hybrid #514 allows 8 min for install in its tests)"),
+    "gpu-driver": Duration(360, 0, "hybrid-host-gpu.sh after nodeadm init: ubuntu-drivers --gpgpu and nvidia-container-toolkit from apt; the GPU stack takes 3-5 min after a node boots (NVIDIA/gpu-operator #707), apt installs have taken about 12 min (Azure/acs-engine #989); estimate 6 min"),
+    "gpu-reboot": Duration(120, 0, "only when the driver's module does not match the running kernel: hybrid-host-gpu.sh reboots once; EC2 reboot and kubelet back (estimate)"),
+    "device-plugin-restart": Duration(150, 0, "the plugin pod starts before the driver, exits and restarts in CrashLoopBackOff, whose delay doubles from 10 s to a 5-minute cap (Kubernetes pod lifecycle): 0-5 min after the driver is in, half the cap typical (estimate)"),
+    "crashloop-backoff-cap": Duration(300, 0, "CrashLoopBackOff's longest delay, 5 minutes (Kubernetes pod lifecycle)"),
+    "vllm-image-pull": Duration(268, 0, "the ~10 GB vllm/vllm-openai image: 4 min 28 s (seed 002)"),
+    "vllm-model-load": Duration(150, 0, "model download (Qwen2.5-0.5B, ~1 GB) over the on-prem NAT, load, torch.compile and CUDA graphs: 59 s to a first answer with a warm compile cache (vllm-project/vllm #20264), a cold compile adds 20-40 s (vllm #11005); estimate 2.5 min"),
 }
 DEFAULT = Duration(3, 3, "API call")
 
-#: The hybrid hosts join after they run: nodeadm install 1-3 min, init to Ready 0.5-1.5 min once
-#: Cilium runs (estimate; aws/eks-hybrid #514 allows 8 min for install in its tests).
-HOST_JOIN_SECONDS = 240
-#: The vLLM image is about 10 GB: 4.5 minutes to pull in the seed, then the model loads.
-VLLM_START_SECONDS = 420
+
+@dataclass(frozen=True)
+class Covers:
+    """What a resource's create await covers besides its type's figure: phases that start when a
+    resource it needs (matched by type and name prefix) is created, then work of its own."""
+
+    after_type: str
+    after_prefix: str
+    #: Phases between that creation and the resource's own work.
+    before: tuple[str, ...]
+    #: Phases added to the resource's own work (after its type's figure).
+    then: tuple[str, ...] = ()
+    #: ``before`` in the worst case the await must still outlast (no safety factor on it).
+    worst: Optional[tuple[str, ...]] = None
+
+
+#: By resource name: the awaits that cover work outside Pulumi.
+COVERS: dict[str, Covers] = {
+    # Helm waits until the operator's ready replicas reach 2 - maxUnavailable 50% = 1 (and the
+    # agents' to hosts - 2): a host must have registered, so the join happens in this await.
+    "hybrid-cilium-release": Covers(INSTANCE, "hybrid-hosts-", before=("host-join",)),
+    # Helm v3 counts a DaemonSet ready once its pods are scheduled: one GPU node minus
+    # maxUnavailable 1 leaves none that must be ready (helm pkg/kube/ready.go). So this await
+    # covers at most the GPU host's join, not its driver: the driver lands in the vLLM await.
+    # Worst: a wait that counts ready pods (as Helm 4's kstatus watcher does) would also cover
+    # the driver, a reboot and the plugin's longest restart delay; the timeout allows for it.
+    "hybrid-nvidia-release": Covers(
+        INSTANCE, "hybrid-hosts-gpu", before=("host-join",),
+        worst=("host-join", "gpu-driver", "gpu-reboot", "crashloop-backoff-cap")),
+    # The vLLM pod is pending until the device plugin advertises nvidia.com/gpu (driver, then the
+    # plugin's restart), then pulls its image and loads the model.
+    "demo-vllm": Covers(
+        INSTANCE, "hybrid-hosts-gpu",
+        before=("host-join", "gpu-driver", "device-plugin-restart"),
+        then=("vllm-image-pull", "vllm-model-load"),
+        worst=("host-join", "gpu-driver", "gpu-reboot", "crashloop-backoff-cap")),
+}
+
+#: An await must last this many times its typical duration. The figures are typical values from
+#: a handful of logs and one seed run (the 4.5-minute image pull was one network on one day):
+#: 1.5 lets a run be half again slower than typical (a slow mirror, a throttled registry, a
+#: busier NAT) and still pass, while a deploy that is really stuck still fails within the hour.
+#: Tail events known in advance (a reboot, the longest restart backoff) are in COVERS' worst
+#: case, which must fit without the factor.
+SAFETY_FACTOR = 1.5
 
 
 def duration(reg: Registration, *, create: bool) -> float:
+    """The resource's own work: its type's figure (plus, at create, phases of its own)."""
     d = DURATIONS.get(reg.type, DEFAULT)
-    seconds = d.create if create else d.delete
-    if create and reg.type == "aws:ec2/instance:Instance" and reg.name.startswith("hybrid-hosts-"):
-        seconds += HOST_JOIN_SECONDS
-    if create and reg.name == "demo-vllm":
-        seconds += VLLM_START_SECONDS
-    return seconds
+    if not create:
+        return d.delete
+    covers = COVERS.get(reg.name)
+    return d.create + sum(DURATIONS[p].create for p in (covers.then if covers else ()))
+
+
+def _phases(names: Iterable[str]) -> float:
+    return sum(DURATIONS[p].create for p in names)
+
+
+def _labels_match(selector: dict, labels: dict) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def _selected_deployments(run: ProgramRun, service: Registration) -> list[Registration]:
+    """The Deployments whose pods a Service selects: its await waits for them."""
+    meta, spec = service.inputs.get("metadata") or {}, service.inputs.get("spec") or {}
+    selector = spec.get("selector") or {}
+    found = []
+    for dep in run.of_type(DEPLOYMENT):
+        dep_meta = dep.inputs.get("metadata") or {}
+        template = ((dep.inputs.get("spec") or {}).get("template") or {}).get("metadata") or {}
+        if (dep_meta.get("namespace") == meta.get("namespace")
+                and _labels_match(selector, template.get("labels") or {})):
+            found.append(dep)
+    return found
 
 
 @dataclass(frozen=True)
-class Estimate:
+class Wait:
+    """Something a resource's create await waits for beyond what it depends on: ``anchor``'s
+    creation, then ``seconds`` of work outside Pulumi."""
+
+    anchor: Registration
     seconds: float
-    chain: list[str]
+
+
+def waits(run: ProgramRun, reg: Registration, *, worst: bool = False) -> list[Wait]:
+    covers = COVERS.get(reg.name)
+    if covers is not None:
+        phases = covers.worst if worst and covers.worst is not None else covers.before
+        return [Wait(a, _phases(phases)) for a in run.of_type(covers.after_type)
+                if a.name.startswith(covers.after_prefix)]
+    if reg.type == SERVICE:
+        return [Wait(d, 0.0) for d in _selected_deployments(run, reg)]
+    return []
 
 
 def _edges(run: ProgramRun) -> dict[str, set[str]]:
@@ -83,29 +182,67 @@ def _edges(run: ProgramRun) -> dict[str, set[str]]:
     return edges
 
 
+@dataclass(frozen=True)
+class Slot:
+    #: When Pulumi starts the resource: everything it depends on is done; its await starts.
+    start: float
+    finish: float
+    #: The resource whose finish decided this one's start or end (None: nothing before it).
+    via: Optional[str]
+
+    @property
+    def window(self) -> float:
+        """How long the resource's operation (its await included) lasts."""
+        return self.finish - self.start
+
+
+def schedule(run: ProgramRun, *, create: bool = True, only: Optional[set[str]] = None,
+             edges: Optional[dict[str, set[str]]] = None) -> dict[str, Slot]:
+    """Start and finish of every resource (URN -> Slot), typical durations, when each starts as
+    soon as what it depends on is done. ``create=False``: a destroy, over the reversed edges.
+    ``only``: these resources alone, from time 0 (work they wait for outside the set counts
+    from 0)."""
+    edges = _edges(run) if edges is None else edges
+    nodes = set(edges) if only is None else only
+    waits_for = edges if create else {n: {m for m in nodes if n in edges.get(m, ())} for n in nodes}
+    slots: dict[str, Slot] = {}
+
+    def slot(urn: str) -> Slot:
+        if urn not in slots:
+            reg = run.by_urn[urn]
+            before = [(slot(d).finish, d) for d in waits_for.get(urn, ()) if d in nodes]
+            start, via = max(before, default=(0.0, None))
+            ready = start
+            for wait in (waits(run, reg) if create else ()):
+                inside = wait.anchor.urn in nodes
+                at = (slot(wait.anchor.urn).finish if inside else 0.0) + wait.seconds
+                if at > ready:
+                    ready, via = at, (wait.anchor.urn if inside else via)
+            slots[urn] = Slot(start, ready + duration(reg, create=create), via)
+        return slots[urn]
+
+    for urn in nodes:
+        slot(urn)
+    return slots
+
+
+@dataclass(frozen=True)
+class Estimate:
+    seconds: float
+    chain: list[str]
+
+
 def _longest(run: ProgramRun, edges: dict[str, set[str]], *, create: bool,
              only: Optional[set[str]] = None) -> Estimate:
-    nodes = set(edges) if only is None else only
-    done: dict[str, tuple[float, Optional[str]]] = {}
-    # create: a resource finishes at max(finish of what it waits for) + its own time.
-    # destroy: the same over the reversed edges.
-    waits = edges if create else {n: {m for m in nodes if n in edges.get(m, ())} for n in nodes}
-
-    def finish(urn: str) -> float:
-        if urn not in done:
-            before = [(finish(d), d) for d in waits.get(urn, ()) if d in nodes]
-            start, via = max(before, default=(0.0, None))
-            done[urn] = (start + duration(run.by_urn[urn], create=create), via)
-        return done[urn][0]
-
-    if not nodes:
+    slots = schedule(run, create=create, only=only, edges=edges)
+    if not slots:
         return Estimate(0.0, [])
-    end = max(nodes, key=finish)
+    end = max(slots, key=lambda u: slots[u].finish)
     chain, urn = [], end
     while urn is not None:
         chain.append(run.by_urn[urn].name)
-        urn = done[urn][1]
-    return Estimate(done[end][0], list(reversed(chain)))
+        urn = slots[urn].via
+    return Estimate(slots[end].finish, list(reversed(chain)))
 
 
 def estimate_up(run: ProgramRun) -> Estimate:
@@ -124,3 +261,147 @@ def estimate_layer_by_layer(run: ProgramRun) -> float:
         members = {r.urn for r in run.resources() if run.layer_of(r) == layer}
         total += _longest(run, edges, create=True, only=members).seconds
     return total
+
+
+# --- Await limits --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Limit:
+    seconds: float
+    source: str
+
+
+#: pulumi-kubernetes' default awaits (provider/pkg/await/deployment.go
+#: DefaultDeploymentTimeoutMins = 10, service.go DefaultServiceTimeoutMins = 10).
+KUBERNETES_DEFAULT_AWAIT = {DEPLOYMENT: 600, SERVICE: 600}
+#: helm.v3.Release: Helm's wait, `timeout` seconds (provider/pkg/provider/helm_release.go
+#: defaultTimeoutSeconds = 300); customTimeouts do not reach it.
+HELM_DEFAULT_TIMEOUT = 300
+#: terraform-provider-aws default create timeouts, which pulumi-aws inherits and
+#: customTimeouts replace (internal/service/eks/cluster.go, node_group.go, addon.go;
+#: ec2/ec2_instance.go; ec2/vpc_nat_gateway.go).
+AWS_DEFAULT_CREATE = {
+    "aws:eks/cluster:Cluster": (1800, "aws_eks_cluster default create timeout 30m"),
+    "aws:eks/nodeGroup:NodeGroup": (3600, "aws_eks_node_group default create timeout 60m"),
+    "aws:eks/addon:Addon": (1200, "aws_eks_addon default create timeout 20m"),
+    INSTANCE: (600, "aws_instance default create timeout 10m"),
+    "aws:ec2/natGateway:NatGateway": (600, "aws_nat_gateway default create timeout 10m"),
+}
+AWS_DEFAULT_UPDATE = {
+    "aws:eks/cluster:Cluster": (3600, "aws_eks_cluster default update timeout 60m"),
+    "aws:eks/nodeGroup:NodeGroup": (3600, "aws_eks_node_group default update timeout 60m"),
+    "aws:eks/addon:Addon": (1200, "aws_eks_addon default update timeout 20m"),
+    INSTANCE: (600, "aws_instance default update timeout 10m"),
+    "aws:ec2/natGateway:NatGateway": (600, "aws_nat_gateway default update timeout 10m"),
+}
+
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
+_GO_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+
+
+def go_duration_seconds(text: str) -> float:
+    """A Go duration string ("30m", "1h30m", "90s") in seconds, as customTimeouts takes it."""
+    if not text or _GO_PART.sub("", text) != "":
+        raise ValueError(f"not a Go duration: {text!r}")
+    return sum(float(n) * _GO_UNITS[u] for n, u in _GO_PART.findall(text))
+
+
+def await_limit(reg: Registration, operation: str = "create") -> Optional[Limit]:
+    """How long Pulumi waits for ``reg``'s create (or update) before failing it, and where that
+    comes from; None when nothing waits (skipAwait, or no await for the type) or the type's
+    limit is not modelled here."""
+    custom = reg.custom_timeouts.get(operation)
+    if reg.type in KUBERNETES_DEFAULT_AWAIT:
+        annotations = (reg.inputs.get("metadata") or {}).get("annotations") or {}
+        if str(annotations.get("pulumi.com/skipAwait", "")).lower() == "true":
+            return None
+        # Order of precedence: customTimeouts, the timeoutSeconds annotation, the default
+        # (pulumi-kubernetes #672).
+        if custom:
+            return Limit(go_duration_seconds(custom), f"customTimeouts.{operation} {custom}")
+        if "pulumi.com/timeoutSeconds" in annotations:
+            seconds = float(annotations["pulumi.com/timeoutSeconds"])
+            return Limit(seconds, f"annotation pulumi.com/timeoutSeconds {seconds:g}")
+        minutes = KUBERNETES_DEFAULT_AWAIT[reg.type] // 60
+        return Limit(KUBERNETES_DEFAULT_AWAIT[reg.type], f"pulumi-kubernetes default {minutes} min")
+    if reg.type == RELEASE:
+        if reg.inputs.get("skipAwait"):
+            return None
+        if reg.inputs.get("timeout") is not None:
+            return Limit(float(reg.inputs["timeout"]), f"timeout {float(reg.inputs['timeout']):g} s")
+        return Limit(HELM_DEFAULT_TIMEOUT, f"Helm default {HELM_DEFAULT_TIMEOUT} s")
+    defaults = AWS_DEFAULT_CREATE if operation == "create" else AWS_DEFAULT_UPDATE
+    if reg.type in defaults:
+        if custom:
+            return Limit(go_duration_seconds(custom), f"customTimeouts.{operation} {custom}")
+        return Limit(*defaults[reg.type])
+    return None
+
+
+# --- The awaits model ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Await:
+    name: str
+    type: str
+    operation: str
+    #: Typical length of the operation, its await included.
+    typical: float
+    #: In the worst case COVERS knows of (equal to typical where it knows none).
+    worst: float
+    limit: Limit
+
+    @property
+    def problem(self) -> Optional[str]:
+        if self.typical * SAFETY_FACTOR > self.limit.seconds:
+            return (f"{self.name}: {self.operation} typically takes {self.typical:.0f} s; x"
+                    f"{SAFETY_FACTOR:g} = {self.typical * SAFETY_FACTOR:.0f} s exceeds its await "
+                    f"limit {self.limit.seconds:.0f} s ({self.limit.source})")
+        if self.worst > self.limit.seconds:
+            return (f"{self.name}: {self.operation} takes up to {self.worst:.0f} s, over its await "
+                    f"limit {self.limit.seconds:.0f} s ({self.limit.source})")
+        return None
+
+
+def _update_seconds(reg: Registration) -> Optional[float]:
+    """A Deployment's rollout: its own work again (the image may be new), after the old pods
+    stop when the strategy is Recreate; None for other types (not modelled)."""
+    if reg.type != DEPLOYMENT:
+        return None
+    spec = reg.inputs.get("spec") or {}
+    seconds = duration(reg, create=True)
+    if (spec.get("strategy") or {}).get("type") == "Recreate":
+        seconds += float(((spec.get("template") or {}).get("spec") or {})
+                         .get("terminationGracePeriodSeconds", 30))
+    return seconds
+
+
+def _worst_window(run: ProgramRun, reg: Registration, slots: dict[str, Slot]) -> float:
+    """The create's length when this resource's outside work takes its worst case and
+    everything else its typical time."""
+    ready = slots[reg.urn].start
+    for wait in waits(run, reg, worst=True):
+        ready = max(ready, slots[wait.anchor.urn].finish + wait.seconds)
+    return max(slots[reg.urn].window, ready + duration(reg, create=True) - slots[reg.urn].start)
+
+
+def awaits(run: ProgramRun) -> list[Await]:
+    """Every awaited create (and Deployment update) with its typical and worst length and its
+    limit, from the same schedule as the estimate."""
+    slots = schedule(run)
+    found = []
+    for reg in run.resources():
+        limit = await_limit(reg, "create")
+        if limit is not None:
+            found.append(Await(reg.name, reg.type, "create", slots[reg.urn].window,
+                               _worst_window(run, reg, slots), limit))
+        update, limit = _update_seconds(reg), await_limit(reg, "update")
+        if update is not None and limit is not None:
+            found.append(Await(reg.name, reg.type, "update", update, update, limit))
+    return found
+
+
+def await_problems(run: ProgramRun) -> list[str]:
+    return [a.problem for a in awaits(run) if a.problem]

@@ -6,7 +6,8 @@ import pytest
 
 from stacks import costs
 from stacks.config import load_config
-from stacks.timing import DURATIONS, estimate_destroy, estimate_layer_by_layer, estimate_up
+from stacks.timing import (DEPLOYMENT, DURATIONS, SERVICE, estimate_destroy,
+                           estimate_layer_by_layer, estimate_up, schedule)
 
 
 def cfg(region: str = "ap-northeast-2", **raw):
@@ -85,3 +86,21 @@ def test_deploy_time_critical_paths(dev_run):
     assert up.seconds < 0.75 * estimate_layer_by_layer(dev_run)
     assert 10 * 60 < up.seconds < 40 * 60
     assert all(d.source for d in DURATIONS.values())
+
+
+def test_gpu_up_ends_with_the_gpu_host_and_the_vllm_start(dev_run, lab):
+    run = lab(gpuEnabled=True)
+    up = estimate_up(run)
+    assert up.chain[-3:] == ["hybrid-hosts-gpu", "demo-vllm", "demo-vllm-svc"]
+    names = {r.name: r for r in run.resources()}
+    for before, after in zip(up.chain, up.chain[1:]):
+        assert names[before].urn in set(names[after].dependencies) | {names[after].provider.rsplit("::", 1)[0]}
+    # Recomputed from the figures: after the GPU host runs, it joins, installs its driver, the
+    # device plugin restarts onto it, then vLLM pulls its image and loads the model, and its
+    # Service (created after it) sees the pod.
+    after_host = sum(DURATIONS[k].create for k in (
+        "host-join", "gpu-driver", "device-plugin-restart", DEPLOYMENT, "vllm-image-pull",
+        "vllm-model-load", SERVICE))
+    host_done = schedule(run)[names["hybrid-hosts-gpu"].urn].finish
+    assert up.seconds == pytest.approx(host_done + after_host)
+    assert up.seconds > estimate_up(dev_run).seconds

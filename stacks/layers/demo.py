@@ -40,7 +40,8 @@ class DemoLayer(Layer):
             self.namespaces[ns] = k8s.core.v1.Namespace(
                 self.child_name(ns), metadata=demos.restricted_namespace(ns), opts=self.child())
 
-        def workload(ns: str, name: str, spec: dict, depends_on=(), service_port=None):
+        def workload(ns: str, name: str, spec: dict, depends_on=(), service_port=None,
+                     timeouts: Optional[pulumi.CustomTimeouts] = None):
             namespace = self.namespaces[ns]
             created = k8s.apps.v1.Deployment(
                 self.child_name(name),
@@ -48,13 +49,17 @@ class DemoLayer(Layer):
                 spec=spec,
                 # Any demo pod may land on a burst node: the workloads go before the NodePool,
                 # so deleting it drains nothing but empty nodes.
-                opts=self.child(depends_on=[namespace, karpenter.node_pool, *depends_on]))
+                opts=self.child(depends_on=[namespace, karpenter.node_pool, *depends_on],
+                                custom_timeouts=timeouts))
             if service_port:
                 k8s.core.v1.Service(
                     self.child_name(f"{name}-svc"),
                     metadata={"name": name, "namespace": ns, "labels": {"app": name}},
                     spec=demos.cluster_ip_service(name, service_port[0], service_port[1]),
-                    opts=self.child(depends_on=[namespace]))
+                    # Pulumi awaits a Service until its Endpoints target a pod (10 min): created
+                    # with the namespace, vLLM's would wait through the GPU host's join and
+                    # driver install and time out. After its Deployment, the pods are there.
+                    opts=self.child(depends_on=[namespace, created]))
             return created
 
         # Demo 1: traffic both ways through the gateway, and through ClusterIP services.
@@ -102,7 +107,12 @@ class DemoLayer(Layer):
             if hybrid.device_plugin is not None:
                 needs.append(hybrid.device_plugin.release)
             workload(GPU_NS, "vllm", demos.vllm_server("vllm", cfg.gpu_model),
-                     depends_on=needs, service_port=(8000, 8000))
+                     depends_on=needs, service_port=(8000, 8000),
+                     # Typically 14 min, over Pulumi's default 10: the pod waits for the GPU
+                     # host's driver and the device plugin, then pulls ~10 GB and loads the model
+                     # (stacks/timing.py). An update is a Recreate rollout: the old pod stops,
+                     # the new one may pull a new image and loads the model again.
+                     timeouts=pulumi.CustomTimeouts(create="30m", update="30m"))
             workload(GPU_NS, "vllm-client", demos.vllm_client(
                 "vllm-client", f"http://vllm.{GPU_NS}.svc:8000", cfg.gpu_model))
 

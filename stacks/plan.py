@@ -3,7 +3,8 @@
     python -m stacks.plan [--stack dev]
 
 Reads ``Pulumi.<stack>.yaml``, runs the real program against a stand-in for AWS and prints the
-layers in creation order with their resources, the destroy order and any warnings. Invalid
+layers in creation order with their resources, the destroy order, cost and time, where every
+pod would run (the scheduling and capacity model) and any warnings. Invalid
 config prints the validation error and exits 1, as `pulumi preview` would fail.
 """
 
@@ -17,10 +18,12 @@ from collections import Counter, defaultdict
 from typing import Optional, TextIO
 
 from stacks.config import LAYERS, ConfigError
+from stacks import scheduling
 from stacks.costs import READ_ON
 from stacks.costs import estimate as estimate_costs
 from stacks.costs import totals as cost_totals
-from stacks.timing import estimate_destroy, estimate_layer_by_layer, estimate_up
+from stacks.timing import (SAFETY_FACTOR, awaits, estimate_destroy, estimate_layer_by_layer,
+                           estimate_up)
 from stacks.offline import ProgramRun, load_stack_config, provider_default_tags, run_program
 
 _MAX_NAMES = 4
@@ -80,6 +83,7 @@ def render(run: ProgramRun, out: TextIO) -> None:
 
     _render_costs(run, out)
     _render_times(run, out)
+    scheduling.render(scheduling.evaluate(run), out)
 
     out.write("\nWarnings\n")
     if run.warnings:
@@ -119,6 +123,18 @@ def _render_times(run: ProgramRun, out: TextIO) -> None:
     out.write(f"  pulumi destroy  ~{down.seconds / 60:.0f} min: {' -> '.join(down.chain)}\n")
     out.write(f"  layer by layer  ~{layered / 60:.0f} min (if each layer waited for the whole "
               "previous one)\n")
+    checked = awaits(run)
+    longest = max(checked, key=lambda a: a.typical, default=None)
+    problems = [a.problem for a in checked if a.problem]
+    out.write(f"  awaits          {len(checked)} awaited operations; each one's typical time "
+              f"x{SAFETY_FACTOR:g} fits its limit" if not problems else
+              f"  awaits          {len(problems)} of {len(checked)} would time out")
+    if longest is not None and not problems:
+        out.write(f" (longest: {longest.name} ~{longest.typical / 60:.0f} min of "
+                  f"{longest.limit.seconds / 60:.0f})")
+    out.write("\n")
+    for problem in problems:
+        out.write(f"    ! {problem}\n")
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -167,6 +167,15 @@ def test_every_pod_lands_where_it_is_meant_to(lab, overrides):
             assert placement.total == placement.workload.replicas, name
 
 
+def test_the_charts_anti_affinity_survives_the_merge(dev_run):
+    # `affinity` is a map: Helm merges the node affinity the lab gives into the chart's pod
+    # anti-affinity, so the operator still runs one replica per node.
+    model = scheduling.evaluate(dev_run)
+    operator = next(w for w in model.workloads if w.name == "cilium-operator")
+    assert operator.spreads_by_host and "nodeAffinity" in operator.affinity
+    assert set(model.result.of("cilium-operator").nodes.values()) == {1}
+
+
 def test_demo_two_has_its_shape_eight_on_hybrid_seven_bursting(dev_run):
     model = scheduling.evaluate(dev_run)
     assert model.burst.fewest == model.burst.most == 8

@@ -256,15 +256,12 @@ def _endpoint(net: Network, name: str) -> Optional[Endpoint]:
 
 # --- evaluators -------------------------------------------------------------------------------
 
-def _direct(net: Network, source: Interface, destination: Interface, protocol: str, port: int,
-            *, source_addresses: Optional[Net] = None, destination_addresses: Optional[Net] = None,
-            forwarded: bool = False) -> str:
-    """One interface to another: egress, the route there, ingress, the route back.
-    ``forwarded``: the source addresses are not the interface's own (a security-group
-    reference does not cover them)."""
-    src_net = source_addresses or net.subnets[source.subnet].cidr
-    dst_net = destination_addresses or net.subnets[destination.subnet].cidr
-    src_groups = frozenset() if forwarded else source.security_groups
+def _direct(net: Network, source: Interface, destination: Interface, protocol: str,
+            port: int) -> str:
+    """One interface to another, each from its subnet's addresses: egress, the route there,
+    ingress, the route back. Returns the way and the rule that admits it."""
+    src_net = net.subnets[source.subnet].cidr
+    dst_net = net.subnets[destination.subnet].cidr
     what = f"{protocol}/{port}"
     if net.matching_rule(source.security_groups, "egress", protocol, port, dst_net,
                          destination.security_groups) is None:
@@ -272,7 +269,7 @@ def _direct(net: Network, source: Interface, destination: Interface, protocol: s
                       f"to {dst_net}")
     way = net.route_between(source.subnet, dst_net, destination.subnet)
     rule = net.matching_rule(destination.security_groups, "ingress", protocol, port, src_net,
-                             src_groups)
+                             source.security_groups)
     if rule is None:
         raise Blocked(f"no ingress on {net.group_labels(destination.security_groups)} for {what} "
                       f"from {src_net}")

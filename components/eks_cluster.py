@@ -23,6 +23,23 @@ CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator")
 
 
 @dataclass(frozen=True)
+class RemoteAccess:
+    """A port that cloud pods serve to hybrid nodes and their pods."""
+
+    protocol: str
+    port: int
+    why: str
+
+
+#: CoreDNS runs on cloud nodes (hybrid nodes are tainted), so every pod on a hybrid node needs
+#: it: TCP and UDP 53 (AWS "Prepare networking for hybrid nodes", REFERENCE §9).
+DNS = (
+    RemoteAccess("udp", 53, "DNS from hybrid nodes and pods to CoreDNS on cloud nodes"),
+    RemoteAccess("tcp", 53, "DNS over TCP from hybrid nodes and pods to CoreDNS on cloud nodes"),
+)
+
+
+@dataclass(frozen=True)
 class EksClusterArgs:
     cluster_name: str
     kubernetes_version: str
@@ -47,6 +64,10 @@ class EksCluster(pulumi.ComponentResource):
     endpoint: pulumi.Output[str]
     certificate_authority: pulumi.Output[str]
     cluster_security_group_id: pulumi.Output[str]
+    remote_node_cidrs: list[str]
+    remote_pod_cidrs: list[str]
+    #: The cluster security group's DNS rules for the remote networks.
+    dns_rules: list[aws.vpc.SecurityGroupIngressRule]
     log_group: aws.cloudwatch.LogGroup
     #: Access entries and their policy associations: whoever acts through them depends on them.
     access: list[pulumi.Resource]
@@ -55,6 +76,8 @@ class EksCluster(pulumi.ComponentResource):
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("eks-hybrid-lab:eks:Cluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
+        self.remote_node_cidrs = list(args.remote_node_cidrs)
+        self.remote_pod_cidrs = list(args.remote_pod_cidrs)
 
         # EKS creates /aws/eks/<name>/cluster itself when logging is on, and that group outlives
         # the cluster (and bills for storage). Created here first, it is the stack's to delete.
@@ -164,6 +187,7 @@ class EksCluster(pulumi.ComponentResource):
                 description="pods on hybrid nodes to the API server",
                 opts=child,
             )
+        self.dns_rules = self.admit_remote_networks(f"{name}-dns", DNS, child)
 
         self.access = []
         for index, role_arn in enumerate(args.admin_role_arns):
@@ -188,6 +212,29 @@ class EksCluster(pulumi.ComponentResource):
             "name": self.name, "arn": self.arn, "endpoint": self.endpoint,
             "clusterSecurityGroupId": self.cluster_security_group_id,
         })
+
+    def admit_remote_networks(self, name: str, ports: Sequence[RemoteAccess],
+                              opts: pulumi.ResourceOptions) -> list[aws.vpc.SecurityGroupIngressRule]:
+        """Opens ``ports`` on the cluster security group to both remote networks.
+
+        System and Karpenter nodes carry only this group, so whatever their pods serve to hybrid
+        pods must be open here. A hybrid pod's packet arrives from its node's address (service
+        NAT, Cilium masquerading) or from its own (through the hybrid nodes gateway), so both
+        networks are admitted. The rules belong to whoever ``opts`` parents them to: a layer
+        that opens a port for its workloads removes it with them.
+        """
+        rules = []
+        for access in ports:
+            for network, cidrs in (("node", self.remote_node_cidrs), ("pod", self.remote_pod_cidrs)):
+                for index, cidr in enumerate(cidrs):
+                    rules.append(aws.vpc.SecurityGroupIngressRule(
+                        f"{name}-{access.protocol}{access.port}-from-{network}s-{index}",
+                        security_group_id=self.cluster_security_group_id,
+                        ip_protocol=access.protocol, from_port=access.port, to_port=access.port,
+                        cidr_ipv4=cidr, description=f"{access.why} (remote {network} network)",
+                        opts=opts,
+                    ))
+        return rules
 
 
 def kubeconfig(cluster_name: pulumi.Input[str], endpoint: pulumi.Input[str],

@@ -121,7 +121,10 @@ def test_cluster_security_group_admits_hybrid_nodes_and_pods_and_reaches_kubelet
     cluster_sg = [r for r in dev_run.of_type(INGRESS) if r.name.startswith("cluster-")]
     rules = {(r.inputs["cidrIpv4"], r.inputs["fromPort"], r.inputs["toPort"], r.inputs["ipProtocol"])
              for r in cluster_sg}
-    assert rules == {("172.16.0.0/18", 443, 443, "tcp"), ("172.17.0.0/16", 443, 443, "tcp")}
+    # 443 for kubelets and pods; DNS (TCP and UDP 53) to CoreDNS on cloud nodes, from both.
+    assert rules == {("172.16.0.0/18", 443, 443, "tcp"), ("172.17.0.0/16", 443, 443, "tcp"),
+                     ("172.16.0.0/18", 53, 53, "udp"), ("172.17.0.0/16", 53, 53, "udp"),
+                     ("172.16.0.0/18", 53, 53, "tcp"), ("172.17.0.0/16", 53, 53, "tcp")}
     egress = [r for r in dev_run.of_type(EGRESS) if r.name.startswith("cluster-")]
     assert [(r.inputs["cidrIpv4"], r.inputs["fromPort"], r.inputs["ipProtocol"]) for r in egress] == [
         ("172.16.0.0/18", 10250, "tcp")]

@@ -9,6 +9,7 @@ import pulumi_kubernetes as k8s
 
 from components import demos
 from components.cleanup.deletion_cost_ranks import DeletionCostRanks
+from components.eks_cluster import RemoteAccess
 from components.kyverno import Kyverno, KyvernoArgs
 from stacks.capacity import burst_cpu_request_m
 from stacks.config import LabConfig
@@ -20,6 +21,8 @@ from stacks.layers.karpenter import BURST_TOLERATION, KarpenterLayer
 GATEWAY_NS = "demo-gateway"
 BURST_NS = "demo-burst"
 GPU_NS = "demo-gpu"
+#: echo-cloud's target port (nginx-unprivileged listens on 8080).
+ECHO_PORT = 8080
 #: Demo 2 scales 3 -> 15 (hybrid full, 7 burst to the cloud) -> 12 -> 10 -> 3 (seed 002).
 BURST_SCALE_SEQUENCE = (3, 15, 12, 10, 3)
 
@@ -73,6 +76,12 @@ class DemoLayer(Layer):
         prober_hybrid = demos.prober(
             "prober-hybrid", f"http://echo-cloud.{GATEWAY_NS}.svc", on_hybrid=True)
         workload(GATEWAY_NS, "prober-hybrid", prober_hybrid, depends_on=on_hybrid)
+
+        # prober-hybrid reaches echo-cloud's pods, which sit on cloud nodes behind the cluster
+        # security group: their target port is opened to the remote networks here, so it comes
+        # and goes with the demos (as the gateway layer owns its VXLAN rules).
+        cluster.eks.admit_remote_networks(self.child_name("echo-cloud"), [RemoteAccess(
+            "tcp", ECHO_PORT, "demo 1 prober-hybrid to echo-cloud")], self.child())
 
         # Demo 2: Kyverno's deletion-cost policy in scenarios B and C, absent in A.
         self.kyverno = Kyverno(self.child_name("kyverno"), KyvernoArgs(

@@ -4,7 +4,8 @@
 
 Reads ``Pulumi.<stack>.yaml``, runs the real program against a stand-in for AWS and prints the
 layers in creation order with their resources, the destroy order, cost and time, where every
-pod would run (the scheduling and capacity model) and any warnings. Invalid
+pod would run (the scheduling and capacity model), the flows the lab needs with whether what
+registers allows them (the reachability model), and any warnings. Invalid
 config prints the validation error and exits 1, as `pulumi preview` would fail.
 """
 
@@ -18,7 +19,7 @@ from collections import Counter, defaultdict
 from typing import Optional, TextIO
 
 from stacks.config import LAYERS, ConfigError
-from stacks import scheduling
+from stacks import reachability, scheduling
 from stacks.costs import READ_ON
 from stacks.costs import estimate as estimate_costs
 from stacks.costs import totals as cost_totals
@@ -84,6 +85,8 @@ def render(run: ProgramRun, out: TextIO) -> None:
     _render_costs(run, out)
     _render_times(run, out)
     scheduling.render(scheduling.evaluate(run), out)
+    out.write("\n")
+    reachability.render(reachability.evaluate(run), out, reachability.internet_exposure(run))
 
     out.write("\nWarnings\n")
     if run.warnings:

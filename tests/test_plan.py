@@ -52,6 +52,15 @@ def test_plan_of_the_dev_stack(dev_run):
     assert "Cost while up (USD, on-demand, approximate; ap-northeast-2 prices" in out
     assert "  total " in out and "/day" in out
     assert "pulumi up       ~" in out and "pulumi destroy  ~" in out and "layer by layer  ~" in out
+    assert "fits its limit" in out
+    # The models: where every pod runs and demo 2's capacity; every flow the lab needs.
+    scheduling = out.split("\nScheduling (", 1)[1].split("\n\n", 1)[0]
+    assert "burst                   Deployment x15  8 on hybrid, 7 on Karpenter burst nodes" in scheduling
+    assert ": 8 fit, for every placement of the others" in scheduling
+    assert "problems: none" in scheduling
+    flows = out.split("\nFlows (", 1)[1].split("\n\n", 1)[0]
+    assert "udp/53     hybrid pods (pod IP) -> CoreDNS" in flows and " 0 blocked" in flows
+    assert "BLOCKED" not in flows and "Internet exposure: none" in flows
     assert seconds < 5, f"the plan took {seconds:.1f}s"
 
 

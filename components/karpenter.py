@@ -185,8 +185,13 @@ def controller_values(cluster: str, region: str, queue_name: pulumi.Input[str], 
 
 @dataclass(frozen=True)
 class KarpenterArgs:
-    #: A plain string: it is part of the IAM condition keys.
+    #: A plain string: it is part of the IAM condition keys, the chart's settings and names.
     cluster_name: str
+    #: The same name as the cluster's output (``aws.eks.Cluster.name``). What acts on the cluster
+    #: (the access entry, the Pod Identity association, the leftover cleanup) takes this one: a
+    #: plain string creates no dependency, and EKS does not retry CreateAccessEntry on a cluster
+    #: that does not exist yet.
+    cluster_name_output: pulumi.Input[str]
     cluster_arn: pulumi.Input[str]
     region: str
     account_id: str
@@ -222,7 +227,8 @@ class Karpenter(pulumi.ComponentResource):
             description=f"Nodes Karpenter launches for {cluster}",
         ), opts=child)
         node_access = aws.eks.AccessEntry(
-            f"{name}-node-access", cluster_name=cluster, principal_arn=self.node_role.arn,
+            f"{name}-node-access", cluster_name=args.cluster_name_output,
+            principal_arn=self.node_role.arn,
             type="EC2_LINUX", opts=child)
 
         self.queue = aws.sqs.Queue(
@@ -261,7 +267,7 @@ class Karpenter(pulumi.ComponentResource):
             description=f"Karpenter controller of {cluster}",
         ), opts=child)
         pod_identity = aws.eks.PodIdentityAssociation(
-            f"{name}-pod-identity", cluster_name=cluster, namespace=NAMESPACE,
+            f"{name}-pod-identity", cluster_name=args.cluster_name_output, namespace=NAMESPACE,
             service_account=SERVICE_ACCOUNT, role_arn=self.controller_role.arn,
             opts=pulumi.ResourceOptions(parent=self, depends_on=self.controller_role.attachments))
 
@@ -269,7 +275,7 @@ class Karpenter(pulumi.ComponentResource):
         # launch templates and instance profiles escaped the finalizers, before the node role,
         # subnets and security groups are deleted.
         self.cleanup = KarpenterLeftoverCleanup(
-            f"{name}-leftovers", region=args.region, cluster_name=cluster,
+            f"{name}-leftovers", region=args.region, cluster_name=args.cluster_name_output,
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=[*self.node_role.attachments, node_access,
                                          *args.cleanup_waits_for]))

@@ -36,6 +36,10 @@ KUBERNETES_MINORS = range(32, 37)
 #: once nodes have blocks, so it is fixed here.
 CILIUM_NODE_MASK = 25
 
+#: The first Karpenter with the ``podDeletionCostManagement`` feature gate (scenario C). An older
+#: chart ignores the setting, so scenario C would silently run as scenario B.
+POD_DELETION_COST_KARPENTER = "1.15.0"
+
 RFC1918 = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 
 
@@ -292,6 +296,11 @@ def _rule_instance_type(value):
     return None, "must be an EC2 instance type name such as m6i.large"
 
 
+def _version(value: str) -> tuple[int, ...]:
+    """A validated MAJOR.MINOR.PATCH as a tuple that compares by number."""
+    return tuple(int(part) for part in value.split("."))
+
+
 def _rule_karpenter_version(value):
     if value.startswith("v"):
         return None, "must be a semantic version without the leading v (chart tags have none), e.g. 1.15.0"
@@ -432,6 +441,15 @@ def load_config(values: Mapping[str, str], *, stack: str, region: Optional[str],
                 "hybridPodCidr", str(pods),
                 f"must hold a /{CILIUM_NODE_MASK} pod block for each of the {hosts} hybrid hosts "
                 f"(Cilium gives every node one); it holds {blocks}"))
+
+    scenario, karpenter = parsed.get("burstScenario"), parsed.get("karpenterVersion")
+    if scenario == "C" and karpenter is not None and _version(karpenter) < _version(
+            POD_DELETION_COST_KARPENTER):
+        violations.append(Violation(
+            "burstScenario", scenario,
+            f"scenario C needs karpenterVersion {POD_DELETION_COST_KARPENTER} or later (the "
+            f"podDeletionCostManagement feature gate); karpenterVersion is {karpenter}, whose "
+            "chart ignores the gate, so C would run as B. Raise karpenterVersion or choose A or B"))
 
     layer = parsed.get("upToLayer")
     if layer is not None and layer not in AVAILABLE_LAYERS:

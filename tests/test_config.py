@@ -176,6 +176,30 @@ def test_pod_cidr_must_hold_a_cilium_block_per_host(pods, nodes, gpu, ok):
         assert "must hold a /25 pod block for each of the" in found.rule
 
 
+@pytest.mark.parametrize("version", ["1.14.1", "1.9.0", "1.0.0"])
+def test_scenario_c_needs_the_karpenter_with_its_feature_gate(version):
+    """Defect 8: podDeletionCostManagement exists from Karpenter 1.15.0; an older chart ignores
+    the setting and scenario C silently runs as B."""
+    [found] = violations(burstScenario="C", karpenterVersion=version)
+    assert found.key == "burstScenario"
+    message = str(found)
+    assert message.startswith('burstScenario = "C": ')
+    assert "karpenterVersion 1.15.0 or later" in message and f"karpenterVersion is {version}" in message
+
+
+@pytest.mark.parametrize("scenario,version", [("C", "1.15.0"), ("C", "1.15.1"), ("C", "1.16.0"),
+                                              ("C", "2.0.0"), ("B", "1.14.1"), ("A", "1.0.0")])
+def test_scenario_c_with_a_recent_karpenter_and_a_or_b_with_any(scenario, version):
+    assert load(burstScenario=scenario, karpenterVersion=version).burst_scenario == scenario
+
+
+def test_scenario_c_with_an_old_karpenter_registers_nothing():
+    with pytest.raises(ConfigError) as caught:
+        run_program(lab_config(burstScenario="C", karpenterVersion="1.14.1"))
+    assert [v.key for v in caught.value.violations] == ["burstScenario"]
+    assert caught.value.registrations == []
+
+
 def test_all_violations_are_reported_at_once():
     found = violations(clusterName="bad name", hybridNodeCount="0", burstScenario="Z",
                        gpuEnabled="maybe")

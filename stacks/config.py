@@ -18,6 +18,8 @@ from typing import Any, Callable, Mapping, Optional
 
 import pulumi
 
+from ops.principals import same_role
+
 PROJECT = "eks-hybrid-lab"
 
 #: The six layers, in creation order; destroy runs the reverse.
@@ -467,6 +469,19 @@ def load_config(values: Mapping[str, str], *, stack: str, region: Optional[str],
         raise ConfigError(violations)
     return LabConfig(project=project, stack=stack, region=region,
                      **{_field(k): v for k, v in parsed.items()})
+
+
+def deployer_admin_violations(admin_role_arns: tuple[str, ...], caller_arn: str) -> list[Violation]:
+    """adminRoleArns items that are the role ``pulumi up`` runs as (``caller_arn``, from
+    sts:GetCallerIdentity). The cluster already gives its creator an admin access entry
+    (bootstrap_cluster_creator_admin_permissions), so a second one for the same role fails at
+    CreateAccessEntry — after the cluster has taken 10 minutes to create."""
+    return [Violation(
+        "adminRoleArns", arn,
+        f"is the role pulumi up runs as ({caller_arn}); the cluster already makes its creator an "
+        "admin, and a second access entry for the same role fails. adminRoleArns is for other "
+        "roles: remove this item")
+        for arn in admin_role_arns if same_role(caller_arn, arn)]
 
 
 def read_pulumi_config() -> LabConfig:

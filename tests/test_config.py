@@ -13,6 +13,7 @@ from stacks import config as config_module
 from stacks.config import (AVAILABLE_LAYERS, LAYERS, SETTINGS, ConfigError, LabConfig,
                            load_config)
 from tests.conftest import PROJECT_DIR, lab_config
+from stacks.fake_cloud import ACCOUNT_ID, FakeCloud
 from stacks.offline import run_program
 
 
@@ -245,6 +246,45 @@ def test_too_few_zones_is_reported_before_layers_register():
     assert caught.value.violations[0].key == "availabilityZoneCount"
     assert "offers only 2 zone(s)" in str(caught.value)
     assert [r.type for r in caught.value.registrations] == ["pulumi:providers:aws"]
+
+
+# --- adminRoleArns must not hold the deployer's own role ------------------------------------------
+
+DEPLOYER_ROLE_SESSION = f"arn:aws:sts::{ACCOUNT_ID}:assumed-role/LabAdmin/alice@example.com"
+DEPLOYER_ROLE = f"arn:aws:iam::{ACCOUNT_ID}:role/teams/LabAdmin"
+OTHER_ROLE = f"arn:aws:iam::{ACCOUNT_ID}:role/Auditor"
+
+
+def as_assumed_role() -> FakeCloud:
+    return FakeCloud(region="ap-northeast-2", caller_arn=DEPLOYER_ROLE_SESSION)
+
+
+def test_the_deployers_own_role_in_admin_role_arns_is_refused_before_anything_registers():
+    """EKS already gives the cluster's creator an admin access entry; a second one for the same
+    role fails, after the cluster took minutes to create. The deployer's session ARN drops the
+    role's path, so the roles are compared by account and name."""
+    with pytest.raises(ConfigError) as caught:
+        run_program(lab_config(adminRoleArns=[OTHER_ROLE, DEPLOYER_ROLE]), cloud=as_assumed_role())
+    [found] = caught.value.violations
+    assert (found.key, found.value) == ("adminRoleArns", DEPLOYER_ROLE)
+    assert str(found).startswith(
+        f'adminRoleArns = "{DEPLOYER_ROLE}": is the role pulumi up runs as ({DEPLOYER_ROLE_SESSION})')
+    assert "remove this item" in str(found)
+    # Only the provider, which is not a cloud resource, was registered.
+    assert [r.type for r in caught.value.registrations] == ["pulumi:providers:aws"]
+
+
+def test_admin_roles_other_than_the_deployers_are_given_access_entries():
+    run = run_program(lab_config(adminRoleArns=[OTHER_ROLE], upToLayer="cluster"),
+                      cloud=as_assumed_role())
+    entries = run.of_type("aws:eks/accessEntry:AccessEntry")
+    assert [e.inputs["principalArn"] for e in entries] == [OTHER_ROLE]
+
+
+def test_the_fake_cloud_deploys_as_a_user_by_default():
+    """The plan and every other test deploy as an IAM user, whom no role ARN can match."""
+    assert FakeCloud(region="ap-northeast-2").caller_arn == f"arn:aws:iam::{ACCOUNT_ID}:user/lab-deployer"
+    run_program(lab_config(adminRoleArns=[DEPLOYER_ROLE], upToLayer="network"))
 
 
 # --- Pulumi.yaml and the dev stack stay in step with SETTINGS -----------------------------------

@@ -49,16 +49,24 @@ RFC1918 = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12",
 class Setting:
     key: str
     type: str  # the Pulumi.yaml config type: string | integer | boolean | array
+    #: None when the default depends on the stack (``derived_default``).
     default: Any
     description: str
+    #: The default as documented when it is computed from the stack name (Pulumi.yaml then
+    #: declares none): see DERIVED_DEFAULTS.
+    derived_default: Optional[str] = None
 
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("upToLayer", "string", AVAILABLE_LAYERS[-1],
             "Build the layers up to and including this one: network, cluster, hybrid, gateway, "
             "karpenter or demo. Lowering it removes the layers above (staged teardown)."),
-    Setting("clusterName", "string", "hybrid-lab",
-            "EKS cluster name; also the karpenter.sh/discovery tag value."),
+    Setting("clusterName", "string", None,
+            "EKS cluster name; also the karpenter.sh/discovery tag value and the prefix of the "
+            "interruption queue, the activation and the log group. Defaults to "
+            "hybrid-lab-<stack> (made a valid EKS name), so two stacks in one account and "
+            "region do not collide.",
+            derived_default="hybrid-lab-<stack>"),
     Setting("kubernetesVersion", "string", "1.35",
             "Kubernetes version of the cluster and of nodeadm on hybrid hosts (1.<minor>)."),
     Setting("availabilityZoneCount", "integer", 2,
@@ -116,6 +124,22 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 SETTINGS_BY_KEY = {s.key: s for s in SETTINGS}
+
+#: The longest cluster name whose derived names AWS still accepts: the Karpenter interruption
+#: queue ``<clusterName>-karpenter`` must fit SQS's 80 characters.
+CLUSTER_NAME_MAX = 80 - len("-karpenter")
+
+
+def default_cluster_name(stack: str) -> str:
+    """``hybrid-lab-<stack>`` as a valid EKS cluster name: each run of characters EKS does not
+    allow (a stack name may hold dots) becomes a hyphen, and it is cut to CLUSTER_NAME_MAX."""
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", f"hybrid-lab-{stack}")
+    return name[:CLUSTER_NAME_MAX]
+
+
+#: Defaults computed from the stack name, for the settings that declare ``derived_default``.
+DERIVED_DEFAULTS: dict[str, Callable[[str], Any]] = {"clusterName": default_cluster_name}
+assert set(DERIVED_DEFAULTS) == {s.key for s in SETTINGS if s.derived_default}
 
 
 @dataclass(frozen=True)
@@ -278,10 +302,13 @@ def _rule_int(low: int, high: Optional[int] = None):
 
 
 def _rule_cluster_name(value):
-    if _CLUSTER_NAME.fullmatch(value):
-        return value, None
-    return None, ("must be 1-100 characters of letters, digits, hyphens and underscores, "
-                  "starting with a letter or digit (EKS cluster name rules)")
+    if not _CLUSTER_NAME.fullmatch(value):
+        return None, ("must be 1-100 characters of letters, digits, hyphens and underscores, "
+                      "starting with a letter or digit (EKS cluster name rules)")
+    if len(value) > CLUSTER_NAME_MAX:
+        return None, (f"must be at most {CLUSTER_NAME_MAX} characters: the Karpenter "
+                      "interruption queue <clusterName>-karpenter must fit SQS's 80")
+    return value, None
 
 
 def _rule_kubernetes_version(value):
@@ -421,6 +448,8 @@ def load_config(values: Mapping[str, str], *, stack: str, region: Optional[str],
 
     for setting in SETTINGS:
         raw = values.get(setting.key)
+        if raw is None and setting.key in DERIVED_DEFAULTS:
+            raw = DERIVED_DEFAULTS[setting.key](stack)
         value, problem = _parse(setting, raw)
         if problem is None:
             value, problem = _RULES[setting.key](value)

@@ -99,7 +99,7 @@ def test_gateway_role_is_bound_by_pod_identity(dev_run):
     assert association.inputs["namespace"] == "eks-hybrid-nodes-gateway"
     assert association.inputs["serviceAccount"] == "eks-hybrid-nodes-gateway"
     assert association.inputs["roleArn"] == role.outputs["arn"]
-    assert association.inputs["clusterName"] == "hybrid-lab"
+    assert association.inputs["clusterName"] == dev_run.lab_config.cluster_name
     # The chart names its service account after the release.
     assert release(dev_run).inputs["name"] == association.inputs["serviceAccount"]
     assert release(dev_run).inputs["namespace"] == association.inputs["namespace"]

@@ -89,12 +89,16 @@ def controller_policy(cluster: str, region: str, account_id: str,
              "Resource": [f"{ec2}:*:instance/*", f"{ec2}:*:launch-template/*"],
              "Condition": {"StringEquals": resource_owned,
                            "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"}}},
+            # DescribeInstanceStatus: the instance-status controller (Karpenter 1.14+) polls it
+            # to drain nodes on impaired instances; denied, it logs an error and turns the
+            # health checks off. DescribePlacementGroups (also in the getting-started policy)
+            # is called only for an EC2NodeClass with a placement group, which this lab has not.
             {"Sid": "AllowRegionalReadActions", "Effect": "Allow",
              "Action": ["ec2:DescribeCapacityReservations", "ec2:DescribeImages",
-                        "ec2:DescribeInstances", "ec2:DescribeInstanceTypeOfferings",
-                        "ec2:DescribeInstanceTypes", "ec2:DescribeLaunchTemplates",
-                        "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory",
-                        "ec2:DescribeSubnets"],
+                        "ec2:DescribeInstances", "ec2:DescribeInstanceStatus",
+                        "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes",
+                        "ec2:DescribeLaunchTemplates", "ec2:DescribeSecurityGroups",
+                        "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets"],
              "Resource": "*",
              "Condition": {"StringEquals": {"aws:RequestedRegion": region}}},
             {"Sid": "AllowSSMReadActions", "Effect": "Allow", "Action": "ssm:GetParameter",

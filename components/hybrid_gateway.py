@@ -41,24 +41,13 @@ VTEP_CONFIG_NAME = "hybrid-gateway"
 
 def gateway_node_user_data() -> str:
     """The boot script of a gateway node: source/dest check off on the interface at device
-    index 0, IP forwarding on."""
+    index 0, IP forwarding on.
+
+    Its one AWS call, ec2:ModifyNetworkInterfaceAttribute, is granted on every interface by
+    AmazonEKS_CNI_Policy, which every managed node group role here carries (the VPC CNI
+    needs it), so the node role needs nothing of its own for it: a statement scoped to this
+    VPC would narrow nothing while the CNI policy grants the same action on "*"."""
     return (Path(__file__).resolve().parent / "templates" / "gateway-node.sh").read_text()
-
-
-def source_dest_check_policy(region: str, account_id: str, vpc_id: pulumi.Input[str]) -> dict:
-    """What a gateway node needs beyond a worker's: turning off source/dest check on its own
-    interface — that one action, on network interfaces of this VPC only."""
-    return {
-        "Version": "2012-10-17",
-        "Statement": [{
-            "Sid": "DisableSourceDestCheckInThisVpc",
-            "Effect": "Allow",
-            "Action": "ec2:ModifyNetworkInterfaceAttribute",
-            "Resource": f"arn:aws:ec2:{region}:{account_id}:network-interface/*",
-            "Condition": {"ArnEquals": {"ec2:Vpc": pulumi.Output.from_input(vpc_id).apply(
-                lambda v: f"arn:aws:ec2:{region}:{account_id}:vpc/{v}")}},
-        }],
-    }
 
 
 def route_table_arn(region: str, account_id: str, route_table_id: str) -> str:
@@ -109,8 +98,6 @@ def gateway_values(vpc_cidr: str, pod_cidrs: Sequence[str],
 class GatewayNodesArgs:
     cluster_name: pulumi.Input[str]
     cluster_security_group_id: pulumi.Input[str]
-    region: str
-    account_id: str
     vpc_id: pulumi.Input[str]
     #: One subnet per node, in different zones, and their CIDRs.
     subnet_ids: Sequence[pulumi.Input[str]]
@@ -161,9 +148,8 @@ class GatewayNodes(pulumi.ComponentResource):
             labels={NODE_LABEL: "true"},
             taints=[Taint(NODE_LABEL, "true", "NO_SCHEDULE")],
             instance_tags=args.instance_tags,
+            # Its AWS call is granted by the node role's AmazonEKS_CNI_Policy.
             extra_user_data=gateway_node_user_data(),
-            extra_node_policies={"source-dest-check": source_dest_check_policy(
-                args.region, args.account_id, args.vpc_id)},
             security_group_ids=[args.cluster_security_group_id, self.security_group.id],
             wait_for=args.wait_for,
         ), opts=child)

@@ -89,12 +89,16 @@ def controller_policy(cluster: str, region: str, account_id: str,
              "Resource": [f"{ec2}:*:instance/*", f"{ec2}:*:launch-template/*"],
              "Condition": {"StringEquals": resource_owned,
                            "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"}}},
+            # DescribeInstanceStatus: the instance-status controller (Karpenter 1.14+) polls it
+            # to drain nodes on impaired instances; denied, it logs an error and turns the
+            # health checks off. DescribePlacementGroups (also in the getting-started policy)
+            # is called only for an EC2NodeClass with a placement group, which this lab has not.
             {"Sid": "AllowRegionalReadActions", "Effect": "Allow",
              "Action": ["ec2:DescribeCapacityReservations", "ec2:DescribeImages",
-                        "ec2:DescribeInstances", "ec2:DescribeInstanceTypeOfferings",
-                        "ec2:DescribeInstanceTypes", "ec2:DescribeLaunchTemplates",
-                        "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory",
-                        "ec2:DescribeSubnets"],
+                        "ec2:DescribeInstances", "ec2:DescribeInstanceStatus",
+                        "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes",
+                        "ec2:DescribeLaunchTemplates", "ec2:DescribeSecurityGroups",
+                        "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets"],
              "Resource": "*",
              "Condition": {"StringEquals": {"aws:RequestedRegion": region}}},
             {"Sid": "AllowSSMReadActions", "Effect": "Allow", "Action": "ssm:GetParameter",
@@ -185,8 +189,13 @@ def controller_values(cluster: str, region: str, queue_name: pulumi.Input[str], 
 
 @dataclass(frozen=True)
 class KarpenterArgs:
-    #: A plain string: it is part of the IAM condition keys.
+    #: A plain string: it is part of the IAM condition keys, the chart's settings and names.
     cluster_name: str
+    #: The same name as the cluster's output (``aws.eks.Cluster.name``). What acts on the cluster
+    #: (the access entry, the Pod Identity association, the leftover cleanup) takes this one: a
+    #: plain string creates no dependency, and EKS does not retry CreateAccessEntry on a cluster
+    #: that does not exist yet.
+    cluster_name_output: pulumi.Input[str]
     cluster_arn: pulumi.Input[str]
     region: str
     account_id: str
@@ -222,7 +231,8 @@ class Karpenter(pulumi.ComponentResource):
             description=f"Nodes Karpenter launches for {cluster}",
         ), opts=child)
         node_access = aws.eks.AccessEntry(
-            f"{name}-node-access", cluster_name=cluster, principal_arn=self.node_role.arn,
+            f"{name}-node-access", cluster_name=args.cluster_name_output,
+            principal_arn=self.node_role.arn,
             type="EC2_LINUX", opts=child)
 
         self.queue = aws.sqs.Queue(
@@ -261,7 +271,7 @@ class Karpenter(pulumi.ComponentResource):
             description=f"Karpenter controller of {cluster}",
         ), opts=child)
         pod_identity = aws.eks.PodIdentityAssociation(
-            f"{name}-pod-identity", cluster_name=cluster, namespace=NAMESPACE,
+            f"{name}-pod-identity", cluster_name=args.cluster_name_output, namespace=NAMESPACE,
             service_account=SERVICE_ACCOUNT, role_arn=self.controller_role.arn,
             opts=pulumi.ResourceOptions(parent=self, depends_on=self.controller_role.attachments))
 
@@ -269,7 +279,7 @@ class Karpenter(pulumi.ComponentResource):
         # launch templates and instance profiles escaped the finalizers, before the node role,
         # subnets and security groups are deleted.
         self.cleanup = KarpenterLeftoverCleanup(
-            f"{name}-leftovers", region=args.region, cluster_name=cluster,
+            f"{name}-leftovers", region=args.region, cluster_name=args.cluster_name_output,
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=[*self.node_role.attachments, node_access,
                                          *args.cleanup_waits_for]))

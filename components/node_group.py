@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -57,8 +57,6 @@ class ManagedNodeGroupArgs:
     root_volume_gib: int = 30
     #: A shell script run at boot before the node joins (wrapped in MIME for EKS).
     extra_user_data: Optional[str] = None
-    #: Extra inline policies for the node role, by name (dicts, may hold outputs).
-    extra_node_policies: Mapping[str, Any] = field(default_factory=dict)
     #: Security groups for the nodes instead of the cluster's alone (include the cluster
     #: security group: EKS adds it only when the launch template names none).
     security_group_ids: Sequence[pulumi.Input[str]] = ()
@@ -80,7 +78,6 @@ class ManagedNodeGroup(pulumi.ComponentResource):
         self.node_role = Role(f"{name}-node", RoleArgs(
             assume_role_policy=trust_policy("ec2.amazonaws.com"),
             managed_policies=list(WORKER_POLICIES),
-            inline_policies=args.extra_node_policies,
             description=f"Nodes of the {name} managed node group",
         ), opts=child)
 

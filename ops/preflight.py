@@ -1,7 +1,9 @@
 """Can this account and this machine hold the lab? Read-only checks run before `pulumi up`.
 
 Every AWS call here is a Describe, List or Get (``sts:GetCallerIdentity``,
-``ec2:Describe*``, ``servicequotas:Get*``): the preflight changes nothing. Each check returns a
+``ec2:Describe*``, ``servicequotas:Get*``, ``iam:GetRole``, ``eks:DescribeCluster``,
+``logs:DescribeLogGroups``, ``logs:ListTagsForResource``, ``sqs:GetQueueUrl``,
+``sqs:ListQueueTags``): the preflight changes nothing. Each check returns a
 ``Check`` — PASS, WARN or FAIL with what was looked at and, when it is not a PASS, the fix —
 or SKIP when an earlier failure leaves nothing to check with. ``run_preflight`` runs them in
 order and never raises for an AWS or CLI problem: a failed call becomes a line of the report.
@@ -23,6 +25,8 @@ from botocore.config import Config
 from botocore.exceptions import (BotoCoreError, ClientError, ConnectTimeoutError,
                                  EndpointConnectionError, NoCredentialsError,
                                  PartialCredentialsError)
+
+from ops.principals import same_role
 
 PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
 
@@ -75,6 +79,18 @@ class LabNeeds:
     #: NAT gateways the lab puts in its first zone (each VPC's NAT sits in the first zone).
     nat_gateways_first_zone: int = 2
     elastic_ips: int = 2
+    #: Names the lab takes in the region (the cluster, its control-plane log group, the
+    #: interruption queue): one that exists without ``owner_tag`` is someone else's, and
+    #: creating the lab's would fail. Empty: not checked.
+    cluster_name: str = ""
+    log_group_name: str = ""
+    queue_name: str = ""
+    #: The tag (key, value) on everything this stack creates.
+    owner_tag: tuple[str, str] = ("", "")
+    cluster_name_setting: str = "clusterName"
+    #: Roles the lab gives cluster-admin access entries, besides the deployer.
+    admin_role_arns: tuple[str, ...] = ()
+    admin_roles_setting: str = "adminRoleArns"
 
 
 class CommandResult(NamedTuple):
@@ -148,23 +164,30 @@ def _plural(n: int, word: str) -> str:
 
 
 def check_credentials(session: boto3.Session, region: str) -> Check:
+    return _credentials(session, region)[0]
+
+
+def _credentials(session: boto3.Session, region: str) -> tuple[Check, Optional[str]]:
+    """The check and, when it passes, the caller's ARN (the deployer)."""
     name = "credentials"
     try:
         identity = _client(session, "sts", region).get_caller_identity()
     except (NoCredentialsError, PartialCredentialsError) as exc:
         return Check(name, FAIL, f"no AWS credentials found ({describe_error(exc)})",
-                     CREDENTIALS_FIX)
+                     CREDENTIALS_FIX), None
     except ClientError as exc:
         return Check(name, FAIL, f"sts:GetCallerIdentity was refused: {describe_error(exc)}",
                      f"{CREDENTIALS_FIX}; if they work in other regions, make sure {region} "
-                     "is enabled for the account")
+                     "is enabled for the account"), None
     except (EndpointConnectionError, ConnectTimeoutError) as exc:
         return Check(name, FAIL, f"could not reach STS in {region}: {describe_error(exc)}",
-                     "check network access to AWS (proxy, VPN), then run the preflight again")
+                     "check network access to AWS (proxy, VPN), then run the preflight "
+                     "again"), None
     except BotoCoreError as exc:
         return Check(name, FAIL, f"could not use the AWS credentials: {describe_error(exc)}",
-                     f"{CREDENTIALS_FIX}; for SSO profiles run aws sso login")
-    return Check(name, PASS, f"account {identity['Account']} as {identity['Arn']}")
+                     f"{CREDENTIALS_FIX}; for SSO profiles run aws sso login"), None
+    return (Check(name, PASS, f"account {identity['Account']} as {identity['Arn']}"),
+            identity["Arn"])
 
 
 # --- 2. region -----------------------------------------------------------------------------------
@@ -557,7 +580,141 @@ def _vcpu_checks(session: boto3.Session, needs: LabNeeds, ec2, sq) -> list[Check
     return checks
 
 
-# --- 6, 7. command-line tools --------------------------------------------------------------------
+# --- 6. names the lab takes in the region ------------------------------------------------------
+
+_ABSENT = {"ResourceNotFoundException", "AWS.SimpleQueueService.NonExistentQueue",
+           "QueueDoesNotExist"}
+
+
+def _cluster_tags(session: boto3.Session, region: str, name: str) -> Optional[dict]:
+    """The tags of EKS cluster ``name``, None when there is no such cluster."""
+    try:
+        cluster = _client(session, "eks", region).describe_cluster(name=name)["cluster"]
+    except ClientError as exc:
+        if _code(exc) in _ABSENT:
+            return None
+        raise
+    return cluster.get("tags") or {}
+
+
+def _log_group_tags(session: boto3.Session, region: str, name: str) -> Optional[dict]:
+    logs = _client(session, "logs", region)
+    groups = _paginate(logs, "describe_log_groups", "logGroups", logGroupNamePrefix=name)
+    group = next((g for g in groups if g["logGroupName"] == name), None)
+    if group is None:
+        return None
+    # DescribeLogGroups' ``arn`` ends in ":*"; tagging calls want the ARN without it.
+    arn = group.get("logGroupArn") or group["arn"].removesuffix(":*")
+    return logs.list_tags_for_resource(resourceArn=arn).get("tags") or {}
+
+
+def _queue_tags(session: boto3.Session, region: str, name: str) -> Optional[dict]:
+    sqs = _client(session, "sqs", region)
+    try:
+        url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+    except ClientError as exc:
+        if _code(exc) in _ABSENT:
+            return None
+        raise
+    return sqs.list_queue_tags(QueueUrl=url).get("Tags") or {}
+
+
+def check_names_free(session: boto3.Session, needs: LabNeeds) -> Check:
+    """FAIL when a name the lab creates is already taken in the region by something that is not
+    this stack's (no owner tag, or another stack's): two stacks of one account and region with
+    the same clusterName, or what an old run left behind. The stack's own (an earlier
+    ``pulumi up``) is fine."""
+    name = "names in the region"
+    key, value = needs.owner_tag
+    lookups = (("EKS cluster", needs.cluster_name, _cluster_tags, "eks:DescribeCluster"),
+               ("log group", needs.log_group_name, _log_group_tags,
+                "logs:DescribeLogGroups / logs:ListTagsForResource"),
+               ("SQS queue", needs.queue_name, _queue_tags, "sqs:GetQueueUrl / sqs:ListQueueTags"))
+    free, ours, taken = [], [], []
+    unchecked: list[tuple[str, BaseException]] = []
+    for what, resource, tags_of, action in lookups:
+        try:
+            tags = tags_of(session, needs.region, resource)
+        except (ClientError, BotoCoreError) as exc:
+            unchecked.append((action, exc))
+            continue
+        if tags is None:
+            free.append(resource)
+        elif tags.get(key) == value:
+            ours.append(resource)
+        else:
+            owner = f"{key}={tags[key]}" if key in tags else f"no {key} tag"
+            taken.append(f"the {what} {resource} exists and is not this stack's ({owner})")
+    setting = needs.cluster_name_setting
+    if taken:
+        return Check(name, FAIL, f"in {needs.region}, " + "; ".join(taken) +
+                     f": creating the lab's would fail ({setting} = {needs.cluster_name})",
+                     f"give this stack a name no one uses in {needs.region}: pulumi config set "
+                     f"{setting} <name> (by default it is hybrid-lab-<stack>); if they are what "
+                     "an earlier run of this lab left behind, remove them (python -m "
+                     "stacks.leftovers lists them with the commands)")
+    if unchecked:
+        action, exc = unchecked[0]
+        return _call_failed(name, action, exc)
+    detail = f"{', '.join(free)} free in {needs.region}" if free else ""
+    if ours:
+        detail += ("; " if detail else "") + (f"{', '.join(ours)} already this stack's "
+                                              f"({key}={value}: an earlier pulumi up)")
+    return Check(name, PASS, detail)
+
+
+# --- 7. the account's spot service-linked role ----------------------------------------------------
+
+SPOT_ROLE = "AWSServiceRoleForEC2Spot"
+SPOT_ROLE_FIX = "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com"
+
+
+def check_spot_role(session: boto3.Session, region: str) -> Check:
+    """EC2 creates the Spot service-linked role at an account's first spot launch, if the
+    caller may: Karpenter's controller may not, so in an account that never ran spot its first
+    spot launch fails (AuthFailure.ServiceLinkedRoleCreationNotPermitted) and it falls back to
+    on-demand — demo 2 then bursts on other capacity than it was measured with."""
+    name = "spot service-linked role"
+    try:
+        role = _client(session, "iam", region).get_role(RoleName=SPOT_ROLE)["Role"]
+    except ClientError as exc:
+        if _code(exc) == "NoSuchEntity":
+            return Check(name, WARN,
+                         f"{SPOT_ROLE} does not exist (the account has not run spot): "
+                         "Karpenter's first spot launch fails and demo 2's burst nodes "
+                         "fall back to on-demand",
+                         f"create it once for the account: {SPOT_ROLE_FIX}")
+        return _call_failed(name, "iam:GetRole", exc)
+    except BotoCoreError as exc:
+        return _call_failed(name, "iam:GetRole", exc)
+    return Check(name, PASS, f"{SPOT_ROLE} exists ({role['Arn']}): Karpenter can launch spot")
+
+
+# --- 8. admin access entries ---------------------------------------------------------------------
+
+
+def check_admin_roles(caller_arn: str, needs: LabNeeds) -> Check:
+    """The cluster gives whoever creates it an admin access entry; an adminRoleArns item that
+    is the deployer's own role asks for a second one, and CreateAccessEntry fails. (The program
+    refuses it too, before it creates anything.)"""
+    name = "admin access entries"
+    setting = needs.admin_roles_setting
+    if not needs.admin_role_arns:
+        return Check(name, PASS, f"{setting} is empty: the deployer ({caller_arn}) is the only "
+                                 "cluster admin")
+    for index, arn in enumerate(needs.admin_role_arns):
+        if same_role(caller_arn, arn):
+            return Check(name, FAIL,
+                         f"{setting} item {arn} is the role you deploy as ({caller_arn}): the "
+                         "cluster already makes its creator an admin, and a second access "
+                         "entry for the same role fails",
+                         f"remove the item (pulumi config rm --path '{setting}[{index}]'): "
+                         f"{setting} is for other roles")
+    return Check(name, PASS, f"the deployer ({caller_arn}) is not among the "
+                             f"{_plural(len(needs.admin_role_arns), 'role')} of {setting}")
+
+
+# --- 9, 10. command-line tools --------------------------------------------------------------------
 
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 AWS_CLI_INSTALL = "https://docs.aws.amazon.com/cli/latest/userguide/getting-started-install.html"
@@ -627,15 +784,19 @@ def run_preflight(session: boto3.Session, needs: LabNeeds, *, which: Which = shu
                   run: Run = run_command) -> list[Check]:
     """Every check, in order. An AWS check that cannot run because an earlier one failed
     (no credentials, a disabled region, too few zones) is reported as SKIP, not attempted."""
-    checks = [check_credentials(session, needs.region)]
-    aws_groups = ("region", "availability zones", "instance types", "quotas")
-    if checks[-1].status == FAIL:
-        checks += [skipped(n, "no working AWS credentials (see credentials)") for n in aws_groups]
+    credentials, caller_arn = _credentials(session, needs.region)
+    checks = [credentials]
+    regional = ("region", "availability zones", "instance types", "quotas",
+                "names in the region")
+    account = ("spot service-linked role", "admin access entries")
+    if caller_arn is None:
+        checks += [skipped(n, "no working AWS credentials (see credentials)")
+                   for n in regional + account]
     else:
         checks.append(check_region(session, needs.region))
         if checks[-1].status == FAIL:
             checks += [skipped(n, f"{needs.region} is not usable (see region)")
-                       for n in aws_groups[1:]]
+                       for n in regional[1:]]
         else:
             zone_check, zones = check_availability_zones(session, needs)
             checks.append(zone_check)
@@ -645,6 +806,11 @@ def run_preflight(session: boto3.Session, needs: LabNeeds, *, which: Which = shu
                 checks.append(skipped("instance types", "the lab's zones are not settled "
                                                         "(see availability zones)"))
             checks += check_quotas(session, needs, zones)
+            if needs.cluster_name:
+                checks.append(check_names_free(session, needs))
+        # IAM is global: these hold whatever the region.
+        checks.append(check_spot_role(session, needs.region))
+        checks.append(check_admin_roles(caller_arn, needs))
     checks.append(check_aws_cli(which, run))
     checks.append(check_pulumi_cli(which, run))
     return checks

@@ -18,6 +18,8 @@ from typing import Any, Callable, Mapping, Optional
 
 import pulumi
 
+from ops.principals import same_role
+
 PROJECT = "eks-hybrid-lab"
 
 #: The six layers, in creation order; destroy runs the reverse.
@@ -36,6 +38,10 @@ KUBERNETES_MINORS = range(32, 37)
 #: once nodes have blocks, so it is fixed here.
 CILIUM_NODE_MASK = 25
 
+#: The first Karpenter with the ``podDeletionCostManagement`` feature gate (scenario C). An older
+#: chart ignores the setting, so scenario C would silently run as scenario B.
+POD_DELETION_COST_KARPENTER = "1.15.0"
+
 RFC1918 = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 
 
@@ -43,16 +49,24 @@ RFC1918 = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12",
 class Setting:
     key: str
     type: str  # the Pulumi.yaml config type: string | integer | boolean | array
+    #: None when the default depends on the stack (``derived_default``).
     default: Any
     description: str
+    #: The default as documented when it is computed from the stack name (Pulumi.yaml then
+    #: declares none): see DERIVED_DEFAULTS.
+    derived_default: Optional[str] = None
 
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("upToLayer", "string", AVAILABLE_LAYERS[-1],
             "Build the layers up to and including this one: network, cluster, hybrid, gateway, "
             "karpenter or demo. Lowering it removes the layers above (staged teardown)."),
-    Setting("clusterName", "string", "hybrid-lab",
-            "EKS cluster name; also the karpenter.sh/discovery tag value."),
+    Setting("clusterName", "string", None,
+            "EKS cluster name; also the karpenter.sh/discovery tag value and the prefix of the "
+            "interruption queue, the activation and the log group. Defaults to "
+            "hybrid-lab-<stack> (made a valid EKS name), so two stacks in one account and "
+            "region do not collide.",
+            derived_default="hybrid-lab-<stack>"),
     Setting("kubernetesVersion", "string", "1.35",
             "Kubernetes version of the cluster and of nodeadm on hybrid hosts (1.<minor>)."),
     Setting("availabilityZoneCount", "integer", 2,
@@ -110,6 +124,22 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 SETTINGS_BY_KEY = {s.key: s for s in SETTINGS}
+
+#: The longest cluster name whose derived names AWS still accepts: the Karpenter interruption
+#: queue ``<clusterName>-karpenter`` must fit SQS's 80 characters.
+CLUSTER_NAME_MAX = 80 - len("-karpenter")
+
+
+def default_cluster_name(stack: str) -> str:
+    """``hybrid-lab-<stack>`` as a valid EKS cluster name: each run of characters EKS does not
+    allow (a stack name may hold dots) becomes a hyphen, and it is cut to CLUSTER_NAME_MAX."""
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", f"hybrid-lab-{stack}")
+    return name[:CLUSTER_NAME_MAX]
+
+
+#: Defaults computed from the stack name, for the settings that declare ``derived_default``.
+DERIVED_DEFAULTS: dict[str, Callable[[str], Any]] = {"clusterName": default_cluster_name}
+assert set(DERIVED_DEFAULTS) == {s.key for s in SETTINGS if s.derived_default}
 
 
 @dataclass(frozen=True)
@@ -272,10 +302,13 @@ def _rule_int(low: int, high: Optional[int] = None):
 
 
 def _rule_cluster_name(value):
-    if _CLUSTER_NAME.fullmatch(value):
-        return value, None
-    return None, ("must be 1-100 characters of letters, digits, hyphens and underscores, "
-                  "starting with a letter or digit (EKS cluster name rules)")
+    if not _CLUSTER_NAME.fullmatch(value):
+        return None, ("must be 1-100 characters of letters, digits, hyphens and underscores, "
+                      "starting with a letter or digit (EKS cluster name rules)")
+    if len(value) > CLUSTER_NAME_MAX:
+        return None, (f"must be at most {CLUSTER_NAME_MAX} characters: the Karpenter "
+                      "interruption queue <clusterName>-karpenter must fit SQS's 80")
+    return value, None
 
 
 def _rule_kubernetes_version(value):
@@ -290,6 +323,11 @@ def _rule_instance_type(value):
     if _INSTANCE_TYPE.fullmatch(value):
         return value, None
     return None, "must be an EC2 instance type name such as m6i.large"
+
+
+def _version(value: str) -> tuple[int, ...]:
+    """A validated MAJOR.MINOR.PATCH as a tuple that compares by number."""
+    return tuple(int(part) for part in value.split("."))
 
 
 def _rule_karpenter_version(value):
@@ -410,6 +448,8 @@ def load_config(values: Mapping[str, str], *, stack: str, region: Optional[str],
 
     for setting in SETTINGS:
         raw = values.get(setting.key)
+        if raw is None and setting.key in DERIVED_DEFAULTS:
+            raw = DERIVED_DEFAULTS[setting.key](stack)
         value, problem = _parse(setting, raw)
         if problem is None:
             value, problem = _RULES[setting.key](value)
@@ -433,6 +473,15 @@ def load_config(values: Mapping[str, str], *, stack: str, region: Optional[str],
                 f"must hold a /{CILIUM_NODE_MASK} pod block for each of the {hosts} hybrid hosts "
                 f"(Cilium gives every node one); it holds {blocks}"))
 
+    scenario, karpenter = parsed.get("burstScenario"), parsed.get("karpenterVersion")
+    if scenario == "C" and karpenter is not None and _version(karpenter) < _version(
+            POD_DELETION_COST_KARPENTER):
+        violations.append(Violation(
+            "burstScenario", scenario,
+            f"scenario C needs karpenterVersion {POD_DELETION_COST_KARPENTER} or later (the "
+            f"podDeletionCostManagement feature gate); karpenterVersion is {karpenter}, whose "
+            "chart ignores the gate, so C would run as B. Raise karpenterVersion or choose A or B"))
+
     layer = parsed.get("upToLayer")
     if layer is not None and layer not in AVAILABLE_LAYERS:
         violations.append(Violation(
@@ -449,6 +498,19 @@ def load_config(values: Mapping[str, str], *, stack: str, region: Optional[str],
         raise ConfigError(violations)
     return LabConfig(project=project, stack=stack, region=region,
                      **{_field(k): v for k, v in parsed.items()})
+
+
+def deployer_admin_violations(admin_role_arns: tuple[str, ...], caller_arn: str) -> list[Violation]:
+    """adminRoleArns items that are the role ``pulumi up`` runs as (``caller_arn``, from
+    sts:GetCallerIdentity). The cluster already gives its creator an admin access entry
+    (bootstrap_cluster_creator_admin_permissions), so a second one for the same role fails at
+    CreateAccessEntry — after the cluster has taken 10 minutes to create."""
+    return [Violation(
+        "adminRoleArns", arn,
+        f"is the role pulumi up runs as ({caller_arn}); the cluster already makes its creator an "
+        "admin, and a second access entry for the same role fails. adminRoleArns is for other "
+        "roles: remove this item")
+        for arn in admin_role_arns if same_role(caller_arn, arn)]
 
 
 def read_pulumi_config() -> LabConfig:

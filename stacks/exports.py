@@ -9,6 +9,9 @@ from stacks.costs import estimate as estimate_costs
 from stacks.costs import totals as cost_totals
 from stacks.layers import Lab
 
+#: The label EKS gives every hybrid node.
+HYBRID_NODE_SELECTOR = "eks.amazonaws.com/compute-type=hybrid"
+
 
 def export_lab(lab: Lab) -> None:
     cfg = lab.config
@@ -102,7 +105,11 @@ def export_lab(lab: Lab) -> None:
             "placement": (f"kubectl -n {burst} get pods -o custom-columns=POD:.metadata.name,"
                           "NODE:.spec.nodeName,COST:'.metadata.annotations.controller\\.kubernetes\\.io/pod-deletion-cost'"),
             "nodeClaims": "kubectl get nodeclaims -o wide",
-            "hybridPods": f"kubectl -n {burst} get pods -o wide -l app=burst --field-selector spec.nodeName!=''",
+            # Pods cannot be selected by their node's labels: find the hybrid nodes, then ask
+            # for the burst pods on each (a field selector, answered by the API server).
+            "hybridPods": (f"for node in $(kubectl get nodes -l {HYBRID_NODE_SELECTOR} -o name); "
+                           f"do kubectl -n {burst} get pods -l app=burst -o wide --no-headers "
+                           "--field-selector spec.nodeName=${node#node/}; done"),
             # Annotations persist across scenarios: start each run from fresh pods.
             "beforeEachRun": f"kubectl -n {burst} rollout restart deploy/burst && "
                              f"kubectl -n {burst} rollout status deploy/burst",

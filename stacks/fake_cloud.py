@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import datetime
 import hashlib
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import dill
 import pulumi
@@ -66,9 +66,13 @@ class UnknownInvoke(LookupError):
 
 
 class FakeCloud(pulumi.runtime.Mocks):
-    def __init__(self, region: str, account_id: str = ACCOUNT_ID):
+    def __init__(self, region: str, account_id: str = ACCOUNT_ID,
+                 caller_arn: Optional[str] = None):
         self.region = region
         self.account_id = account_id
+        #: What sts:GetCallerIdentity answers: an IAM user unless a test deploys as an assumed
+        #: role.
+        self.caller_arn = caller_arn or f"arn:aws:iam::{account_id}:user/lab-deployer"
         self.invokes: dict[str, Callable[[dict], dict]] = {
             "aws:index/getAvailabilityZones:getAvailabilityZones": self._availability_zones,
             "aws:index/getCallerIdentity:getCallerIdentity": self._caller_identity,
@@ -121,8 +125,7 @@ class FakeCloud(pulumi.runtime.Mocks):
                 "id": name, "arn": f"arn:aws:ssm:{self.region}::parameter{name}"}
 
     def _caller_identity(self, args: dict) -> dict:
-        return {"accountId": self.account_id, "id": self.account_id,
-                "arn": f"arn:aws:iam::{self.account_id}:user/lab-deployer",
+        return {"accountId": self.account_id, "id": self.account_id, "arn": self.caller_arn,
                 "userId": "AIDAEXAMPLEDEPLOYER"}
 
     # --- resources -----------------------------------------------------------------------------

@@ -224,15 +224,16 @@ def _serialize_provider_once(provider) -> str:
 
 
 def run_program(config: Mapping[str, str], *, stack: str = "dev",
-                program: Path = PROGRAM) -> ProgramRun:
+                program: Path = PROGRAM, cloud: Optional[FakeCloud] = None) -> ProgramRun:
     """Runs ``program`` under mocks with ``config`` (full keys such as ``aws:region`` and
-    ``eks-hybrid-lab:clusterName``, string values as Pulumi stores them).
+    ``eks-hybrid-lab:clusterName``, string values as Pulumi stores them), against ``cloud``
+    (default: a FakeCloud of the config's region, deployed to by an IAM user).
 
     Each run gets a fresh event loop and a fresh root stack. An exception the program raises
     (a ConfigError, say) propagates; ``.registrations`` of the partial run are on it as
     ``exc.registrations``.
     """
-    cloud = FakeCloud(region=config.get("aws:region") or "us-east-1")
+    cloud = cloud or FakeCloud(region=config.get("aws:region") or "us-east-1")
     monitor = RecordingMonitor(cloud)
     collect = _Collect()
     logger = logging.getLogger(f"{PROJECT}.offline.{id(collect)}")

@@ -3,8 +3,10 @@
     python -m stacks.preflight [--stack dev] [--stack-file PATH] [--region R]
 
 Reads ``Pulumi.<stack>.yaml`` and checks, with Describe/List/Get calls only: the AWS
-credentials, the region, the availability zones, the instance types, the quota headroom, the
-AWS CLI v2 and the Pulumi CLI. Each line is PASS, WARN or FAIL (with the fix); SKIP marks an
+credentials, the region, the availability zones, the instance types, the quota headroom, that
+the names the stack takes in the region (cluster, log group, interruption queue) are free or
+already its own, the account's Spot service-linked role, that adminRoleArns does not hold the
+deployer's own role, the AWS CLI v2 and the Pulumi CLI. Each line is PASS, WARN or FAIL (with the fix); SKIP marks an
 AWS check an earlier failure left nothing to run with. Exits 1 on any FAIL, 2 on bad usage or
 an invalid config.
 """
@@ -31,6 +33,17 @@ from stacks.layers.karpenter import BURST_INSTANCE_TYPES
 ON_PREM_NOTE = ", which holds the simulated on-prem LAN"
 
 
+def control_plane_log_group(cluster_name: str) -> str:
+    """The log group EKS writes the control-plane logs of ``cluster_name`` to (and the stack
+    creates first, to own it)."""
+    return f"/aws/eks/{cluster_name}/cluster"
+
+
+def interruption_queue(cluster_name: str) -> str:
+    """The name of the stack's Karpenter interruption queue."""
+    return f"{cluster_name}-karpenter"
+
+
 def lab_needs(cfg: LabConfig) -> LabNeeds:
     """What the stack launches and where (the placement the layers use)."""
     instances = [
@@ -55,6 +68,11 @@ def lab_needs(cfg: LabConfig) -> LabNeeds:
         burst_cpu_limit=cfg.burst_cpu_limit,
         excluded_zone_ids=tuple(EKS_UNSUPPORTED_ZONE_IDS),
         burst_types_source="BURST_INSTANCE_TYPES in stacks/layers/karpenter.py",
+        cluster_name=cfg.cluster_name,
+        log_group_name=control_plane_log_group(cfg.cluster_name),
+        queue_name=interruption_queue(cfg.cluster_name),
+        owner_tag=next(iter(cfg.lab_tag.items())),
+        admin_role_arns=tuple(cfg.admin_role_arns),
     )
 
 

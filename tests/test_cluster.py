@@ -188,7 +188,7 @@ def test_addons_versions_and_configuration(dev_run):
     addons = {a.inputs["addonName"]: a for a in dev_run.of_type(ADDON)}
     assert set(addons) == {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent"}
     for addon in addons.values():
-        assert addon.inputs["clusterName"] == "hybrid-lab"
+        assert addon.inputs["clusterName"] == dev_run.lab_config.cluster_name
         # Resolved from EKS for the cluster's version (the fake cloud answers v1.<minor>.0).
         assert addon.inputs["addonVersion"] == "v1.35.0-eksbuild.1"
         assert addon.inputs["resolveConflictsOnCreate"] == "OVERWRITE"
@@ -206,7 +206,7 @@ def test_kubeconfig_is_a_secret_output_that_uses_aws_eks_get_token(dev_run):
     [user] = kubeconfig["users"]
     exec_ = user["user"]["exec"]
     assert exec_["command"] == "aws"
-    assert exec_["args"] == ["eks", "get-token", "--cluster-name", "hybrid-lab",
+    assert exec_["args"] == ["eks", "get-token", "--cluster-name", dev_run.lab_config.cluster_name,
                              "--region", "ap-northeast-2", "--output", "json"]
     [entry] = kubeconfig["clusters"]
     assert entry["cluster"]["server"].startswith("https://")

@@ -10,9 +10,10 @@ import pytest
 import yaml
 
 from stacks import config as config_module
-from stacks.config import (AVAILABLE_LAYERS, LAYERS, SETTINGS, ConfigError, LabConfig,
-                           load_config)
+from stacks.config import (AVAILABLE_LAYERS, CLUSTER_NAME_MAX, LAYERS, SETTINGS, ConfigError,
+                           LabConfig, default_cluster_name, load_config)
 from tests.conftest import PROJECT_DIR, lab_config
+from stacks.fake_cloud import ACCOUNT_ID, FakeCloud
 from stacks.offline import run_program
 
 
@@ -28,7 +29,7 @@ def violations(**raw: str) -> list[config_module.Violation]:
 
 def test_defaults_build_a_config():
     cfg = load()
-    assert cfg.cluster_name == "hybrid-lab"
+    assert cfg.cluster_name == "hybrid-lab-test"  # derived from the stack's name
     assert cfg.kubernetes_version == "1.35"
     assert cfg.cloud_vpc_cidr == ipaddress.ip_network("10.0.0.0/16")
     assert cfg.admin_cidrs == ()
@@ -60,6 +61,7 @@ BAD_VALUES = [
     ("clusterName", "-starts-with-hyphen", "starting with a letter or digit"),
     ("clusterName", "has.dot", "letters, digits, hyphens and underscores"),
     ("clusterName", "x" * 101, "1-100 characters"),
+    ("clusterName", "x" * 71, "at most 70 characters: the Karpenter interruption queue"),
     ("kubernetesVersion", "1.29", "minor from 32 to 36"),
     ("kubernetesVersion", "1.99", "minor from 32 to 36"),
     ("kubernetesVersion", "v1.35", "must be 1.<minor>"),
@@ -126,7 +128,7 @@ def test_every_setting_has_a_failing_input():
 
 
 GOOD_VALUES = [
-    ("clusterName", "a"), ("clusterName", "Lab_2-x"), ("clusterName", "9" * 100),
+    ("clusterName", "a"), ("clusterName", "Lab_2-x"), ("clusterName", "9" * 70),
     ("kubernetesVersion", "1.32"), ("kubernetesVersion", "1.36"),
     ("hybridNodeInstanceType", "m7i-flex.large"), ("hybridNodeInstanceType", "u-6tb1.metal"),
     ("gpuInstanceType", "p4d.24xlarge"), ("systemNodeInstanceType", "m8g.metal-24xl"),
@@ -176,6 +178,30 @@ def test_pod_cidr_must_hold_a_cilium_block_per_host(pods, nodes, gpu, ok):
         assert "must hold a /25 pod block for each of the" in found.rule
 
 
+@pytest.mark.parametrize("version", ["1.14.1", "1.9.0", "1.0.0"])
+def test_scenario_c_needs_the_karpenter_with_its_feature_gate(version):
+    """Defect 8: podDeletionCostManagement exists from Karpenter 1.15.0; an older chart ignores
+    the setting and scenario C silently runs as B."""
+    [found] = violations(burstScenario="C", karpenterVersion=version)
+    assert found.key == "burstScenario"
+    message = str(found)
+    assert message.startswith('burstScenario = "C": ')
+    assert "karpenterVersion 1.15.0 or later" in message and f"karpenterVersion is {version}" in message
+
+
+@pytest.mark.parametrize("scenario,version", [("C", "1.15.0"), ("C", "1.15.1"), ("C", "1.16.0"),
+                                              ("C", "2.0.0"), ("B", "1.14.1"), ("A", "1.0.0")])
+def test_scenario_c_with_a_recent_karpenter_and_a_or_b_with_any(scenario, version):
+    assert load(burstScenario=scenario, karpenterVersion=version).burst_scenario == scenario
+
+
+def test_scenario_c_with_an_old_karpenter_registers_nothing():
+    with pytest.raises(ConfigError) as caught:
+        run_program(lab_config(burstScenario="C", karpenterVersion="1.14.1"))
+    assert [v.key for v in caught.value.violations] == ["burstScenario"]
+    assert caught.value.registrations == []
+
+
 def test_all_violations_are_reported_at_once():
     found = violations(clusterName="bad name", hybridNodeCount="0", burstScenario="Z",
                        gpuEnabled="maybe")
@@ -223,6 +249,88 @@ def test_too_few_zones_is_reported_before_layers_register():
     assert [r.type for r in caught.value.registrations] == ["pulumi:providers:aws"]
 
 
+# --- clusterName defaults per stack ----------------------------------------------------------------
+
+@pytest.mark.parametrize("stack,expected", [
+    ("dev", "hybrid-lab-dev"),
+    ("alice", "hybrid-lab-alice"),
+    # Pulumi stack names may hold dots; EKS names may not.
+    ("team.alice", "hybrid-lab-team-alice"),
+    ("v1..2_x", "hybrid-lab-v1-2_x"),
+    ("s" * 100, ("hybrid-lab-" + "s" * 100)[:CLUSTER_NAME_MAX]),
+])
+def test_cluster_name_defaults_to_a_valid_name_per_stack(stack, expected):
+    assert default_cluster_name(stack) == expected
+    cfg = load_config({}, stack=stack, region="ap-northeast-2")
+    assert cfg.cluster_name == expected
+    # The derived name passes the rule an explicit one must pass.
+    assert load_config({"clusterName": expected}, stack="other", region="ap-northeast-2").cluster_name == expected
+
+
+def test_the_dev_stack_cluster_is_hybrid_lab_dev(dev_run):
+    assert "eks-hybrid-lab:clusterName" not in dev_run.config
+    assert dev_run.one("aws:eks/cluster:Cluster", "cluster-eks-cluster").inputs["name"] == "hybrid-lab-dev"
+
+
+def test_an_explicit_cluster_name_wins_over_the_derived_one():
+    assert load(clusterName="shared-lab").cluster_name == "shared-lab"
+
+
+def test_two_stacks_name_what_is_unique_in_a_region_differently():
+    """Two presenters' stacks in one account and region: the cluster, the interruption queue,
+    the activation and the control-plane log group must not share a name."""
+    def names(stack: str) -> set[str]:
+        run = run_program(lab_config(clusterName=None), stack=stack)
+        return {run.one("aws:eks/cluster:Cluster", "cluster-eks-cluster").inputs["name"],
+                run.named("karpenter-karpenter-interruption").inputs["name"],
+                run.named("hybrid-activation-ssm").inputs["name"],
+                run.named("cluster-eks-logs").inputs["name"]}
+
+    alice, bob = names("alice"), names("bob")
+    assert alice == {"hybrid-lab-alice", "hybrid-lab-alice-karpenter",
+                     "hybrid-lab-alice-hybrid-nodes", "/aws/eks/hybrid-lab-alice/cluster"}
+    assert not alice & bob
+
+
+# --- adminRoleArns must not hold the deployer's own role ------------------------------------------
+
+DEPLOYER_ROLE_SESSION = f"arn:aws:sts::{ACCOUNT_ID}:assumed-role/LabAdmin/alice@example.com"
+DEPLOYER_ROLE = f"arn:aws:iam::{ACCOUNT_ID}:role/teams/LabAdmin"
+OTHER_ROLE = f"arn:aws:iam::{ACCOUNT_ID}:role/Auditor"
+
+
+def as_assumed_role() -> FakeCloud:
+    return FakeCloud(region="ap-northeast-2", caller_arn=DEPLOYER_ROLE_SESSION)
+
+
+def test_the_deployers_own_role_in_admin_role_arns_is_refused_before_anything_registers():
+    """EKS already gives the cluster's creator an admin access entry; a second one for the same
+    role fails, after the cluster took minutes to create. The deployer's session ARN drops the
+    role's path, so the roles are compared by account and name."""
+    with pytest.raises(ConfigError) as caught:
+        run_program(lab_config(adminRoleArns=[OTHER_ROLE, DEPLOYER_ROLE]), cloud=as_assumed_role())
+    [found] = caught.value.violations
+    assert (found.key, found.value) == ("adminRoleArns", DEPLOYER_ROLE)
+    assert str(found).startswith(
+        f'adminRoleArns = "{DEPLOYER_ROLE}": is the role pulumi up runs as ({DEPLOYER_ROLE_SESSION})')
+    assert "remove this item" in str(found)
+    # Only the provider, which is not a cloud resource, was registered.
+    assert [r.type for r in caught.value.registrations] == ["pulumi:providers:aws"]
+
+
+def test_admin_roles_other_than_the_deployers_are_given_access_entries():
+    run = run_program(lab_config(adminRoleArns=[OTHER_ROLE], upToLayer="cluster"),
+                      cloud=as_assumed_role())
+    entries = run.of_type("aws:eks/accessEntry:AccessEntry")
+    assert [e.inputs["principalArn"] for e in entries] == [OTHER_ROLE]
+
+
+def test_the_fake_cloud_deploys_as_a_user_by_default():
+    """The plan and every other test deploy as an IAM user, whom no role ARN can match."""
+    assert FakeCloud(region="ap-northeast-2").caller_arn == f"arn:aws:iam::{ACCOUNT_ID}:user/lab-deployer"
+    run_program(lab_config(adminRoleArns=[DEPLOYER_ROLE], upToLayer="network"))
+
+
 # --- Pulumi.yaml and the dev stack stay in step with SETTINGS -----------------------------------
 
 def _project_config() -> dict:
@@ -235,7 +343,13 @@ def test_pulumi_yaml_declares_every_setting_with_type_default_and_description():
     for setting in SETTINGS:
         entry = declared[setting.key]
         assert entry["type"] == setting.type, setting.key
-        assert entry["default"] == setting.default, setting.key
+        if setting.derived_default:
+            # Computed from the stack name by the program: a default here would be used for
+            # every stack instead. The description says what it is.
+            assert "default" not in entry, setting.key
+            assert setting.derived_default in entry["description"], setting.key
+        else:
+            assert entry["default"] == setting.default, setting.key
         assert entry["description"] == setting.description, setting.key
         if setting.type == "array":
             assert entry["items"] == {"type": "string"}
@@ -250,13 +364,24 @@ def test_pulumi_yaml_project_and_runtime():
 
 
 def test_dev_stack_writes_out_every_default():
-    stack = yaml.safe_load((PROJECT_DIR / "Pulumi.dev.yaml").read_text())["config"]
+    """Every fixed default is written out; a derived one is left out, so the dev stack gets its
+    own (writing hybrid-lab-dev would pin it for every copy of the file)."""
+    text = (PROJECT_DIR / "Pulumi.dev.yaml").read_text()
+    stack = yaml.safe_load(text)["config"]
     assert stack.pop("aws:region") == "ap-northeast-2"
-    assert stack == {f"eks-hybrid-lab:{s.key}": s.default for s in SETTINGS}
+    assert stack == {f"eks-hybrid-lab:{s.key}": s.default for s in SETTINGS if not s.derived_default}
+    for setting in SETTINGS:
+        if setting.derived_default:
+            assert f"# {setting.key} is left out: it defaults per stack to {setting.derived_default}" in text
 
 
 def test_readme_documents_every_setting_with_its_default():
     readme = (PROJECT_DIR / "README.md").read_text()
     for setting in SETTINGS:
-        default = json.dumps(setting.default) if isinstance(setting.default, (list, bool)) else str(setting.default)
+        if setting.derived_default:
+            default = setting.derived_default
+        elif isinstance(setting.default, (list, bool)):
+            default = json.dumps(setting.default)
+        else:
+            default = str(setting.default)
         assert f"| `{setting.key}` | {setting.type} | `{default}` |" in readme, setting.key

@@ -7,6 +7,7 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 import json
+import re
 import subprocess
 
 import pytest
@@ -17,6 +18,7 @@ from stacks.offline import ProgramRun, Registration
 from tests.test_user_data import SHELLCHECK
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
+ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
 ROUTE_CLEANUP = "pulumi-python:dynamic/cleanup:GatewayRoutes"
 ROUTE_WRITES = {"ec2:CreateRoute", "ec2:ReplaceRoute"}
 
@@ -99,7 +101,7 @@ def test_gateway_role_is_bound_by_pod_identity(dev_run):
     assert association.inputs["namespace"] == "eks-hybrid-nodes-gateway"
     assert association.inputs["serviceAccount"] == "eks-hybrid-nodes-gateway"
     assert association.inputs["roleArn"] == role.outputs["arn"]
-    assert association.inputs["clusterName"] == "hybrid-lab"
+    assert association.inputs["clusterName"] == dev_run.lab_config.cluster_name
     # The chart names its service account after the release.
     assert release(dev_run).inputs["name"] == association.inputs["serviceAccount"]
     assert release(dev_run).inputs["namespace"] == association.inputs["namespace"]
@@ -169,14 +171,46 @@ def test_launch_template_turns_off_source_dest_check_on_device_index_0(dev_run):
     assert "modify-instance-attribute" not in user_data
 
 
-def test_gateway_node_role_may_only_modify_interfaces_of_this_vpc(dev_run):
-    policy = json.loads(named(dev_run, "gateway-nodes-group-node-source-dest-check").inputs["policy"])
-    [statement] = policy["Statement"]
-    cloud = [v for v in dev_run.of_type("aws:ec2/vpc:Vpc") if v.name == "network-cloud-vpc"][0]
-    assert statement["Action"] == "ec2:ModifyNetworkInterfaceAttribute"
-    assert statement["Resource"] == "arn:aws:ec2:ap-northeast-2:111122223333:network-interface/*"
-    assert statement["Condition"] == {"ArnEquals": {
-        "ec2:Vpc": f"arn:aws:ec2:ap-northeast-2:111122223333:vpc/{cloud.id}"}}
+#: What AWS managed policies grant, from their published documents (AWS Managed Policy
+#: reference). AmazonEKS_CNI_Policy v5, the Allow statement on "*".
+MANAGED_POLICY_ACTIONS = {
+    "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy": {
+        "ec2:AssignPrivateIpAddresses", "ec2:AttachNetworkInterface",
+        "ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface", "ec2:DescribeInstances",
+        "ec2:DescribeTags", "ec2:DescribeNetworkInterfaces", "ec2:DescribeInstanceTypes",
+        "ec2:DescribeSubnets", "ec2:DetachNetworkInterface",
+        "ec2:ModifyNetworkInterfaceAttribute", "ec2:UnassignPrivateIpAddresses"},
+}
+
+
+def aws_calls(script: str) -> set[str]:
+    """The IAM actions of the ``aws <service> <operation>`` commands a script runs."""
+    calls = set()
+    for service, operation in re.findall(r"^\s*(?:until\s+)?aws (\w+) ([a-z0-9-]+)", script, re.M):
+        calls.add(f"{service}:" + "".join(part.capitalize() for part in operation.split("-")))
+    return calls
+
+
+def test_gateway_node_role_grants_what_its_boot_script_calls(dev_run):
+    """The boot script turns off source/dest check with the node role's credentials. The
+    permission comes from AmazonEKS_CNI_Policy (on every interface); the node role has no
+    inline policy of its own, since a VPC-scoped grant of the same action would add nothing."""
+    needed = aws_calls(gateway_node_user_data())
+    assert needed == {"ec2:ModifyNetworkInterfaceAttribute"}
+    role = named(dev_run, "gateway-nodes-group-node-role")
+    attached = {a.inputs["policyArn"] for a in dev_run.of_type(ATTACHMENT)
+                if a.inputs["role"] == role.outputs["name"]}
+    granted = set().union(*(MANAGED_POLICY_ACTIONS.get(arn, set()) for arn in attached))
+    assert needed <= granted, f"{needed - granted} is granted by none of {sorted(attached)}"
+    inline = [p.name for p in dev_run.of_type("aws:iam/rolePolicy:RolePolicy")
+              if p.inputs["role"] == role.outputs["name"]]
+    assert inline == []
+
+
+def test_aws_calls_reads_commands():
+    assert aws_calls("until aws ec2 modify-network-interface-attribute --x; do\n"
+                     "  aws sts get-caller-identity\n# aws iam delete-role\n") == {
+        "ec2:ModifyNetworkInterfaceAttribute", "sts:GetCallerIdentity"}
 
 
 def test_gateway_node_script_is_valid_bash(tmp_path):

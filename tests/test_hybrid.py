@@ -74,7 +74,7 @@ def test_hybrid_linux_access_entry_for_the_node_role(dev_run):
     [entry] = [e for e in dev_run.of_type("aws:eks/accessEntry:AccessEntry") if e.name == "hybrid-node-role-access"]
     assert entry.inputs["type"] == "HYBRID_LINUX"
     assert entry.inputs["principalArn"] == named(dev_run, "hybrid-node-role-iam-role").outputs["arn"]
-    assert entry.inputs["clusterName"] == "hybrid-lab"
+    assert entry.inputs["clusterName"] == dev_run.lab_config.cluster_name
     assert not dev_run.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
 
 
@@ -195,7 +195,8 @@ def test_host_user_data_joins_this_cluster_with_this_activation(dev_run):
         script = host.inputs["userData"].value
         assert f"activationId: {activation.id}" in script
         assert f"activationCode: {activation.outputs['activationCode']}" in script
-        assert "name: hybrid-lab" in script and "region: ap-northeast-2" in script
+        assert f"name: {dev_run.lab_config.cluster_name}\n" in script
+        assert "region: ap-northeast-2" in script
         assert "KUBERNETES_VERSION='1.35'" in script
         assert "/bin/linux/amd64/nodeadm" in script
 
@@ -228,7 +229,7 @@ def test_each_host_has_a_node_cleanup_selecting_exactly_its_node(lab):
     assert set(cleanups) == {f"{h}-node" for h in hosts(run)}
     for name, host in hosts(run).items():
         cleanup = cleanups[f"{name}-node"]
-        assert cleanup.inputs["clusterName"] == "hybrid-lab"
+        assert cleanup.inputs["clusterName"] == run.lab_config.cluster_name
         assert cleanup.inputs["endpoint"] == eks.outputs["endpoint"]
         selector = dict(term.split("=") for term in cleanup.inputs["labelSelector"].split(","))
         # This stack, this host, this activation: a replaced host's Node goes with the old

@@ -114,3 +114,21 @@ def test_no_policy_grants_every_action_of_a_service(lab):
             actions = statement["Action"]
             actions = [actions] if isinstance(actions, str) else actions
             assert not any(a == "*" or a.endswith(":*") for a in actions), where
+
+
+def test_karpenter_regional_reads_are_the_getting_started_ones(dev_run):
+    """The Describe calls of Karpenter 1.14's getting-started policy (ResourceDiscoveryPolicy),
+    DescribeInstanceStatus included: the instance-status controller polls it every minute and,
+    denied it, switches its health checks off. DescribePlacementGroups is left out: Karpenter
+    calls it only for an EC2NodeClass with a placement group."""
+    [policy] = [r for r in dev_run.of_type("aws:iam/rolePolicy:RolePolicy")
+                if r.name == "karpenter-karpenter-controller-controller"]
+    [reads] = [s for s in json.loads(policy.inputs["policy"])["Statement"]
+               if s["Sid"] == "AllowRegionalReadActions"]
+    assert set(reads["Action"]) == {
+        "ec2:DescribeCapacityReservations", "ec2:DescribeImages", "ec2:DescribeInstances",
+        "ec2:DescribeInstanceStatus", "ec2:DescribeInstanceTypeOfferings",
+        "ec2:DescribeInstanceTypes", "ec2:DescribeLaunchTemplates",
+        "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets"}
+    assert reads["Resource"] == "*"
+    assert reads["Condition"] == {"StringEquals": {"aws:RequestedRegion": dev_run.lab_config.region}}

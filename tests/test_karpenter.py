@@ -61,15 +61,16 @@ def test_every_write_is_conditioned_on_this_cluster(lab):
 
 
 def test_request_tags_required_on_what_karpenter_creates(dev_run):
+    cluster = dev_run.lab_config.cluster_name
     create = statements(dev_run)["AllowScopedEC2InstanceActionsWithTags"]
     assert create["Condition"]["StringEquals"] == {
-        "aws:RequestTag/kubernetes.io/cluster/hybrid-lab": "owned",
-        "aws:RequestTag/eks:eks-cluster-name": "hybrid-lab"}
+        f"aws:RequestTag/kubernetes.io/cluster/{cluster}": "owned",
+        "aws:RequestTag/eks:eks-cluster-name": cluster}
     assert create["Condition"]["StringLike"] == {"aws:RequestTag/karpenter.sh/nodepool": "*"}
     delete = statements(dev_run)["AllowScopedDeletion"]
     assert _actions(delete) == {"ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"}
     assert delete["Condition"]["StringEquals"] == {
-        "aws:ResourceTag/kubernetes.io/cluster/hybrid-lab": "owned"}
+        f"aws:ResourceTag/kubernetes.io/cluster/{cluster}": "owned"}
 
 
 def test_reads_are_regional_and_queue_and_cluster_scoped(dev_run):
@@ -126,7 +127,7 @@ def test_charts_and_values(lab, scenario, gate):
     assert crds.inputs["version"] == release.inputs["version"] == "1.15.1"
     assert release.inputs["namespace"] == crds.inputs["namespace"] == "kube-system"
     values = release.inputs["values"]
-    assert values["settings"]["clusterName"] == "hybrid-lab"
+    assert values["settings"]["clusterName"] == run.lab_config.cluster_name
     assert values["settings"]["interruptionQueue"] == named(run, "karpenter-karpenter-interruption").outputs["name"]
     assert values["settings"]["featureGates"] == {"podDeletionCostManagement": gate}
     assert values["replicas"] == 2
@@ -141,8 +142,9 @@ def test_node_class(dev_run):
     spec = node_class["spec"]
     assert spec["role"] == named(dev_run, "karpenter-karpenter-node-role").outputs["name"]
     assert spec["amiSelectorTerms"] == [{"alias": "al2023@latest"}]
-    assert spec["subnetSelectorTerms"] == [{"tags": {"karpenter.sh/discovery": "hybrid-lab"}}]
-    assert spec["securityGroupSelectorTerms"] == [{"tags": {"karpenter.sh/discovery": "hybrid-lab"}}]
+    discovery = [{"tags": {"karpenter.sh/discovery": dev_run.lab_config.cluster_name}}]
+    assert spec["subnetSelectorTerms"] == discovery
+    assert spec["securityGroupSelectorTerms"] == discovery
     assert spec["tags"]["eks-hybrid-lab:stack"] == "eks-hybrid-lab/dev"
     assert spec["metadataOptions"]["httpTokens"] == "required"
     assert spec["blockDeviceMappings"][0]["ebs"]["encrypted"] is True
@@ -152,7 +154,7 @@ def test_discovery_tag_only_on_cloud_subnets_and_the_cluster_security_group(dev_
     [tag] = dev_run.of_type("aws:ec2/tag:Tag")
     eks = dev_run.of_type("aws:eks/cluster:Cluster")[0]
     assert tag.inputs == {"resourceId": eks.outputs["vpcConfig"]["clusterSecurityGroupId"],
-                          "key": "karpenter.sh/discovery", "value": "hybrid-lab"}
+                          "key": "karpenter.sh/discovery", "value": dev_run.lab_config.cluster_name}
     tagged_subnets = {s.name for s in dev_run.of_type("aws:ec2/subnet:Subnet")
                       if "karpenter.sh/discovery" in (s.inputs.get("tags") or {})}
     assert tagged_subnets == {"network-cloud-private-0", "network-cloud-private-1"}

@@ -24,9 +24,10 @@ from botocore.stub import Stubber
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
-from ops.preflight import (FAIL, PASS, SKIP, WARN, CommandResult, check_aws_cli,
-                           check_pulumi_cli, vcpu_quota_class)
-from stacks.preflight import main
+from ops.preflight import (FAIL, PASS, SKIP, SPOT_ROLE, WARN, CommandResult, LabNeeds,
+                           check_admin_roles, check_aws_cli, check_names_free,
+                           check_pulumi_cli, check_spot_role, vcpu_quota_class)
+from stacks.preflight import lab_needs, main
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 DEV_STACK = yaml.safe_load((PROJECT_DIR / "Pulumi.dev.yaml").read_text())
@@ -122,7 +123,19 @@ def aws(monkeypatch):
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
     monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # 5,000 AMIs: most of moto's start
     with mock_aws():
+        # An account that has run spot before; test_spot_role_* take it away.
+        plant_spot_role()
         yield
+
+
+def plant_spot_role() -> None:
+    """The Spot service-linked role as IAM names it (moto's create_service_linked_role names it
+    AWSServiceRoleForspot, so it is planted as a plain role with the real name and path)."""
+    CachingSession(region_name=REGION).client("iam").create_role(
+        RoleName=SPOT_ROLE, Path="/aws-service-role/spot.amazonaws.com/",
+        AssumeRolePolicyDocument='{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", '
+                                 '"Principal": {"Service": "spot.amazonaws.com"}, '
+                                 '"Action": "sts:AssumeRole"}]}')
 
 
 def plant_instances(count: int, instance_type: str) -> None:
@@ -169,6 +182,7 @@ DEFAULT_CHECKS = [
     f"quota VPCs per Region ({VPCS})", f"quota NAT gateways per Availability Zone ({NATS})",
     f"quota EC2-VPC Elastic IPs ({EIPS})",
     f"quota Running On-Demand Standard instances vCPUs ({STANDARD})",
+    "names in the region", "spot service-linked role", "admin access entries",
     "aws CLI", "pulumi CLI",
 ]
 
@@ -206,7 +220,7 @@ def test_too_few_zones_names_the_setting_and_the_zones(aws, tmp_path, capsys):
     assert "it has 2: us-west-1a, us-west-1b" in line
     assert "pulumi config set availabilityZoneCount 2" in fix_of(lines, line)
     assert checks["instance types"].startswith("SKIP  ")
-    assert lines[-1] == "preflight: 8 passed, 0 warnings, 1 failed (1 skipped)"
+    assert lines[-1] == "preflight: 11 passed, 0 warnings, 1 failed (1 skipped)"
 
 
 def test_zones_eks_does_not_support_are_left_out(aws, tmp_path, capsys):
@@ -275,7 +289,7 @@ def test_quota_lookups_denied_warn(aws, tmp_path, capsys):
     for line in quota_lines:
         assert line.startswith("WARN  ") and "quota lookup not permitted" in line
         assert "servicequotas:GetServiceQuota" in fix_of(lines, line)
-    assert lines[-1] == "preflight: 9 passed, 4 warnings, 0 failed"
+    assert lines[-1] == "preflight: 12 passed, 4 warnings, 0 failed"
 
 
 def test_quota_without_an_applied_value_uses_the_aws_default(aws, tmp_path, capsys):
@@ -328,11 +342,12 @@ def test_no_credentials_fails_and_skips_the_aws_checks(monkeypatch, tmp_path, ca
     line = checks["credentials"]
     assert line.startswith("FAIL  credentials: no AWS credentials found")
     assert fix_of(lines, line) == "      fix: configure AWS credentials (aws configure / AWS_PROFILE)"
-    for name in ("region", "availability zones", "instance types", "quotas"):
+    for name in ("region", "availability zones", "instance types", "quotas",
+                 "names in the region", "spot service-linked role", "admin access entries"):
         assert checks[name] == (f"SKIP  {name}: not checked: no working AWS credentials "
                                 "(see credentials)")
     assert checks["aws CLI"].startswith("PASS  ") and checks["pulumi CLI"].startswith("PASS  ")
-    assert lines[-1] == "preflight: 2 passed, 0 warnings, 1 failed (4 skipped)"
+    assert lines[-1] == "preflight: 2 passed, 0 warnings, 1 failed (7 skipped)"
 
 
 def test_refused_credentials_fail(aws, tmp_path, capsys):
@@ -427,13 +442,180 @@ def test_command_against_a_moto_server(tmp_path, monkeypatch):
                            "(read-only: Describe/List/Get calls only)")
     statuses = [(line.split("  ", 1)[0], line.split("  ", 1)[1].split(": ", 1)[0])
                 for line in reported[1:-1]]
+    # A fresh account: no Spot service-linked role yet.
     assert statuses == [
         (PASS, name) if name not in (f"quota EC2-VPC Elastic IPs ({EIPS})",
-                                     f"quota Running On-Demand Standard instances vCPUs ({STANDARD})")
+                                     f"quota Running On-Demand Standard instances vCPUs ({STANDARD})",
+                                     "spot service-linked role")
         else (WARN, name)
         for name in DEFAULT_CHECKS
     ]
     assert f"PASS  aws CLI: aws-cli/2.17.0 at {bin_dir}/aws" in reported
     assert any(line.startswith(f"WARN  quota EC2-VPC Elastic IPs ({EIPS}): could not read the quota")
                for line in reported)
-    assert reported[-1] == f"preflight: {len(DEFAULT_CHECKS) - 2} passed, 2 warnings, 0 failed"
+    assert reported[-1] == f"preflight: {len(DEFAULT_CHECKS) - 3} passed, 3 warnings, 0 failed"
+
+
+# --- names the stack takes in the region -------------------------------------------------------
+
+DEV_CLUSTER = "hybrid-lab-dev"  # the dev stack's derived clusterName
+LAB_TAG = {"eks-hybrid-lab:stack": "eks-hybrid-lab/dev"}
+
+
+def test_the_names_checked_are_the_names_the_program_creates(dev_run):
+    needs = lab_needs(dev_run.lab_config)
+    assert needs.cluster_name == DEV_CLUSTER
+    assert needs.cluster_name == dev_run.one("aws:eks/cluster:Cluster", "cluster-eks-cluster").inputs["name"]
+    assert needs.log_group_name == dev_run.named("cluster-eks-logs").inputs["name"]
+    assert needs.queue_name == dev_run.named("karpenter-karpenter-interruption").inputs["name"]
+    assert dict([needs.owner_tag]) == dev_run.lab_config.lab_tag == LAB_TAG
+
+
+def plant_named(cluster_tags=None, log_group_tags=None, queue_tags=None) -> None:
+    """What another stack (or an old run) left under the dev stack's names; None: not there."""
+    session = CachingSession(region_name=REGION)
+    if cluster_tags is not None:
+        session.client("eks").create_cluster(
+            name=DEV_CLUSTER, roleArn="arn:aws:iam::123456789012:role/eks",
+            resourcesVpcConfig={}, tags=cluster_tags)
+    if log_group_tags is not None:
+        session.client("logs").create_log_group(
+            logGroupName=f"/aws/eks/{DEV_CLUSTER}/cluster", tags=log_group_tags)
+    if queue_tags is not None:
+        session.client("sqs").create_queue(QueueName=f"{DEV_CLUSTER}-karpenter", tags=queue_tags)
+
+
+def test_names_taken_by_another_stack_fail_naming_cluster_name(aws, tmp_path, capsys):
+    # Another presenter's stack, and a log group EKS made itself for an old, untagged cluster.
+    plant_named(cluster_tags={"eks-hybrid-lab:stack": "eks-hybrid-lab/other"}, log_group_tags={},
+                queue_tags={"eks-hybrid-lab:stack": "eks-hybrid-lab/other"})
+    code, lines, checks = preflight(tmp_path, capsys)
+    assert code == 1
+    line = checks["names in the region"]
+    assert line.startswith(f"FAIL  names in the region: in {REGION}, ")
+    assert (f"the EKS cluster {DEV_CLUSTER} exists and is not this stack's "
+            "(eks-hybrid-lab:stack=eks-hybrid-lab/other)") in line
+    assert (f"the log group /aws/eks/{DEV_CLUSTER}/cluster exists and is not this stack's "
+            "(no eks-hybrid-lab:stack tag)") in line
+    assert f"the SQS queue {DEV_CLUSTER}-karpenter exists" in line
+    assert line.endswith(f"creating the lab's would fail (clusterName = {DEV_CLUSTER})")
+    fix = fix_of(lines, line)
+    assert "pulumi config set clusterName <name>" in fix and "hybrid-lab-<stack>" in fix
+    assert "python -m stacks.leftovers" in fix
+
+
+def test_one_taken_name_is_enough_to_fail(aws, tmp_path, capsys):
+    plant_named(queue_tags={})
+    _, _, checks = preflight(tmp_path, capsys)
+    line = checks["names in the region"]
+    assert line.startswith("FAIL  ") and f"the SQS queue {DEV_CLUSTER}-karpenter exists" in line
+    assert "EKS cluster" not in line and "log group" not in line
+
+
+def test_names_this_stack_already_holds_pass(aws, tmp_path, capsys):
+    plant_named(cluster_tags=LAB_TAG, log_group_tags=LAB_TAG, queue_tags=LAB_TAG)
+    code, _, checks = preflight(tmp_path, capsys)
+    assert code == 0
+    assert checks["names in the region"] == (
+        f"PASS  names in the region: {DEV_CLUSTER}, /aws/eks/{DEV_CLUSTER}/cluster, "
+        f"{DEV_CLUSTER}-karpenter already this stack's (eks-hybrid-lab:stack=eks-hybrid-lab/dev: "
+        "an earlier pulumi up)")
+
+
+def test_free_names_pass(aws, tmp_path, capsys):
+    _, _, checks = preflight(tmp_path, capsys)
+    assert checks["names in the region"] == (
+        f"PASS  names in the region: {DEV_CLUSTER}, /aws/eks/{DEV_CLUSTER}/cluster, "
+        f"{DEV_CLUSTER}-karpenter free in {REGION}")
+
+
+def _needs(**fields) -> LabNeeds:
+    return LabNeeds(region=REGION, availability_zone_count=2, instances=(),
+                    burst_instance_types=(), burst_cpu_limit=32, **fields)
+
+
+def test_a_denied_name_lookup_warns():
+    session = CachingSession(region_name=REGION)
+    eks = Stubber(session.client("eks", region_name=REGION))
+    eks.add_client_error("describe_cluster", service_error_code="AccessDeniedException",
+                         http_status_code=403, expected_params={"name": DEV_CLUSTER})
+    logs = Stubber(session.client("logs", region_name=REGION))
+    logs.add_response("describe_log_groups", {"logGroups": []},
+                      {"logGroupNamePrefix": f"/aws/eks/{DEV_CLUSTER}/cluster"})
+    sqs = Stubber(session.client("sqs", region_name=REGION))
+    sqs.add_client_error("get_queue_url", service_error_code="QueueDoesNotExist",
+                         http_status_code=400, expected_params={"QueueName": f"{DEV_CLUSTER}-karpenter"})
+    for stubber in (eks, logs, sqs):
+        stubber.activate()
+    check = check_names_free(session, _needs(
+        cluster_name=DEV_CLUSTER, log_group_name=f"/aws/eks/{DEV_CLUSTER}/cluster",
+        queue_name=f"{DEV_CLUSTER}-karpenter", owner_tag=next(iter(LAB_TAG.items()))))
+    assert check.status == WARN
+    assert check.detail.startswith("not checked: eks:DescribeCluster is not permitted")
+    for stubber in (eks, logs, sqs):
+        stubber.assert_no_pending_responses()
+
+
+# --- the Spot service-linked role -------------------------------------------------------------
+
+def test_spot_role_present_passes(aws, tmp_path, capsys):
+    _, _, checks = preflight(tmp_path, capsys)
+    assert checks["spot service-linked role"] == (
+        f"PASS  spot service-linked role: {SPOT_ROLE} exists (arn:aws:iam::123456789012:role/"
+        f"aws-service-role/spot.amazonaws.com/{SPOT_ROLE}): Karpenter can launch spot")
+
+
+def test_spot_role_missing_warns_with_the_command_that_creates_it(aws, tmp_path, capsys):
+    CachingSession(region_name=REGION).client("iam").delete_role(RoleName=SPOT_ROLE)
+    code, lines, checks = preflight(tmp_path, capsys)
+    assert code == 0, "a missing role is a WARN: demo 2 still bursts, on on-demand"
+    line = checks["spot service-linked role"]
+    assert line.startswith(f"WARN  spot service-linked role: {SPOT_ROLE} does not exist")
+    assert fix_of(lines, line) == ("      fix: create it once for the account: aws iam "
+                                   "create-service-linked-role --aws-service-name spot.amazonaws.com")
+
+
+def test_spot_role_lookup_denied_warns():
+    session = CachingSession(region_name=REGION)
+    iam = Stubber(session.client("iam", region_name=REGION))
+    iam.add_client_error("get_role", service_error_code="AccessDenied", http_status_code=403,
+                         expected_params={"RoleName": SPOT_ROLE})
+    iam.activate()
+    check = check_spot_role(session, REGION)
+    assert check.status == WARN
+    assert check.detail.startswith("not checked: iam:GetRole is not permitted (AccessDenied")
+    assert "allow iam:GetRole" in check.fix
+
+
+# --- adminRoleArns and the deployer -------------------------------------------------------------
+
+DEPLOYER_SESSION = "arn:aws:sts::123456789012:assumed-role/LabAdmin/alice@example.com"
+DEPLOYER_ROLE = "arn:aws:iam::123456789012:role/teams/LabAdmin"
+
+
+def test_the_deployers_role_in_admin_role_arns_fails(aws, tmp_path, capsys):
+    session = CachingSession(region_name=REGION)
+    sts = Stubber(session.client("sts", region_name=REGION))
+    sts.add_response("get_caller_identity", {"UserId": "AROAEXAMPLE:alice", "Account": "123456789012",
+                                             "Arn": DEPLOYER_SESSION})
+    sts.activate()
+    stub_quotas(session, REGION, ROOMY)
+    code, lines, checks = preflight(
+        tmp_path, capsys, session=session,
+        adminRoleArns=["arn:aws:iam::123456789012:role/Auditor", DEPLOYER_ROLE])
+    assert code == 1
+    line = checks["admin access entries"]
+    assert line == (f"FAIL  admin access entries: adminRoleArns item {DEPLOYER_ROLE} is the role "
+                    f"you deploy as ({DEPLOYER_SESSION}): the cluster already makes its creator an "
+                    "admin, and a second access entry for the same role fails")
+    assert "pulumi config rm --path 'adminRoleArns[1]'" in fix_of(lines, line)
+
+
+@pytest.mark.parametrize("caller,roles,status", [
+    (DEPLOYER_SESSION, (), PASS),
+    (DEPLOYER_SESSION, ("arn:aws:iam::123456789012:role/Auditor",), PASS),
+    ("arn:aws:iam::123456789012:user/alice", (DEPLOYER_ROLE,), PASS),
+    (DEPLOYER_SESSION, (DEPLOYER_ROLE,), FAIL),
+])
+def test_admin_roles(caller, roles, status):
+    assert check_admin_roles(caller, _needs(admin_role_arns=roles)).status == status

@@ -134,3 +134,44 @@ def test_values_with_yaml_specials_stay_quoted():
     # A code that could end the heredoc or break YAML is dumped quoted on one line.
     config = embedded_node_config(render_user_data(tricky))
     assert config["spec"]["hybrid"]["ssm"]["activationCode"] == "a: b # c\n'NODECONFIG'"
+
+
+def commands(script: str) -> list[str]:
+    """The lines bash runs as commands, in order: no comments, blank lines or heredoc bodies."""
+    lines, heredoc_end = [], None
+    for line in script.splitlines():
+        if heredoc_end is not None:
+            if line == heredoc_end:
+                heredoc_end = None
+            continue
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        lines.append(stripped)
+        opened = re.search(r"<<-?'?(\w+)'?", stripped)
+        if opened:
+            heredoc_end = opened.group(1)
+    return lines
+
+
+def _first(lines: list[str], pattern: str) -> int:
+    found = [i for i, line in enumerate(lines) if re.fullmatch(pattern, line)]
+    assert found, f"no command matches {pattern!r}"
+    return found[0]
+
+
+@pytest.mark.parametrize("host", [BASE, GPU], ids=["node", "gpu"])
+def test_package_lists_are_refreshed_before_nodeadm_install(host):
+    """Defect 7: nodeadm install runs `apt install containerd` and cloud-init does not refresh
+    the lists, so the script does, non-interactively and retried, before nodeadm install."""
+    lines = commands(render_user_data(host))
+    noninteractive = _first(lines, r"export DEBIAN_FRONTEND=noninteractive")
+    update = _first(lines, r"retry \d+ apt-get update")
+    install = _first(lines, r'retry \d+ nodeadm install "\$KUBERNETES_VERSION" --credential-provider ssm')
+    assert noninteractive < update < install
+
+
+def test_commands_ignore_comments_and_heredocs():
+    """The order is read from commands: a comment or heredoc mentioning apt-get does not count."""
+    lines = commands("# retry 5 apt-get update\ncat <<'X'\nretry 5 apt-get update\nX\necho hi\n")
+    assert lines == ["cat <<'X'", "echo hi"]

@@ -60,6 +60,13 @@ log "installing nodeadm"
 retry 10 curl -fsSL --retry 5 --connect-timeout 10 -o /usr/local/bin/nodeadm "$NODEADM_URL"
 chmod 0755 /usr/local/bin/nodeadm
 
+# nodeadm install runs `apt install containerd` without refreshing the package lists, and
+# cloud-init refreshes them only when told to (package_update): on a fresh image the install
+# then fails to find containerd, or fetches files the mirror no longer has.
+log "refreshing the package lists"
+export DEBIAN_FRONTEND=noninteractive
+retry 5 apt-get update
+
 log "installing kubelet, containerd and the SSM agent for Kubernetes $KUBERNETES_VERSION"
 retry 5 nodeadm install "$KUBERNETES_VERSION" --credential-provider ssm
 

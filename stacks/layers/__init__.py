@@ -9,7 +9,8 @@ import pulumi
 import pulumi_aws as aws
 
 from components.zones import eks_availability_zones
-from stacks.config import AVAILABLE_LAYERS, ConfigError, LabConfig, Violation
+from stacks.config import (AVAILABLE_LAYERS, ConfigError, LabConfig, Violation,
+                           deployer_admin_violations)
 from stacks.layers.cluster import ClusterLayer
 from stacks.layers.demo import DemoLayer
 from stacks.layers.gateway import GatewayLayer
@@ -92,13 +93,18 @@ def build_lab(cfg: LabConfig) -> Lab:
         default_tags=aws.ProviderDefaultTagsArgs(tags=cfg.lab_tag),
     )
     zones = eks_availability_zones(provider)
+    # What only the account can tell is checked before any layer registers a resource (the
+    # provider is not a cloud resource), and reported at once.
+    violations = []
     if len(zones) < cfg.availability_zone_count:
-        # Checked before any layer registers a resource (the provider is not a cloud resource).
-        raise ConfigError([Violation(
+        violations.append(Violation(
             "availabilityZoneCount", cfg.availability_zone_count,
-            f"region {cfg.region} offers only {len(zones)} zone(s) EKS can use: {', '.join(zones)}")])
-    account_id = aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=provider)).account_id
-    lab = Lab(config=cfg, aws_provider=provider, zones=zones, account_id=account_id)
+            f"region {cfg.region} offers only {len(zones)} zone(s) EKS can use: {', '.join(zones)}"))
+    caller = aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=provider))
+    violations += deployer_admin_violations(cfg.admin_role_arns, caller.arn)
+    if violations:
+        raise ConfigError(violations)
+    lab = Lab(config=cfg, aws_provider=provider, zones=zones, account_id=caller.account_id)
     for layer in cfg.layers:
         BUILDERS[layer](lab)
     return lab

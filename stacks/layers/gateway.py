@@ -31,8 +31,6 @@ class GatewayLayer(Layer):
         self.nodes = GatewayNodes(self.child_name("nodes"), GatewayNodesArgs(
             cluster_name=cluster.eks.name,
             cluster_security_group_id=cluster.eks.cluster_security_group_id,
-            region=cfg.region,
-            account_id=account_id,
             vpc_id=network.cloud.vpc_id,
             subnet_ids=network.cloud.private_subnet_ids[:GATEWAY_NODE_COUNT],
             subnet_cidrs=network.cloud.private_subnet_cidrs[:GATEWAY_NODE_COUNT],

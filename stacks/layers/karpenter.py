@@ -90,6 +90,7 @@ class KarpenterLayer(Layer):
 
         self.karpenter = Karpenter(self.child_name("karpenter"), KarpenterArgs(
             cluster_name=cfg.cluster_name,
+            cluster_name_output=cluster.eks.name,
             cluster_arn=cluster.eks.arn,
             region=cfg.region,
             account_id=account_id,

@@ -198,6 +198,12 @@ def cpu_requested_m(spec: dict) -> int:
     return spec["replicas"] * per_pod
 
 
+def hybrid_co_tenant_cpu_m() -> int:
+    """CPU demo 1's hybrid-side pods ask for in all: what shares the hybrid nodes with burst."""
+    return (cpu_requested_m(echo_server("echo-hybrid", on_hybrid=True))
+            + cpu_requested_m(prober("prober-hybrid", "http://echo-cloud", on_hybrid=True)))
+
+
 def vllm_server(name: str, model: str) -> dict:
     """Demo 3: vLLM's OpenAI-compatible server on the hybrid GPU host, one GPU."""
     cache = "/cache"

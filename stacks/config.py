@@ -482,6 +482,8 @@ def load_config(values: Mapping[str, str], *, stack: str, region: Optional[str],
             f"podDeletionCostManagement feature gate); karpenterVersion is {karpenter}, whose "
             "chart ignores the gate, so C would run as B. Raise karpenterVersion or choose A or B"))
 
+    violations += _capacity_violations(parsed)
+
     layer = parsed.get("upToLayer")
     if layer is not None and layer not in AVAILABLE_LAYERS:
         violations.append(Violation(
@@ -498,6 +500,36 @@ def load_config(values: Mapping[str, str], *, stack: str, region: Optional[str],
         raise ConfigError(violations)
     return LabConfig(project=project, stack=stack, region=region,
                      **{_field(k): v for k, v in parsed.items()})
+
+
+def _capacity_violations(parsed: Mapping[str, Any]) -> list[Violation]:
+    """The hosts must be instance types whose size the lab knows: demo 2 sizes its burst pods
+    from the hybrid hosts' CPU, and demo 3 asks for one GPU."""
+    from components import demos
+    from stacks.capacity import burst_cpu_request_m, instance_capacity
+
+    found = []
+    hybrid = parsed.get("hybridNodeInstanceType")
+    if hybrid is not None:
+        try:
+            burst_cpu_request_m(hybrid, demos.hybrid_co_tenant_cpu_m())
+        except ValueError as error:
+            found.append(Violation(
+                "hybridNodeInstanceType", hybrid,
+                f"must be a size whose CPU and memory the lab knows (m, c, r or g families, "
+                f"large to 48xlarge) with room for four burst pods per host: {error}"))
+    gpu = parsed.get("gpuInstanceType")
+    if gpu is not None and parsed.get("gpuEnabled"):
+        try:
+            gpus = instance_capacity(gpu).gpus
+        except ValueError:
+            gpus = 0
+        if gpus < 1:
+            found.append(Violation(
+                "gpuInstanceType", gpu,
+                "must be an NVIDIA GPU instance type of the g4dn, g5, g6 or g6e families "
+                "(demo 3's vLLM server asks for one GPU)"))
+    return found
 
 
 def deployer_admin_violations(admin_role_arns: tuple[str, ...], caller_arn: str) -> list[Violation]:

@@ -130,7 +130,7 @@ def test_every_setting_has_a_failing_input():
 GOOD_VALUES = [
     ("clusterName", "a"), ("clusterName", "Lab_2-x"), ("clusterName", "9" * 70),
     ("kubernetesVersion", "1.32"), ("kubernetesVersion", "1.36"),
-    ("hybridNodeInstanceType", "m7i-flex.large"), ("hybridNodeInstanceType", "u-6tb1.metal"),
+    ("hybridNodeInstanceType", "m7i-flex.large"), ("gatewayInstanceType", "u-6tb1.metal"),
     ("gpuInstanceType", "p4d.24xlarge"), ("systemNodeInstanceType", "m8g.metal-24xl"),
     ("karpenterVersion", "1.15.1"), ("cloudVpcCidr", "192.168.10.0/24"),
     ("hybridPodCidr", "192.168.0.0/16"), ("serviceCidr", "10.96.0.0/12"),
@@ -199,6 +199,34 @@ def test_scenario_c_with_an_old_karpenter_registers_nothing():
     with pytest.raises(ConfigError) as caught:
         run_program(lab_config(burstScenario="C", karpenterVersion="1.14.1"))
     assert [v.key for v in caught.value.violations] == ["burstScenario"]
+    assert caught.value.registrations == []
+
+
+@pytest.mark.parametrize("instance_type", ["m5.metal", "x2idn.xlarge", "t3.nano"])
+def test_hybrid_hosts_must_be_a_size_the_capacity_model_knows(instance_type):
+    """Demo 2 sizes its burst pods from the hybrid hosts' CPU: an unknown size cannot be sized,
+    and that must stop the run before the first resource, not when the demo layer registers."""
+    [found] = violations(hybridNodeInstanceType=instance_type)
+    assert found.key == "hybridNodeInstanceType"
+    assert "four burst pods per host" in found.rule
+
+
+@pytest.mark.parametrize("instance_type,ok", [("g6.xlarge", True), ("g5.2xlarge", True),
+                                              ("m5.xlarge", False), ("p9.large", False)])
+def test_the_gpu_host_must_have_a_gpu(instance_type, ok):
+    if ok:
+        assert load(gpuEnabled="true", gpuInstanceType=instance_type).gpu_instance_type == instance_type
+        return
+    [found] = violations(gpuEnabled="true", gpuInstanceType=instance_type)
+    assert found.key == "gpuInstanceType" and "one GPU" in found.rule
+    # Off, the setting is not used.
+    assert load(gpuEnabled="false", gpuInstanceType=instance_type)
+
+
+def test_an_unknown_host_size_registers_nothing():
+    with pytest.raises(ConfigError) as caught:
+        run_program(lab_config(hybridNodeInstanceType="m5.metal"))
+    assert [v.key for v in caught.value.violations] == ["hybridNodeInstanceType"]
     assert caught.value.registrations == []
 
 

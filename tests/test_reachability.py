@@ -380,7 +380,7 @@ def test_internet_exposure_catches_public_ips_and_public_subnets(dev_run):
         "node group in a public subnet": {"cluster-system-ng": lambda i: i["subnetIds"].append(
             dev_run.named("network-cloud-nat").id)},
         "burst nodes in a public subnet": {"network-cloud-nat": lambda i: i.__setitem__(
-            "tags", {"karpenter.sh/discovery": "hybrid-lab"})},
+            "tags", {"karpenter.sh/discovery": dev_run.lab_config.cluster_name})},
     }
     for what, change in cases.items():
         assert reachability.internet_exposure(planted(dev_run, change=change)), what

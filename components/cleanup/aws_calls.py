@@ -30,10 +30,13 @@ class AwsCalls:
         from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
         from botocore.exceptions import ConnectionError as BotoConnectionError
 
-        retryable_codes = {"Throttling", "ThrottlingException", "RequestLimitExceeded",
+        # A tuple, not a set: this code is pickled into the state by value, and a set's order
+        # (so the pickle) changes with each process's hash seed — every preview would then see
+        # a changed provider and update every cleanup.
+        retryable_codes = ("Throttling", "ThrottlingException", "RequestLimitExceeded",
                            "TooManyRequestsException", "RequestThrottled", "TooManyUpdates",
                            "InternalError", "InternalFailure", "InternalServerError",
-                           "ServiceUnavailable", "Unavailable"}
+                           "ServiceUnavailable", "Unavailable")
         why = "not attempted"
         for attempt in range(self.attempts):
             if attempt:

@@ -1,0 +1,68 @@
+"""A dynamic resource's provider code is pickled into its inputs (``__provider``), and the
+cleanups treat a changed provider as an update, so that a fix reaches stacks whose inputs stay
+the same. Every `pulumi preview` is a new process with a new hash seed: if the pickle depended
+on it (a set's order does), every preview of an unchanged stack would show every cleanup as
+changed. Each `pulumi up` here is stood in for by a fresh interpreter with its own seed."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+
+import dill
+
+from stacks.offline import Secret
+from tests.conftest import PROJECT_DIR
+
+_PROGRAM = """
+import hashlib, importlib, json, pkgutil, sys
+sys.path.insert(0, {project!r})
+import pulumi.dynamic
+from pulumi.dynamic.dynamic import serialize_provider
+import components.cleanup, components.expiry
+for module in pkgutil.iter_modules(components.cleanup.__path__):
+    importlib.import_module("components.cleanup." + module.name)
+
+def providers(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from providers(sub)
+
+print(json.dumps({{cls.__name__: hashlib.sha256(serialize_provider(cls()).encode()).hexdigest()
+                  for cls in set(providers(pulumi.dynamic.ResourceProvider))}}))
+"""
+
+
+def provider_digests(seeds: list[str]) -> list[dict[str, str]]:
+    """Each dynamic provider class of the lab, pickled the way Pulumi stores it, in one fresh
+    interpreter per seed."""
+    script = _PROGRAM.format(project=str(PROJECT_DIR))
+    processes = [subprocess.Popen(
+        [sys.executable, "-c", script], cwd=PROJECT_DIR, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PULUMI_"))},
+             "PYTHONHASHSEED": seed}) for seed in seeds]
+    found = []
+    for process in processes:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+        found.append(json.loads(out))
+    return found
+
+
+def test_every_dynamic_provider_pickles_the_same_in_every_process(lab):
+    first, second = provider_digests(["1", "2"])
+    # Every dynamic resource the lab registers (GPU on, scenario C: all of them) is covered.
+    run = lab(gpuEnabled=True, burstScenario="C")
+    registered = {type(dill.loads(base64.b64decode(_plain(r.inputs["__provider"])))).__name__
+                  for r in run.registrations if r.type.startswith("pulumi-python:dynamic")}
+    assert registered and registered <= set(first), registered - set(first)
+    changed = sorted(name for name in first if first[name] != second.get(name))
+    assert changed == [], f"these providers pickle differently per process: {changed}"
+
+
+def _plain(value):
+    return value.value if isinstance(value, Secret) else value

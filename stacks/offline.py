@@ -22,6 +22,7 @@ from pulumi import Output
 from pulumi.dynamic import dynamic as _dynamic
 from pulumi.runtime import config as runtime_config
 from pulumi.runtime import mocks as runtime_mocks
+from pulumi.runtime import resource as runtime_resource
 from pulumi.runtime import rpc, settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
@@ -223,6 +224,13 @@ def _serialize_provider_once(provider) -> str:
     return _serialized_providers[key]
 
 
+_get_stack_trace = runtime_resource._get_stack_trace
+
+
+def _no_stack_trace():
+    return runtime_resource.source_pb2.StackTrace()
+
+
 def run_program(config: Mapping[str, str], *, stack: str = "dev",
                 program: Path = PROGRAM, cloud: Optional[FakeCloud] = None) -> ProgramRun:
     """Runs ``program`` under mocks with ``config`` (full keys such as ``aws:region`` and
@@ -249,6 +257,9 @@ def run_program(config: Mapping[str, str], *, stack: str = "dev",
     loop.set_default_executor(executor)
     saved_env = os.environ.pop("PULUMI_CONFIG", None)
     _dynamic.serialize_provider = _serialize_provider_once
+    # Source positions only point `pulumi` at lines of the program; offline nothing reads them,
+    # and walking the stack for each of ~150 resources is a fifth of a run.
+    runtime_resource._get_stack_trace = _no_stack_trace
     try:
         runtime_config.set_all_config(dict(config))
         settings.ROOT.set(None)
@@ -267,6 +278,7 @@ def run_program(config: Mapping[str, str], *, stack: str = "dev",
             raise
     finally:
         _dynamic.serialize_provider = _serialize_provider
+        runtime_resource._get_stack_trace = _get_stack_trace
         if saved_env is not None:
             os.environ["PULUMI_CONFIG"] = saved_env
         runtime_config.set_all_config({})

@@ -39,7 +39,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, TextIO
 import yaml
 
 from components.chart_defaults import DEFAULTS, helm_merge
-from stacks.capacity import (HYBRID_MAX_PODS, Capacity, allocatable, burst_cpu_request_m)
+from stacks.capacity import HYBRID_MAX_PODS, allocatable
 from stacks.offline import ProgramRun, Registration, Secret
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
@@ -134,6 +134,11 @@ NOT_READY = (Taint("node.kubernetes.io/not-ready", "", "NoSchedule"),
              Taint("node.kubernetes.io/not-ready", "", "NoExecute"))
 #: EC2 nodes (kubelet with an external cloud provider) until the cloud controller sees them.
 UNINITIALIZED = Taint("node.cloudprovider.kubernetes.io/uninitialized", "true", "NoSchedule")
+#: Nodes Karpenter launches, until it has registered them.
+KARPENTER_UNREGISTERED = Taint("karpenter.sh/unregistered", "", "NoExecute")
+#: What a node of an instance type whose size the model does not know offers: no limit (its
+#: placement is still checked; its capacity is listed as not checked).
+UNKNOWN_SIZE = Request(10 ** 9, 10 ** 9, 0)
 
 
 @dataclass(frozen=True)
@@ -153,7 +158,9 @@ class Node:
         return self.labels.get(ZONE, "")
 
     def bootstrap_taints(self) -> tuple[Taint, ...]:
-        extra = () if self.role in ("hybrid", "gpu") else (UNINITIALIZED,)
+        extra: tuple[Taint, ...] = () if self.role in ("hybrid", "gpu") else (UNINITIALIZED,)
+        if self.elastic:
+            extra += (KARPENTER_UNREGISTERED,)
         return (*self.taints, *NOT_READY, *extra)
 
 
@@ -288,6 +295,14 @@ _EKS_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute",
                 "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
 
 
+def _allocatable(instance_type: str, max_pods: int) -> Request:
+    try:
+        cap = allocatable(instance_type, max_pods)
+    except ValueError:
+        return UNKNOWN_SIZE
+    return Request(cap.cpu_m, cap.memory_mib, cap.gpus)
+
+
 def _node_group_nodes(run: ProgramRun, reg: Registration) -> list[Node]:
     inputs = reg.inputs
     [instance_type] = inputs["instanceTypes"]
@@ -298,7 +313,7 @@ def _node_group_nodes(run: ProgramRun, reg: Registration) -> list[Node]:
     zones = _subnet_zones(run)
     subnets = inputs["subnetIds"]
     # VPC CNI: max pods from the ENI limits; the m/c/r large and xlarge sizes allow 29 and 58.
-    cap = allocatable(instance_type, max_pods=29 if instance_type.endswith(".large") else 58)
+    size = _allocatable(instance_type, max_pods=29 if instance_type.endswith(".large") else 58)
     nodes = []
     for index in range(int(inputs["scalingConfig"]["desiredSize"])):
         name = f"{reg.name}-{index}"
@@ -309,7 +324,7 @@ def _node_group_nodes(run: ProgramRun, reg: Registration) -> list[Node]:
             labels={**_ec2_labels(name, instance_type, zone), **labels,
                     "eks.amazonaws.com/nodegroup": reg.name,
                     "eks.amazonaws.com/capacityType": "ON_DEMAND"},
-            taints=taints, allocatable=Request(cap.cpu_m, cap.memory_mib, cap.gpus)))
+            taints=taints, allocatable=size))
     return nodes
 
 
@@ -338,13 +353,12 @@ def _hybrid_node(reg: Registration) -> Optional[Node]:
         key, _, value = key_value.partition("=")
         taints.append(Taint(key, value, effect))
     instance_type = reg.inputs["instanceType"]
-    cap: Capacity = allocatable(instance_type, HYBRID_MAX_PODS)
     role = "gpu" if labels.get("nvidia.com/gpu.present") == "true" else "hybrid"
     return Node(
         name=reg.name, role=role, instance_type=instance_type,
         labels={"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", HOSTNAME: reg.name,
                 **labels, COMPUTE_TYPE: "hybrid"},
-        taints=tuple(taints), allocatable=Request(cap.cpu_m, cap.memory_mib, cap.gpus))
+        taints=tuple(taints), allocatable=_allocatable(instance_type, HYBRID_MAX_PODS))
 
 
 def _burst_nodes(reg: Registration) -> list[Node]:
@@ -357,15 +371,13 @@ def _burst_nodes(reg: Registration) -> list[Node]:
                    for t in template["spec"].get("taints") or [])
     nodes = []
     for instance_type in types:
-        cap = allocatable(instance_type, max_pods=58)
         name = f"karpenter:{pool}:{instance_type}"
         nodes.append(Node(
             name=name, role="burst", instance_type=instance_type,
             labels={**_ec2_labels(name, instance_type, ""),
                     **(template.get("metadata") or {}).get("labels", {}),
                     "karpenter.sh/nodepool": pool, "karpenter.sh/capacity-type": "on-demand"},
-            taints=taints, allocatable=Request(cap.cpu_m, cap.memory_mib, cap.gpus),
-            elastic=True))
+            taints=taints, allocatable=_allocatable(instance_type, max_pods=58), elastic=True))
     return nodes
 
 
@@ -734,6 +746,12 @@ class SchedulingModel:
     burst: Optional[BurstCapacity]
 
     @property
+    def unchecked(self) -> list[str]:
+        """Instance types whose size the model does not know: their capacity is not checked."""
+        return sorted({f"capacity of {n.instance_type} nodes ({n.role}): size unknown to "
+                       "stacks/capacity.py" for n in self.nodes if n.allocatable == UNKNOWN_SIZE})
+
+    @property
     def problems(self) -> list[str]:
         return [*self.bootstrap, *self.unschedulable, *self.intruders]
 
@@ -795,6 +813,8 @@ def render(model: SchedulingModel, out: TextIO) -> None:
                    else f"{b.fewest} to {b.most} fit, depending on where the others land")
         out.write(f"  hybrid capacity for burst ({b.request_m}m each): {nodes}; shared with "
                   f"{others}: {verdict}, for every placement of the others\n")
+    for unchecked in model.unchecked:
+        out.write(f"  not checked: {unchecked}\n")
     problems = model.problems
     out.write("  problems: " + ("none" if not problems else "") + "\n")
     for problem in problems:

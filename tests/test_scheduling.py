@@ -289,3 +289,18 @@ def test_the_plan_prints_where_each_workload_runs_and_the_hybrid_capacity(dev_ru
     assert "burst" in text and "8 on hybrid, 7 on Karpenter burst nodes" in text
     assert "hybrid capacity for burst (900m each)" in text and ": 8 fit" in text
     assert "problems: none" in text
+
+
+def test_a_node_size_the_model_does_not_know_is_placed_and_said_unchecked(lab):
+    model = scheduling.evaluate(lab(systemNodeInstanceType="t3.large"))
+    assert model.problems == []
+    assert model.unchecked == [
+        "capacity of t3.large nodes (system): size unknown to stacks/capacity.py"]
+    assert scheduling.evaluate(lab()).unchecked == []
+
+
+def test_burst_nodes_bootstrap_with_karpenters_own_taint(dev_run):
+    burst = next(n for n in scheduling.lab_nodes(dev_run) if n.elastic)
+    assert scheduling.KARPENTER_UNREGISTERED in burst.bootstrap_taints()
+    aws_node = scheduling.EKS_ADDONS["vpc-cni"]
+    assert scheduling.placement_problem(aws_node, burst, bootstrapping=True) is None

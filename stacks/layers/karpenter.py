@@ -18,7 +18,7 @@ from stacks.layers.network import NetworkLayer
 DISCOVERY_TAG = "karpenter.sh/discovery"
 NODE_CLASS = "default"
 NODE_POOL = "cloud-burst"
-#: General-purpose types that hold several 930m burst pods (seed 000), in two generations so
+#: General-purpose types that hold several burst pods (seed 000), in two generations so
 #: spot has somewhere to go.
 BURST_INSTANCE_TYPES = ["m6i.xlarge", "m6i.2xlarge", "m7i.xlarge", "m7i.2xlarge"]
 #: Only demo 2's burst pods tolerate it: any other pod on a burst node would keep the node from

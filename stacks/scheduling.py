@@ -39,6 +39,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, TextIO
 import yaml
 
 from components.chart_defaults import DEFAULTS, helm_merge
+from components.instance_types import architecture
 from stacks.capacity import HYBRID_MAX_PODS, allocatable
 from stacks.offline import ProgramRun, Registration, Secret
 
@@ -286,9 +287,13 @@ def _subnet_zones(run: ProgramRun) -> dict[str, str]:
             for r in run.of_type("aws:ec2/subnet:Subnet")}
 
 
+def _arch(instance_type: str) -> str:
+    return "arm64" if architecture(instance_type) == "arm64" else "amd64"
+
+
 def _ec2_labels(name: str, instance_type: str, zone: str) -> dict[str, str]:
-    return {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", HOSTNAME: name,
-            "node.kubernetes.io/instance-type": instance_type, ZONE: zone}
+    return {"kubernetes.io/os": "linux", "kubernetes.io/arch": _arch(instance_type),
+            HOSTNAME: name, "node.kubernetes.io/instance-type": instance_type, ZONE: zone}
 
 
 _EKS_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute",
@@ -356,8 +361,8 @@ def _hybrid_node(reg: Registration) -> Optional[Node]:
     role = "gpu" if labels.get("nvidia.com/gpu.present") == "true" else "hybrid"
     return Node(
         name=reg.name, role=role, instance_type=instance_type,
-        labels={"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", HOSTNAME: reg.name,
-                **labels, COMPUTE_TYPE: "hybrid"},
+        labels={"kubernetes.io/os": "linux", "kubernetes.io/arch": _arch(instance_type),
+                HOSTNAME: reg.name, **labels, COMPUTE_TYPE: "hybrid"},
         taints=tuple(taints), allocatable=_allocatable(instance_type, HYBRID_MAX_PODS))
 
 

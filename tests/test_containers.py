@@ -205,5 +205,5 @@ def test_the_vllm_client_logs_sub_second_latencies(tmp_path):
     lines = run_one_turn(script, tmp_path, wget='echo "{}"; exec /bin/sleep 0.3')
     result = next(line for line in lines if " in " in line)
     seconds = float(result.rsplit(" in ", 1)[1].rstrip("s"))
-    assert result.split()[1] == "ok" and 0.2 <= seconds < 5, result
-    assert "." in result.rsplit(" in ", 1)[1], "hundredths, not whole seconds"
+    # The request took 0.3 s: whole seconds would read 0 or 1.
+    assert result.split()[1] == "ok" and 0.25 <= seconds < 1.0, result

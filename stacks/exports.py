@@ -5,6 +5,8 @@ from __future__ import annotations
 import pulumi
 
 from stacks.config import LAYERS
+from components import demos
+from stacks.capacity import burst_cpu_request_m
 from stacks.costs import estimate as estimate_costs
 from stacks.costs import totals as cost_totals
 from stacks.layers import Lab
@@ -100,6 +102,9 @@ def export_lab(lab: Lab) -> None:
         pulumi.export("demo2", {
             "namespace": burst,
             "scenario": cfg.burst_scenario,
+            # Four per hybrid host next to demo 1's pods (stacks/capacity.py): the number for
+            # the slide, where the seed said 930m.
+            "cpuRequestPerPod": f"{burst_cpu_request_m(cfg.hybrid_node_instance_type, demos.hybrid_co_tenant_cpu_m())}m",
             "scaleSequence": list(demo_layer.BURST_SCALE_SEQUENCE),
             "scale": f"kubectl -n {burst} scale deploy/burst --replicas=<n>   # {scale}",
             "placement": (f"kubectl -n {burst} get pods -o custom-columns=POD:.metadata.name,"

@@ -97,6 +97,7 @@ def test_demo_2_burst_deployment(lab):
     # (3920m allocatable - 200m daemons - 110m of demo 1's pods) / 4, rounded down to 10m: four
     # per default hybrid node wherever demo 1's pods land (the seed's 930m assumed none there).
     assert container["resources"]["requests"]["cpu"] == "900m"
+    assert run.outputs["demo2"]["cpuRequestPerPod"] == "900m"
     assert pod["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] == [
         {"weight": 100, "preference": {"matchExpressions": [demos.ON_HYBRID]}}]
     assert demos.HYBRID_TAINT_TOLERATION in pod["tolerations"]

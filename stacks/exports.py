@@ -39,6 +39,7 @@ def export_lab(lab: Lab) -> None:
         pulumi.export("onPremVpcCidr", net.on_prem.cidr_block)
         pulumi.export("onPremServerLanSubnetId", net.on_prem.private_subnet_ids[0])
         pulumi.export("remoteNodeCidr", net.remote_node_cidr)
+        pulumi.export("hybridPodCidr", str(cfg.hybrid_pod_cidr))
         pulumi.export("transitGatewayId", net.transit.transit_gateway_id)
         pulumi.export("natPublicIps", [net.cloud.nat_public_ip, net.on_prem.nat_public_ip])
 

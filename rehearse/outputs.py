@@ -1,0 +1,93 @@
+"""The deployed stack's outputs: through the Pulumi Automation API, or from a file written by
+`pulumi stack output --json --show-secrets`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from rehearse.errors import RunError
+
+#: The layer each output comes from, so a missing one says which layer to build.
+LAYER_OF = {
+    "kubeconfig": "cluster", "clusterName": "cluster", "clusterEndpoint": "cluster",
+    "region": "network", "hybridPodCidr": "network", "gatewayNamespace": "gateway",
+    "gatewayLeaseName": "gateway", "gatewayRouteTableIds": "gateway", "demo1": "demo",
+    "demo3": "demo (with gpuEnabled)", "hybridNodeSelector": "hybrid",
+}
+
+
+@dataclass(frozen=True)
+class StackOutputs:
+    stack: str
+    values: Mapping[str, Any]
+
+    def get(self, key: str) -> Any:
+        if key not in self.values:
+            layer = LAYER_OF.get(key)
+            where = f": build the {layer} layer (upToLayer) and run `pulumi up`" if layer else ""
+            raise RunError(f"the stack {self.stack} has no output {key}{where}")
+        return self.values[key]
+
+    def optional(self, key: str) -> Optional[Any]:
+        return self.values.get(key)
+
+    @property
+    def layers(self) -> list[str]:
+        return list(self.values.get("layers") or [])
+
+    def require_layer(self, layer: str, why: str) -> None:
+        if layer not in self.layers:
+            raise RunError(f"the stack {self.stack} has no {layer} layer ({why}): set upToLayer "
+                           f"to {layer} or higher and run `pulumi up`")
+
+
+def from_file(path: Path, stack: Optional[str] = None) -> StackOutputs:
+    try:
+        values = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RunError(f"no outputs file {path}: write it with "
+                       f"`pulumi stack output --json --show-secrets > {path}`") from None
+    except ValueError as error:
+        raise RunError(f"{path} is not the JSON of `pulumi stack output --json`: {error}") from None
+    if not isinstance(values, dict):
+        raise RunError(f"{path} is not the JSON of `pulumi stack output --json` (not an object)")
+    return StackOutputs(stack or path.stem, values)
+
+
+def from_pulumi(stack: Optional[str], work_dir: Path) -> StackOutputs:
+    """The outputs of ``stack`` (default: the selected one) through the Automation API, which
+    runs the `pulumi` CLI; secrets come back decrypted (the kubeconfig is one)."""
+    from pulumi import automation
+
+    try:
+        name = stack or _selected_stack(work_dir)
+        selected = automation.select_stack(stack_name=name, work_dir=str(work_dir))
+        values = {key: item.value for key, item in selected.outputs().items()}
+    except FileNotFoundError:
+        raise RunError("the pulumi CLI is not installed: install it, or pass --outputs FILE "
+                       "written by `pulumi stack output --json --show-secrets`") from None
+    except automation.errors.CommandError as error:
+        raise RunError(f"pulumi could not read the stack's outputs: {_first_line(error)}") from None
+    return StackOutputs(name, values)
+
+
+def _selected_stack(work_dir: Path) -> str:
+    from pulumi import automation
+
+    workspace = automation.LocalWorkspace(work_dir=str(work_dir))
+    summary = workspace.stack()
+    if summary is None:
+        raise RunError("no stack is selected: pass --stack NAME (or `pulumi stack select`)")
+    return summary.name
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error)
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith(("error:", "stderr:")) and len(line) > 8:
+            return line.removeprefix("stderr:").strip()
+    return text.strip().splitlines()[0] if text.strip() else repr(error)

@@ -1,0 +1,99 @@
+"""What a run found: checks (PASS/FAIL with what was seen, the fix, and the command to see it
+yourself) and measurements (beside the seed's figure), rendered as ``report.md`` and
+``report.json`` (versioned)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+REPORT_VERSION = 1
+PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str
+    seen: str
+    #: What to do about a FAIL.
+    fix: str = ""
+    #: The kubectl or aws command that shows the same thing.
+    command: str = ""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    name: str
+    value: Optional[float]
+    unit: str
+    #: The figure it is compared with (the seed's, or AWS's documentation), as text.
+    reference: str = ""
+    note: str = ""
+
+
+@dataclass
+class Report:
+    command: str
+    stack: str
+    started: str
+    title: str
+    checks: list[Check] = field(default_factory=list)
+    measurements: list[Measurement] = field(default_factory=list)
+    #: Things a reader should know that are neither checks nor numbers.
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(c.status != FAIL for c in self.checks)
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if c.status == FAIL]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": REPORT_VERSION, "command": self.command, "stack": self.stack,
+                "started": self.started, "title": self.title, "passed": self.passed,
+                "checks": [asdict(c) for c in self.checks],
+                "measurements": [asdict(m) for m in self.measurements],
+                "notes": list(self.notes)}
+
+    def to_markdown(self) -> str:
+        lines = [f"# {self.title}", "",
+                 f"Stack `{self.stack}`, `python -m rehearse {self.command}`, started {self.started}. "
+                 f"Result: **{'PASS' if self.passed else 'FAIL'}** "
+                 f"({len(self.checks) - len(self.failures)} of {len(self.checks)} checks passed).",
+                 ""]
+        if self.measurements:
+            lines += ["## Numbers", "", "| measurement | value | reference | note |",
+                      "|---|---|---|---|"]
+            for m in self.measurements:
+                value = "—" if m.value is None else f"{m.value:g} {m.unit}"
+                lines.append(f"| {m.name} | {value} | {m.reference} | {m.note} |")
+            lines.append("")
+        lines += ["## Checklist", ""]
+        for c in self.checks:
+            box = {"PASS": "[x]", "FAIL": "[ ]", "SKIP": "[-]"}[c.status]
+            lines.append(f"- {box} **{c.name}** — {c.status}: {c.seen}")
+            if c.status == FAIL and c.fix:
+                lines.append(f"  - Fix: {c.fix}")
+            if c.command:
+                lines.append(f"  - See it yourself: `{c.command}`")
+        if self.notes:
+            lines += ["", "## Notes", ""] + [f"- {note}" for note in self.notes]
+        return "\n".join(lines) + "\n"
+
+    def write(self, folder: Path) -> None:
+        (folder / "report.json").write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        (folder / "report.md").write_text(self.to_markdown())
+
+    def summary(self) -> str:
+        lines = [f"{self.title}: {'PASS' if self.passed else 'FAIL'}"]
+        for m in self.measurements:
+            value = "—" if m.value is None else f"{m.value:g} {m.unit}"
+            lines.append(f"  {m.name}: {value}" + (f" ({m.reference})" if m.reference else ""))
+        for c in self.failures:
+            lines.append(f"  FAIL {c.name}: {c.seen}" + (f" — fix: {c.fix}" if c.fix else ""))
+        return "\n".join(lines)

@@ -1,0 +1,134 @@
+"""A Kubernetes API emulator on 127.0.0.1 for the rehearsal tools: kmock's KubernetesEmulator
+(REFERENCE §10), run on a background thread because the tools' client is synchronous.
+
+Its caveats, which the tools must not depend on: it ignores label and field selectors (the
+tools filter what they list themselves), sets no resourceVersion, speaks plain HTTP, and knows
+no subresources but what a test declares — pod logs and the pod proxy are declared per pod with
+``log`` and ``proxy``.
+
+``emulator`` is the fixture; ``Emulator.endpoint`` is what ``rehearse.connection.Kube.connect``
+takes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from typing import Any, Callable, Optional
+
+import pytest
+
+from rehearse.connection import Endpoint
+
+#: API paths of the resources the tools read, as kmock names them (group/version/plural).
+PODS, NODES, LEASES = "v1/pods", "v1/nodes", "coordination.k8s.io/v1/leases"
+CONFIGMAPS, EVENTS = "v1/configmaps", "v1/events"
+DAEMONSETS, DEPLOYMENTS = "apps/v1/daemonsets", "apps/v1/deployments"
+VTEP_CONFIGS = "cilium.io/v2/ciliumvtepconfigs"
+
+_KINDS = {PODS: ("v1", "Pod"), NODES: ("v1", "Node"), LEASES: ("coordination.k8s.io/v1", "Lease"),
+          CONFIGMAPS: ("v1", "ConfigMap"), EVENTS: ("v1", "Event"),
+          DAEMONSETS: ("apps/v1", "DaemonSet"), DEPLOYMENTS: ("apps/v1", "Deployment"),
+          VTEP_CONFIGS: ("cilium.io/v2", "CiliumVTEPConfig")}
+
+
+class Emulator:
+    def __init__(self) -> None:
+        self._ready: "queue.Queue[Any]" = queue.Queue()
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._stop: Optional[asyncio.Event] = None
+        self.url = ""
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+        started = self._ready.get(timeout=20)
+        if isinstance(started, BaseException):
+            raise started
+        self.kmock = started
+
+    def _serve(self) -> None:
+        async def main() -> None:
+            import kmock
+
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            try:
+                async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
+                    self.url = str(server.url).rstrip("/")
+                    self._ready.put(emulator)
+                    await self._stop.wait()
+            except BaseException as error:  # noqa: BLE001 reported to the test thread
+                self._ready.put(error)
+
+        asyncio.run(main())
+
+    def do(self, action: Callable[[Any], Any]) -> Any:
+        """Runs ``action(kmock)`` on the emulator's own thread (its objects are not thread-safe)."""
+        async def call() -> Any:
+            return action(self.kmock)
+
+        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout=10)
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint(server=self.url, certificate_authority=None, token=None)
+
+    # --- planting ---------------------------------------------------------------------------
+
+    def put(self, resource: str, namespace: Optional[str], name: str, obj: dict) -> dict:
+        """Stores ``obj`` as ``resource/namespace/name``, with apiVersion, kind and metadata
+        filled in as the API server would."""
+        api_version, kind = _KINDS[resource]
+        metadata = {**obj.get("metadata", {}), "name": name}
+        if namespace:
+            metadata["namespace"] = namespace
+        full = {"apiVersion": api_version, "kind": kind, **obj, "metadata": metadata}
+
+        def store(kmock: Any) -> None:
+            kmock.objects[resource, namespace, name] = full
+
+        self.do(store)
+        return full
+
+    def delete(self, resource: str, namespace: Optional[str], name: str) -> None:
+        def remove(kmock: Any) -> None:
+            del kmock.objects[resource, namespace, name]
+
+        self.do(remove)
+
+    def log(self, namespace: str, pod: str, text: str) -> None:
+        """What ``GET .../pods/<pod>/log`` answers (the tools ask for ``timestamps=true``)."""
+        def declare(kmock: Any) -> None:
+            kmock[f"get /api/v1/namespaces/{namespace}/pods/{pod}/log"] << text.encode()
+
+        self.do(declare)
+
+    def proxy(self, namespace: str, pod: str, port: int, path: str, body: bytes,
+              status: int = 200) -> None:
+        """What the API server's pod proxy answers for ``<pod>:<port>/<path>``."""
+        def declare(kmock: Any) -> None:
+            import kmock as km
+
+            url = f"get /api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy/{path.lstrip('/')}"
+            kmock[url] << (km.Response(status=status, payload=body) if status != 200 else body)
+
+        self.do(declare)
+
+    def requests(self) -> list[tuple[str, str]]:
+        """(METHOD, path) of every request served so far, in order."""
+        return self.do(lambda kmock: [(str(r.method.value if hasattr(r.method, "value") else r.method).upper(),
+                                       r.url.path) for r in kmock._requests])
+
+    def close(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=10)
+
+
+@pytest.fixture
+def emulator():
+    server = Emulator()
+    try:
+        yield server
+    finally:
+        server.close()

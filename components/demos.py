@@ -118,8 +118,9 @@ def echo_server(name: str, *, on_hybrid: bool) -> dict:
     )
 
 
-#: Seconds one probe may take in all, name lookup included.
-PROBE_TIMEOUT_SECONDS = 3
+#: Seconds one probe may take in all, name lookup included: short, so a failover's gap is
+#: measured to about a second.
+PROBE_TIMEOUT_SECONDS = 1
 
 
 def loop_script(body: str, period_seconds: int) -> str:
@@ -152,14 +153,19 @@ def _loop_container(name: str, body: str, *, period_seconds: int, stale_minutes:
     }
 
 
-def prober(name: str, target_url: str, *, on_hybrid: bool) -> dict:
-    """Demo 1: requests ``target_url`` every second and logs ok/FAIL with a timestamp, so the
-    gap during a gateway failover can be read from `kubectl logs`."""
-    # `timeout` bounds the whole request: wget's -T covers the connection, not the name lookup,
-    # and a DNS query to an unreachable server waits far longer than a second.
-    body = (f"if timeout {PROBE_TIMEOUT_SECONDS} wget -q -T 1 -O /dev/null {target_url}; "
-            'then r=ok; else r=FAIL; fi; echo "$(date +%T) $r"')
-    container = _loop_container("prober", body, period_seconds=1, stale_minutes=1,
+def prober(name: str, service_url: str, pod_url: str, *, on_hybrid: bool) -> dict:
+    """Demo 1: every second, requests the echo servers on the other side twice — through their
+    ClusterIP Service (``service_url``) and straight at a pod (``pod_url``, a headless Service's
+    name, which resolves to the pods' own addresses) — and logs one line for each:
+    ``HH:MM:SS svc ok``, ``HH:MM:SS pod FAIL``. The kubelet's timestamps on those lines are what
+    the failover is measured with (``python -m rehearse failover``)."""
+    # `timeout` bounds each request whole: wget's -T covers the connection, not the name
+    # lookup, and a DNS query to an unreachable server waits far longer than a second.
+    probes = "; ".join(
+        f"if timeout {PROBE_TIMEOUT_SECONDS} wget -q -T 1 -O /dev/null {url}; then r=ok; "
+        f'else r=FAIL; fi; echo "$(date +%T) {path} $r"'
+        for path, url in (("svc", service_url), ("pod", pod_url)))
+    container = _loop_container("prober", probes, period_seconds=1, stale_minutes=1,
                                 startup_period=2, startup_failures=15, readiness_period=10)
     return deployment(
         name, replicas=1, uid=1000, containers=[container],
@@ -196,12 +202,6 @@ def cpu_requested_m(spec: dict) -> int:
     pod = spec["template"]["spec"]
     per_pod = sum(millis(c["resources"]["requests"]["cpu"]) for c in pod["containers"])
     return spec["replicas"] * per_pod
-
-
-def hybrid_co_tenant_cpu_m() -> int:
-    """CPU demo 1's hybrid-side pods ask for in all: what shares the hybrid nodes with burst."""
-    return (cpu_requested_m(echo_server("echo-hybrid", on_hybrid=True))
-            + cpu_requested_m(prober("prober-hybrid", "http://echo-cloud", on_hybrid=True)))
 
 
 def vllm_server(name: str, model: str) -> dict:
@@ -271,3 +271,17 @@ def vllm_client(name: str, url: str, model: str) -> dict:
 def cluster_ip_service(name: str, port: int, target_port: int) -> dict:
     return {"type": "ClusterIP", "selector": {"app": name},
             "ports": [{"name": "http", "port": port, "targetPort": target_port}]}
+
+
+def headless_service(name: str, port: int) -> dict:
+    """A Service without a cluster IP: its DNS name resolves to the pods' own addresses, so a
+    request to it goes pod to pod, with no service NAT on the way."""
+    return {"clusterIP": "None", "selector": {"app": name},
+            "ports": [{"name": "http", "port": port, "targetPort": port}]}
+
+
+def hybrid_co_tenant_cpu_m() -> int:
+    """CPU demo 1's hybrid-side pods ask for in all: what shares the hybrid nodes with burst."""
+    return (cpu_requested_m(echo_server("echo-hybrid", on_hybrid=True))
+            + cpu_requested_m(prober("prober-hybrid", "http://echo-cloud", "http://echo-cloud-pods",
+                                     on_hybrid=True)))

@@ -191,12 +191,22 @@ def run_one_turn(script: str, tmp_path: Path, wget: str) -> list[str]:
 
 
 def test_the_prober_is_alive_before_its_first_request_and_bounds_a_hung_one(tmp_path):
-    pod = demos.prober("p", "http://echo.invalid", on_hybrid=False)["template"]["spec"]
+    pod = demos.prober("p", "http://echo.invalid", "http://echo-pods.invalid:8080",
+                       on_hybrid=False)["template"]["spec"]
     script = pod["containers"][0]["command"][2]
-    # A request that hangs (a DNS lookup nobody answers) is cut off by `timeout`.
+    # A request that hangs (a DNS lookup nobody answers) is cut off by `timeout`, both of them.
     lines = run_one_turn(script, tmp_path, wget="exec /bin/sleep 30")
-    assert lines[-1] == "calls: touch touch sleep", "alive before the request, and after it"
-    assert lines[0].endswith(" FAIL")
+    assert lines[-1] == "calls: touch touch sleep", "alive before the requests, and after them"
+    assert [line.split()[1:] for line in lines[:-1]] == [["svc", "FAIL"], ["pod", "FAIL"]]
+
+
+def test_the_prober_logs_each_path_it_probed(tmp_path):
+    pod = demos.prober("p", "http://echo.svc", "http://echo-pods.svc:8080",
+                       on_hybrid=False)["template"]["spec"]
+    script = pod["containers"][0]["command"][2]
+    # Only the pod-to-pod request answers.
+    lines = run_one_turn(script, tmp_path, wget='case "$*" in *echo-pods*) exit 0;; esac; exit 1')
+    assert [line.split()[1:] for line in lines[:-1]] == [["svc", "FAIL"], ["pod", "ok"]]
 
 
 def test_the_vllm_client_logs_sub_second_latencies(tmp_path):

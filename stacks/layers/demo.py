@@ -44,7 +44,7 @@ class DemoLayer(Layer):
                 self.child_name(ns), metadata=demos.restricted_namespace(ns), opts=self.child())
 
         def workload(ns: str, name: str, spec: dict, depends_on=(), service_port=None,
-                     timeouts: Optional[pulumi.CustomTimeouts] = None):
+                     timeouts: Optional[pulumi.CustomTimeouts] = None, headless_port=None):
             namespace = self.namespaces[ns]
             created = k8s.apps.v1.Deployment(
                 self.child_name(name),
@@ -63,18 +63,29 @@ class DemoLayer(Layer):
                     # with the namespace, vLLM's would wait through the GPU host's join and
                     # driver install and time out. After its Deployment, the pods are there.
                     opts=self.child(depends_on=[namespace, created]))
+            if headless_port:
+                k8s.core.v1.Service(
+                    self.child_name(f"{name}-pods-svc"),
+                    metadata={"name": f"{name}-pods", "namespace": ns, "labels": {"app": name}},
+                    spec=demos.headless_service(name, headless_port),
+                    opts=self.child(depends_on=[namespace, created]))
             return created
 
-        # Demo 1: traffic both ways through the gateway, and through ClusterIP services.
+        # Demo 1: traffic both ways through the gateway, through the ClusterIP services and pod
+        # to pod (the headless "-pods" services resolve to the pods' own addresses).
         workload(GATEWAY_NS, "echo-cloud", demos.echo_server("echo-cloud", on_hybrid=False),
-                 service_port=(80, 8080))
+                 service_port=(80, ECHO_PORT), headless_port=ECHO_PORT)
         echo_hybrid = demos.echo_server("echo-hybrid", on_hybrid=True)
         workload(GATEWAY_NS, "echo-hybrid", echo_hybrid, depends_on=on_hybrid,
-                 service_port=(80, 8080))
+                 service_port=(80, ECHO_PORT), headless_port=ECHO_PORT)
+
+        def urls(target: str) -> tuple[str, str]:
+            return (f"http://{target}.{GATEWAY_NS}.svc",
+                    f"http://{target}-pods.{GATEWAY_NS}.svc:{ECHO_PORT}")
+
         workload(GATEWAY_NS, "prober-cloud", demos.prober(
-            "prober-cloud", f"http://echo-hybrid.{GATEWAY_NS}.svc", on_hybrid=False))
-        prober_hybrid = demos.prober(
-            "prober-hybrid", f"http://echo-cloud.{GATEWAY_NS}.svc", on_hybrid=True)
+            "prober-cloud", *urls("echo-hybrid"), on_hybrid=False))
+        prober_hybrid = demos.prober("prober-hybrid", *urls("echo-cloud"), on_hybrid=True)
         workload(GATEWAY_NS, "prober-hybrid", prober_hybrid, depends_on=on_hybrid)
 
         # prober-hybrid reaches echo-cloud's pods, which sit on cloud nodes behind the cluster

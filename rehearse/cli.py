@@ -88,9 +88,18 @@ def _connect(args: argparse.Namespace, stack_outputs) -> Any:
     from rehearse.connection import Kube, endpoint_from_stack_kubeconfig
 
     if args.kubeconfig:
-        return Kube.from_kubeconfig_file(args.kubeconfig)
-    region = stack_outputs.get("region")
-    return Kube.connect(endpoint_from_stack_kubeconfig(stack_outputs.get("kubeconfig"), region))
+        kube = Kube.from_kubeconfig_file(args.kubeconfig)
+        server = str(args.kubeconfig)
+    else:
+        endpoint = endpoint_from_stack_kubeconfig(stack_outputs.get("kubeconfig"),
+                                                  stack_outputs.get("region"))
+        kube, server = Kube.connect(endpoint), endpoint.server
+    try:
+        kube.check_reachable(server)
+    except BaseException:
+        kube.close()
+        raise
+    return kube
 
 
 def run_command(command: str, args: argparse.Namespace) -> int:

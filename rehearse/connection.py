@@ -104,6 +104,19 @@ class Kube:
         # The pod proxy goes through the same authenticated transport as every other call.
         return cls(client, client._client._client)
 
+    def check_reachable(self, server: str) -> None:
+        """One request before anything else, so a cluster that cannot be reached, or refuses
+        the credentials, stops the run with one line (exit 2)."""
+        try:
+            status, text = self.get_raw("/version")
+        except Exception as error:  # noqa: BLE001 httpx, ssl and socket errors alike
+            raise unreachable(error, server) from None
+        if status in (401, 403):
+            raise RunError(f"the cluster's API server {server} refused the credentials "
+                           f"(HTTP {status}): check your AWS identity has an access entry")
+        if status >= 500:
+            raise RunError(f"the cluster's API server {server} answered HTTP {status}")
+
     def get_raw(self, path: str) -> tuple[int, str]:
         """GET ``path`` on the API server: (status, body)."""
         response = self._raw.get(path)
@@ -115,6 +128,7 @@ class Kube:
 
 
 def unreachable(error: BaseException, server: str) -> RunError:
-    """One line for a cluster that cannot be reached or refuses us."""
+    """One line for a cluster that cannot be reached."""
+    detail = str(error).splitlines()[0] if str(error) else ""
     return RunError(f"cannot reach the cluster's API server {server}: "
-                    f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}".rstrip(": "))
+                    f"{type(error).__name__}{': ' + detail if detail else ''}")

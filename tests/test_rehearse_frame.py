@@ -1,0 +1,228 @@
+"""The rehearsal tools' frame: the stack's outputs (Automation API through a fake `pulumi`, or a
+file), the connection (the stack's kubeconfig with an EKS token, over HTTPS), run folders, the
+report, and the exit codes — 2 with one line when the run cannot be made."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rehearse import cli, outputs, record
+from rehearse.connection import Kube, endpoint_from_stack_kubeconfig
+from rehearse.errors import RunError
+from rehearse.report import FAIL, PASS, Check, Measurement, Report
+from tests.conftest import PROJECT_DIR
+from tests.fake_kube_api import CLUSTER, REGION, api, assert_authorized, fake_aws, pki  # noqa: F401
+
+FAKE_PULUMI = Path(__file__).resolve().parent / "fake_pulumi.py"
+
+
+# --- stack outputs ----------------------------------------------------------------------------
+
+@pytest.fixture
+def fake_pulumi(tmp_path, monkeypatch):
+    """A `pulumi` on PATH that answers from a state file; returns (state path, log path)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "pulumi"
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_PULUMI}" "$@"\n')
+    exe.chmod(0o755)
+    state, log = tmp_path / "state.json", tmp_path / "calls.log"
+    state.write_text(json.dumps({"selected": "dev", "stacks": {"dev": {
+        "outputs": {"region": REGION, "kubeconfig": "{\"secret\": true}", "layers": ["network"]},
+        "secrets": ["kubeconfig"]}}}))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_PULUMI_STATE", str(state))
+    monkeypatch.setenv("FAKE_PULUMI_LOG", str(log))
+    monkeypatch.setenv("PULUMI_HOME", str(tmp_path / "pulumi-home"))
+    return state, log
+
+
+def calls(log: Path) -> list[list[str]]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_outputs_through_the_automation_api_come_with_their_secrets(fake_pulumi):
+    _, log = fake_pulumi
+    found = outputs.from_pulumi("dev", PROJECT_DIR)
+    assert found.stack == "dev"
+    assert found.get("kubeconfig") == "{\"secret\": true}", "secrets come back decrypted"
+    assert found.get("region") == REGION
+    made = calls(log)
+    assert ["--non-interactive", "stack", "select", "--stack", "dev"] in made
+    assert any("--show-secrets" in call for call in made)
+
+
+def test_the_selected_stack_is_the_default(fake_pulumi):
+    assert outputs.from_pulumi(None, PROJECT_DIR).stack == "dev"
+
+
+def test_no_selected_stack_says_what_to_pass(fake_pulumi):
+    state, _ = fake_pulumi
+    data = json.loads(state.read_text())
+    data["selected"] = None
+    state.write_text(json.dumps(data))
+    with pytest.raises(RunError, match="no stack is selected: pass --stack NAME"):
+        outputs.from_pulumi(None, PROJECT_DIR)
+
+
+def test_an_unknown_stack_is_pulumis_own_words(fake_pulumi):
+    with pytest.raises(RunError, match="no stack named 'prod' found"):
+        outputs.from_pulumi("prod", PROJECT_DIR)
+
+
+def test_no_pulumi_cli_says_to_use_an_outputs_file(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RunError, match="--outputs FILE"):
+        outputs.from_pulumi("dev", PROJECT_DIR)
+
+
+def test_outputs_file_problems_are_one_line(tmp_path):
+    with pytest.raises(RunError, match="pulumi stack output --json --show-secrets"):
+        outputs.from_file(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    with pytest.raises(RunError, match="is not the JSON"):
+        outputs.from_file(bad)
+
+
+def test_a_missing_output_names_the_layer_to_build(tmp_path):
+    found = outputs.StackOutputs("dev", {"layers": ["network", "cluster"]})
+    with pytest.raises(RunError, match="no output gatewayLeaseName: build the gateway layer"):
+        found.get("gatewayLeaseName")
+    with pytest.raises(RunError, match="set upToLayer to gateway or higher"):
+        found.require_layer("gateway", "demo 1")
+
+
+# --- the connection: the stack's kubeconfig, an EKS token, HTTPS ---------------------------------
+
+def stack_kubeconfig(server: str, ca_b64: str) -> str:
+    """The kubeconfig output the lab writes (components/eks_cluster.py)."""
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": CLUSTER, "cluster": {"server": server,
+                                                   "certificate-authority-data": ca_b64}}],
+        "contexts": [{"name": CLUSTER, "context": {"cluster": CLUSTER, "user": CLUSTER}}],
+        "current-context": CLUSTER,
+        "users": [{"name": CLUSTER, "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",
+            "args": ["eks", "get-token", "--cluster-name", CLUSTER, "--region", REGION]}}}]})
+
+
+def test_the_stacks_kubeconfig_connects_over_https_with_an_eks_token(api, pki):
+    from lightkube.resources.core_v1 import Node
+
+    api.plant("hybrid-0", **{"eks.amazonaws.com/compute-type": "hybrid"})
+    endpoint = endpoint_from_stack_kubeconfig(stack_kubeconfig(api.url, pki.ca_b64), REGION)
+    kube = Kube.connect(endpoint)
+    try:
+        hybrid = {"eks.amazonaws.com/compute-type": "hybrid"}
+        assert [n.metadata.name for n in kube.client.list(Node, labels=hybrid)] == ["hybrid-0"]
+    finally:
+        kube.close()
+    # The fake server checked that every request carried a valid EKS token for the cluster.
+    assert_authorized(api)
+
+
+def test_a_server_the_cluster_ca_did_not_sign_is_refused(api, pki):
+    from tests.fake_kube_api import make_pki
+    from lightkube.resources.core_v1 import Node
+
+    other = make_pki("another-cluster")
+    endpoint = endpoint_from_stack_kubeconfig(stack_kubeconfig(api.url, other.ca_b64), REGION)
+    kube = Kube.connect(endpoint)
+    try:
+        with pytest.raises(Exception) as caught:
+            list(kube.client.list(Node))
+        assert "CERTIFICATE_VERIFY_FAILED" in str(caught.value) or "certificate" in str(caught.value).lower()
+    finally:
+        kube.close()
+    assert api.requests == [], "no request, so no token, reached an untrusted server"
+
+
+# --- reports and run folders --------------------------------------------------------------------
+
+def test_a_report_is_versioned_json_and_markdown_with_a_way_to_see_each_check(tmp_path):
+    report = Report(command="verify gateway", stack="dev", started="2026-12-01T09:00:00Z",
+                    title="Demo 1: the gateway", checks=[
+                        Check("leader resolved", PASS, "node-a holds the lease",
+                              command="kubectl -n eks-hybrid-nodes-gateway get lease"),
+                        Check("route to the leader", FAIL, "targets eni-2, the leader's is eni-1",
+                              fix="delete the leader pod", command="aws ec2 describe-route-tables")],
+                    measurements=[Measurement("gap", 3.2, "s", "AWS: 3-5 s")])
+    report.write(tmp_path)
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["version"] == 1 and data["passed"] is False
+    assert [c["name"] for c in data["checks"]] == ["leader resolved", "route to the leader"]
+    text = (tmp_path / "report.md").read_text()
+    assert "Result: **FAIL** (1 of 2 checks passed)" in text
+    assert "Fix: delete the leader pod" in text
+    assert "See it yourself: `aws ec2 describe-route-tables`" in text
+    assert "| gap | 3.2 s | AWS: 3-5 s |" in text
+
+
+def test_a_run_folder_is_named_by_time_stack_and_command(tmp_path):
+    moment = record.parse_time("2026-12-01T09:05:07.123456789Z")
+    folder = record.folder_for(tmp_path, "dev", "verify gateway", moment)
+    assert folder.name == "20261201T090507Z-dev-verify-gateway"
+    recorder = record.Recorder(folder, clock=lambda: moment)
+    recorder("run.started", command="verify gateway", stack="dev")
+    recorder.close()
+    [event] = record.read_events(folder)
+    assert event == {"at": "2026-12-01T09:05:07.123456Z", "kind": "run.started",
+                     "command": "verify gateway", "stack": "dev"}
+
+
+# --- exit codes ---------------------------------------------------------------------------------
+
+def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PULUMI_"))}
+    return subprocess.run([sys.executable, "-m", "rehearse", *args], cwd=PROJECT_DIR,
+                          env={**base, **(env or {})}, capture_output=True, text=True, timeout=60)
+
+
+def test_an_unreachable_cluster_exits_2_with_one_line(tmp_path, pki):
+    from tests.fake_kube_api import FAKE_AWS_ENV
+
+    stack = tmp_path / "dev.json"
+    # Port 9 (discard) on this machine: nothing listens there.
+    stack.write_text(json.dumps({"region": REGION, "layers": ["network", "cluster", "gateway"],
+                                 "kubeconfig": stack_kubeconfig("https://127.0.0.1:9", pki.ca_b64)}))
+    done = run_cli("verify", "gateway", "--outputs", str(stack), "--out", str(tmp_path / "runs"),
+                   env={**FAKE_AWS_ENV, "NO_PROXY": "127.0.0.1"})
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: cannot reach the cluster")
+
+
+def test_missing_outputs_exit_2_naming_what_to_do(tmp_path):
+    done = run_cli("failover", "--outputs", str(tmp_path / "nope.json"))
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert "pulumi stack output --json --show-secrets" in line
+
+
+def test_report_of_a_folder_without_events_exits_2(tmp_path):
+    done = run_cli("report", str(tmp_path))
+    assert done.returncode == 2 and "holds no events.jsonl" in done.stderr
+
+
+def test_every_command_has_help():
+    for args in (["--help"], ["verify", "gateway", "--help"], ["verify", "gpu", "--help"],
+                 ["failover", "--help"], ["report", "--help"]):
+        done = run_cli(*args)
+        assert done.returncode == 0 and "usage: python -m rehearse" in done.stdout, args
+
+
+def test_the_readme_test_command_is_what_ci_runs():
+    readme = (PROJECT_DIR / "README.md").read_text()
+    ci = (PROJECT_DIR / ".ci" / "run").read_text()
+    [command] = [line for line in ci.splitlines() if line.startswith("pip install")]
+    assert command in readme.split("## ", 1)[0], "the README's first screen shows CI's command"

@@ -47,7 +47,6 @@ PROMPT, MAX_TOKENS = "EKS Hybrid Nodes are", 16
 CLIENT_PERIOD_SECONDS, CALL_TIMEOUT_SECONDS = 30, 60
 
 #: Seed 002 §6: the ~10 GB vLLM image took 4m28s to pull (g6.xlarge, 2026-10-15).
-SEED_PULL_SECONDS = 4 * 60 + 28
 SEED_PULL = "4m28s (268 s) in the seed, ~10 GB"
 
 DEFAULT_WINDOW_MINUTES = 10.0

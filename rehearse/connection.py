@@ -56,8 +56,8 @@ def endpoint_from_stack_kubeconfig(kubeconfig: Any, region: str) -> Endpoint:
 
 
 class Kube:
-    """The calls the rehearsal makes: lightkube for objects and logs, and raw GETs for what has
-    no typed resource (the pod proxy)."""
+    """The calls the rehearsal makes: lightkube for objects and logs, and raw requests for what
+    has no typed resource (the pod proxy's GETs, the service proxy's POST)."""
 
     def __init__(self, client: Any, raw: Any):
         self.client = client
@@ -120,6 +120,13 @@ class Kube:
     def get_raw(self, path: str) -> tuple[int, str]:
         """GET ``path`` on the API server: (status, body)."""
         response = self._raw.get(path)
+        return response.status_code, response.text
+
+    def post_raw(self, path: str, json_body: Any, *, timeout: Optional[float] = None) -> tuple[int, str]:
+        """POST ``json_body`` to ``path`` on the API server (a service proxy): (status, body).
+        ``timeout`` overrides the connection's for this one request."""
+        extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        response = self._raw.post(path, json=json_body, **extra)
         return response.status_code, response.text
 
     def close(self) -> None:

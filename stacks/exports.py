@@ -123,6 +123,12 @@ def export_lab(lab: Lab) -> None:
         if cfg.gpu_enabled:
             pulumi.export("demo3", {
                 "namespace": gpu,
+                # What `python -m rehearse verify gpu` reads (stacks/layers/demo.py names them).
+                "deployment": "vllm",
+                "service": "vllm",
+                "port": 8000,
+                "clientDeployment": "vllm-client",
+                "model": cfg.gpu_model,
                 "prePull": ("The vLLM image is about 10 GB (4.5 min to pull in the seed): deploy "
                             f"well before the talk and wait: kubectl -n {gpu} rollout status "
                             "deploy/vllm --timeout=20m"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -119,6 +120,11 @@ def run_command(command: str, args: argparse.Namespace) -> int:
         recorder(record.RUN_STARTED, command=command, stack=stack_outputs.stack,
                  options={k: str(v) for k, v in options.items()})
         module.collect(ctx, recorder)
+    except BaseException:
+        # A run that could not be made leaves no half folder behind to be mistaken for one.
+        recorder.close()
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     finally:
         recorder.close()
         kube.close()

@@ -394,8 +394,9 @@ def test_a_window_option_reaches_the_log_request_and_the_analysis(emulator, veri
 
 
 def test_a_stack_without_the_gpu_host_cannot_run(emulator, verify):
-    code, _, report, out, err = verify(drop=("demo3",))
+    code, folder, report, out, err = verify(drop=("demo3",))
     assert code == 2 and report is None
+    assert folder is None, "a run that could not be made leaves no folder behind"
     assert err.count("\n") == 1 and "Traceback" not in err
     assert "gpuEnabled" in err and "pulumi up" in err
     assert err.startswith("error: the stack lab has no GPU host (no output demo3)")

@@ -470,6 +470,10 @@ def _leader(lab: _Lab) -> tuple[Optional[str], Optional[dict], Check]:
     detail = f"holder {holder!r} → node {node}" + (
         f", acquired {lease['acquireTime']}" if lease.get("acquireTime") else "") + (
         f", {transitions} transition{'s' if transitions != 1 else ''}" if transitions is not None else "")
+    if lease.get("renewTime"):
+        # The leader's clock against this machine's: a hint, not a check (renewed every 2 s).
+        age = (parse_time(lease["at"]) - parse_time(lease["renewTime"])).total_seconds()
+        detail += f", renewed {age:.1f} s before it was read"
     fix = (f"a holder names the gateway pod's node (`<node name>_<uuid>`: the pods use the host "
            f"network). Delete the gateway pods so they elect again: `kubectl -n {lab.ns} delete pods "
            f"-l {lab.selector}`, then check `kubectl -n {lab.ns} get pods -o wide`")

@@ -6,6 +6,11 @@ the Lease held by one of them, healthz, the pod route to the leader's primary EN
 config, Cilium's settings, the Pod Identity agent and both probers logging every second — and
 each test breaks one thing before ``run`` plants it and runs the command through
 ``rehearse.cli.main``. A recorded run (tests/fixtures/rehearse/) replays to the same report.
+
+The recordings are two ``Scene`` runs against the emulator and moto (healthy, and with the
+route on the other gateway's ENI). After changing the analysis on purpose,
+``python -m rehearse report tests/fixtures/rehearse/<name>`` rewrites their expected
+report.md and report.json: review the diff.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import copy
 import datetime
 import json
 import shutil
+import socket
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,16 +48,35 @@ GW_LABELS = {"app.kubernetes.io/name": "eks-hybrid-nodes-gateway",
 FIXTURES = Path(__file__).parent / "fixtures" / "rehearse"
 
 
+@pytest.fixture(scope="module")
+def ec2_client():
+    """One client for the module: botocore reads the EC2 model anew for every session (about
+    0.3 s). Used only inside ``mock_aws``."""
+    return boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
+                                 region_name=REGION).client("ec2")
+
+
 @pytest.fixture
-def ec2(monkeypatch):
-    """EC2 in moto, in-process: nothing leaves the machine."""
+def ec2(monkeypatch, ec2_client):
+    """EC2 in moto, in-process: nothing leaves the machine. The command gets this client."""
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                        "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION,
                        # Loading moto's catalogue of public AMIs takes a second or two.
                        "MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}.items():
         monkeypatch.setenv(key, value)
-    with mock_aws():
-        yield boto3.client("ec2", region_name=REGION)
+
+    def clients(region: str):
+        assert region == REGION
+
+        def client(service: str):
+            assert service == "ec2", f"the command asked for {service}"
+            return ec2_client
+
+        return client
+
+    monkeypatch.setattr("rehearse.context.boto3_clients", clients)
+    with mock_aws(config={"core": {"mock_credentials": False, "reset_boto3_session": False}}):
+        yield ec2_client
 
 
 @pytest.fixture
@@ -253,7 +278,21 @@ class Run:
 
 
 @pytest.fixture
-def scene(emulator, ec2, tmp_path, monkeypatch, blackholes):  # noqa: F811 (fixture)
+def loopback_only(monkeypatch):
+    """Any connection to an address other than this machine's fails the test."""
+    connect = socket.socket.connect
+
+    def guarded(sock, address):
+        host = address[0] if isinstance(address, tuple) else address
+        if host not in ("127.0.0.1", "::1", "localhost"):
+            raise AssertionError(f"the test reached out to {address!r}")
+        return connect(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded)
+
+
+@pytest.fixture
+def scene(emulator, ec2, tmp_path, monkeypatch, blackholes, loopback_only):  # noqa: F811 (fixture)
     planted = Scene(emulator, ec2, tmp_path, monkeypatch, blackholes)
     planted.plant_ec2()
     return planted

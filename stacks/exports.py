@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 
 from stacks.config import LAYERS
-from components import demos
+from components import demos, hybrid_gateway
 from stacks.capacity import burst_cpu_request_m
 from stacks.costs import estimate as estimate_costs
 from stacks.costs import totals as cost_totals
@@ -72,6 +72,10 @@ def export_lab(lab: Lab) -> None:
         pulumi.export("gatewayLeaseHolderFormat",
                       "<node name>_<uuid>: the pods use the host network, so the holder names the node")
         pulumi.export("gatewayRouteTableIds", lab.gateway.route_table_ids)
+        # What `python -m rehearse` lists the gateway's pods and nodes by: the chart labels its
+        # pods with its name (selectorLabels in its _helpers.tpl).
+        pulumi.export("gatewayPodSelector", "app.kubernetes.io/name=eks-hybrid-nodes-gateway")
+        pulumi.export("gatewayNodeSelector", f"{hybrid_gateway.NODE_LABEL}=true")
         pulumi.export("demo1Commands", pulumi.Output.all(*lab.gateway.route_table_ids).apply(
             lambda ids: {
                 "pods": f"kubectl -n {ns} get pods -o wide",
@@ -98,6 +102,8 @@ def export_lab(lab: Lab) -> None:
             "probeCloudToHybrid": f"kubectl -n {gw} logs -f deploy/prober-cloud",
             "probeHybridToCloud": f"kubectl -n {gw} logs -f deploy/prober-hybrid",
             "pods": f"kubectl -n {gw} get pods -o wide",
+            # The Deployments whose logs show traffic each way (`python -m rehearse`).
+            "probers": {"cloudToHybrid": "prober-cloud", "hybridToCloud": "prober-hybrid"},
         })
         scale = " -> ".join(map(str, demo_layer.BURST_SCALE_SEQUENCE))
         pulumi.export("demo2", {

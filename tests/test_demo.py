@@ -220,3 +220,16 @@ def test_loop_liveness_fails_once_the_loop_stops_touching_its_file(tmp_path):
     stale = time.time() - 180
     os.utime(alive, (stale, stale))
     assert subprocess.run([shell, flag, script]).returncode != 0
+
+
+def test_demo_1_exports_name_its_probers(dev_run):
+    """`python -m rehearse` reads each direction's traffic from these Deployments' logs."""
+    probers = dev_run.outputs["demo1"]["probers"]
+    assert set(probers) == {"cloudToHybrid", "hybridToCloud"}
+    on_hybrid = {}
+    for direction, name in probers.items():
+        spec = as_object(named(dev_run, f"demo-{name}"))["spec"]["template"]["spec"]
+        on_hybrid[direction] = spec["affinity"] == demos.required_affinity(demos.ON_HYBRID)
+        assert spec["containers"][0]["name"] == "prober"
+    # cloud -> hybrid probes from a cloud pod; hybrid -> cloud from a hybrid pod.
+    assert on_hybrid == {"cloudToHybrid": False, "hybridToCloud": True}

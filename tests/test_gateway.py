@@ -259,3 +259,13 @@ def test_exports_give_the_presenter_the_demo_1_commands(dev_run):
     assert all(rtb in commands["podRoute"] for rtb in listed_route_table_ids(dev_run))
     assert "172.17.0.0/16" in commands["podRoute"]
     assert "delete pod" in commands["failover"]
+
+
+def test_exports_tell_the_rehearsal_how_to_find_the_gateway_pods_and_nodes(dev_run):
+    """`python -m rehearse verify gateway` lists the gateway's pods and nodes by these."""
+    outputs = dev_run.outputs
+    # The chart's selector label is its name; the release's pods carry it.
+    assert outputs["gatewayPodSelector"] == "app.kubernetes.io/name=eks-hybrid-nodes-gateway"
+    key, value = outputs["gatewayNodeSelector"].split("=")
+    assert release(dev_run).inputs["values"]["nodeLabel"] == key
+    assert named(dev_run, "gateway-nodes-group-ng").inputs["labels"] == {key: value}

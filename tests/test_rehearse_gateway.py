@@ -1,0 +1,565 @@
+"""`python -m rehearse verify gateway` against a planted lab: the Kubernetes API emulator
+(tests/kube_emulator.py) for the cluster, moto in-process for EC2.
+
+``Scene`` describes a healthy demo 1 lab — two gateway pods on two gateway nodes in two zones,
+the Lease held by one of them, healthz, the pod route to the leader's primary ENI, the VTEP
+config, Cilium's settings, the Pod Identity agent and both probers logging every second — and
+each test breaks one thing before ``run`` plants it and runs the command through
+``rehearse.cli.main``. A recorded run (tests/fixtures/rehearse/) replays to the same report.
+
+The recordings are two ``Scene`` runs against the emulator and moto (healthy, and with the
+route on the other gateway's ENI). After changing the analysis on purpose,
+``python -m rehearse report tests/fixtures/rehearse/<name>`` rewrites their expected
+report.md and report.json: review the diff.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import shutil
+import socket
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import boto3
+import pytest
+from moto import mock_aws
+from moto.ec2.models.route_tables import Route
+
+from rehearse import cli, gateway
+from rehearse.connection import Kube
+from rehearse.record import iso, read_events, utc_now
+from tests.kube_emulator import (CONFIGMAPS, DAEMONSETS, LEASES, NODES, PODS, VTEP_CONFIGS,
+                                 VTEP_CONFIGS_V2ALPHA1)
+from tests.kube_emulator import emulator  # noqa: F401 (fixture)
+
+REGION = "ap-northeast-2"
+VPC_CIDR = "10.0.0.0/16"
+POD_CIDR = "172.17.0.0/16"
+GW_NS = "eks-hybrid-nodes-gateway"
+DEMO_NS = "demo-gateway"
+LEASE = "hybrid-gateway-leader"
+GW_LABELS = {"app.kubernetes.io/name": "eks-hybrid-nodes-gateway",
+             "app.kubernetes.io/instance": "eks-hybrid-nodes-gateway"}
+FIXTURES = Path(__file__).parent / "fixtures" / "rehearse"
+
+
+@pytest.fixture(scope="module")
+def ec2_client():
+    """One client for the module: botocore reads the EC2 model anew for every session (about
+    0.3 s). Used only inside ``mock_aws``."""
+    return boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
+                                 region_name=REGION).client("ec2")
+
+
+@pytest.fixture
+def ec2(monkeypatch, ec2_client):
+    """EC2 in moto, in-process: nothing leaves the machine. The command gets this client."""
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION,
+                       # Loading moto's catalogue of public AMIs takes a second or two.
+                       "MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}.items():
+        monkeypatch.setenv(key, value)
+
+    def clients(region: str):
+        assert region == REGION
+
+        def client(service: str):
+            assert service == "ec2", f"the command asked for {service}"
+            return ec2_client
+
+        return client
+
+    monkeypatch.setattr("rehearse.context.boto3_clients", clients)
+    with mock_aws(config={"core": {"mock_credentials": False, "reset_boto3_session": False}}):
+        yield ec2_client
+
+
+@pytest.fixture
+def blackholes(monkeypatch) -> set[str]:
+    """ENI ids whose routes moto reports as ``blackhole`` (moto reports every route active;
+    AWS does so once the target interface is deleted)."""
+    gone: set[str] = set()
+    monkeypatch.setattr(Route, "state", property(
+        lambda route: "blackhole" if route.network_interface_id in gone else "active"))
+    return gone
+
+
+@dataclass
+class Node:
+    name: str
+    zone: str
+    ip: str
+    instance: str
+    eni: str
+
+
+@dataclass
+class Scene:
+    """A healthy lab; tests change the fields, then ``run`` plants it and runs the command."""
+    emulator: Any
+    ec2: Any
+    tmp: Path
+    monkeypatch: Any
+    blackholes: Optional[set] = None
+    gateways: list[Node] = field(default_factory=list)
+    system: Optional[Node] = None
+    route_table: str = ""
+    #: What the Lease's holder names (default: the first gateway node), and the route's ENI.
+    holder: Optional[str] = None
+    route_eni: Optional[str] = None
+    route: bool = True
+    provider_ids: bool = True
+    healthz: int = 200
+    vtep: Optional[str] = "v2"
+    vtep_ip: Optional[str] = None
+    cilium: dict = field(default_factory=lambda: {"enable-vtep": "true", "enable-l7-proxy": "false"})
+    agent_ready: int = 3
+    #: direction -> (path, seconds ago) -> "ok" | "FAIL"
+    prober_result: Callable[[str, str, int], str] = lambda direction, path, ago: "ok"
+    layers: list[str] = field(default_factory=lambda: ["network", "cluster", "hybrid", "gateway",
+                                                       "karpenter", "demo"])
+    pods: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def leader(self) -> Node:
+        return self.gateways[0]
+
+    def plant_ec2(self) -> None:
+        ec2 = self.ec2
+        vpc = ec2.create_vpc(CidrBlock=VPC_CIDR)["Vpc"]["VpcId"]
+        ami = "ami-0c9c942bd7bf113a2"  # moto does not check it
+        nodes = []
+        for index, zone in enumerate(("a", "c", "a")):
+            subnet = ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{index + 1}.0/24",
+                                       AvailabilityZone=f"{REGION}{zone}")["Subnet"]["SubnetId"]
+            instance = ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, SubnetId=subnet,
+                                         InstanceType="m6i.large")["Instances"][0]
+            eni = next(n["NetworkInterfaceId"] for n in instance["NetworkInterfaces"]
+                       if n["Attachment"]["DeviceIndex"] == 0)
+            nodes.append(Node(instance["PrivateDnsName"], f"{REGION}{zone}",
+                              instance["PrivateIpAddress"], instance["InstanceId"], eni))
+        self.gateways, self.system = nodes[:2], nodes[2]
+        self.route_table = ec2.create_route_table(VpcId=vpc)["RouteTable"]["RouteTableId"]
+
+    def stale_eni(self) -> str:
+        """An interface that the route may target and that is then deleted (a replaced node)."""
+        subnet = self.ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+        eni = self.ec2.create_network_interface(SubnetId=subnet)["NetworkInterface"]["NetworkInterfaceId"]
+        return eni
+
+    def plant(self) -> None:
+        e, now = self.emulator, utc_now()
+        leader = self.leader
+        target = self.route_eni or leader.eni
+        if self.route:
+            self.ec2.create_route(RouteTableId=self.route_table, DestinationCidrBlock=POD_CIDR,
+                                  NetworkInterfaceId=target)
+        if self.blackholes is not None and target in self.blackholes:
+            self.ec2.delete_network_interface(NetworkInterfaceId=target)
+
+        for node in [*self.gateways, self.system]:
+            labels = {"topology.kubernetes.io/zone": node.zone, "kubernetes.io/hostname": node.name}
+            if node in self.gateways:
+                labels["hybrid-gateway-node"] = "true"
+            e.put(NODES, None, node.name, {
+                "metadata": {"labels": labels},
+                "spec": {"providerID": f"aws:///{node.zone}/{node.instance}"} if self.provider_ids else {},
+                "status": {"addresses": [{"type": "InternalIP", "address": node.ip},
+                                         {"type": "Hostname", "address": node.name}],
+                           "conditions": [{"type": "Ready", "status": "True"}]}})
+        e.put(NODES, None, "mi-0a1b2c3d4e5f60001", {
+            "metadata": {"labels": {"eks.amazonaws.com/compute-type": "hybrid"}},
+            "spec": {"providerID": "eks-hybrid:///ap-northeast-2/lab/mi-0a1b2c3d4e5f60001"},
+            "status": {"addresses": [{"type": "InternalIP", "address": "172.16.0.10"}]}})
+
+        for index, node in enumerate(self.gateways):
+            name = f"eks-hybrid-nodes-gateway-6c8d9f7b5-{'xk2lp' if index == 0 else 'q9wzt'}"
+            self.pods[node.name] = self._pod(GW_NS, name, node, GW_LABELS, "gateway", host_network=True)
+            e.proxy(GW_NS, name, 8088, "healthz",
+                    b"ok" if node is not leader or self.healthz == 200 else b"[-]vxlan failed",
+                    status=200 if node is not leader else self.healthz)
+
+        holder = self.holder if self.holder is not None else leader.name
+        e.put(LEASES, GW_NS, LEASE, {"spec": {
+            "holderIdentity": f"{holder}_{uuid.UUID(int=7)}", "leaseDurationSeconds": 3,
+            "acquireTime": iso(now - datetime.timedelta(minutes=42)),
+            "renewTime": iso(now - datetime.timedelta(seconds=1)), "leaseTransitions": 1}})
+
+        vtep = {"spec": {"endpoints" if self.vtep == "v2" else "vtepEndpoints": [{
+            "name": "vpc-gateway", "tunnelEndpoint": self.vtep_ip or leader.ip, "cidr": VPC_CIDR,
+            "mac": "02:4f:1a:2b:3c:4d"}]}}
+        if self.vtep == "v2":
+            e.put(VTEP_CONFIGS, None, "hybrid-gateway", vtep)
+        elif self.vtep == "v2alpha1":
+            e.put(VTEP_CONFIGS_V2ALPHA1, None, "hybrid-gateway", vtep)
+
+        e.put(CONFIGMAPS, "kube-system", "cilium-config", {"data": {
+            **self.cilium, "routing-mode": "tunnel", "tunnel-protocol": "vxlan"}})
+        e.put(DAEMONSETS, "kube-system", "eks-pod-identity-agent", {
+            "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "eks-pod-identity-agent"}},
+                     "template": {"metadata": {"labels": {"app.kubernetes.io/name": "eks-pod-identity-agent"}},
+                                  "spec": {"containers": [{"name": "eks-pod-identity-agent"}]}}},
+            "status": {"desiredNumberScheduled": 3, "currentNumberScheduled": 3, "numberMisscheduled": 0,
+                       "numberReady": self.agent_ready, "numberAvailable": self.agent_ready}})
+
+        for direction, prober, node, suffix in (("cloudToHybrid", "prober-cloud", self.system, "7b9c4"),
+                                                ("hybridToCloud", "prober-hybrid", None, "5d2f8")):
+            pod = f"{prober}-6f5d8c7b9-{suffix}"
+            self._pod(DEMO_NS, pod, node, {"app": prober}, "prober")
+            lines = []
+            for ago in range(45, 0, -1):
+                at = now - datetime.timedelta(seconds=ago)
+                for offset, path in ((0.31, "svc"), (0.52, "pod")):
+                    moment = at + datetime.timedelta(seconds=offset)
+                    stamp = moment.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z"
+                    lines.append(f"{stamp} {moment:%H:%M:%S} {path} "
+                                 f"{self.prober_result(direction, path, ago)}")
+            e.log(DEMO_NS, pod, "\n".join(lines) + "\n")
+
+    def _pod(self, namespace: str, name: str, node: Optional[Node], labels: dict, container: str,
+             host_network: bool = False) -> dict:
+        node_name = node.name if node else "mi-0a1b2c3d4e5f60001"
+        return self.emulator.put(PODS, namespace, name, {
+            "metadata": {"labels": labels},
+            "spec": {"nodeName": node_name, "hostNetwork": host_network,
+                     "containers": [{"name": container, "image": "example"}]},
+            "status": {"phase": "Running", "hostIP": node.ip if node else "172.16.0.10",
+                       "conditions": [{"type": "Ready", "status": "True"}],
+                       "containerStatuses": [{"name": container, "ready": True, "restartCount": 0,
+                                              "image": "example", "imageID": "example"}]}})
+
+    def outputs_file(self) -> Path:
+        path = self.tmp / "lab.json"
+        path.write_text(json.dumps({
+            "region": REGION, "kubeconfig": "{}", "clusterName": "eks-hybrid-lab",
+            "hybridPodCidr": POD_CIDR, "cloudVpcCidr": VPC_CIDR, "gatewayNamespace": GW_NS,
+            "gatewayLeaseName": LEASE, "gatewayRouteTableIds": [self.route_table],
+            "gatewayPodSelector": "app.kubernetes.io/name=eks-hybrid-nodes-gateway",
+            "gatewayNodeSelector": "hybrid-gateway-node=true",
+            "demo1": {"namespace": DEMO_NS,
+                      "probers": {"cloudToHybrid": "prober-cloud", "hybridToCloud": "prober-hybrid"}},
+            "layers": self.layers}))
+        return path
+
+    def run(self, *extra: str) -> "Run":
+        self.plant()
+        self.monkeypatch.setattr(cli, "_connect", lambda args, outputs: Kube.connect(self.emulator.endpoint))
+        out = self.tmp / "runs"
+        code = cli.main(["verify", "gateway", "--outputs", str(self.outputs_file()), "--out", str(out),
+                         *extra])
+        folders = sorted(out.iterdir()) if out.exists() else []
+        return Run(code, folders[-1] if folders else None)
+
+
+@dataclass
+class Run:
+    code: int
+    folder: Optional[Path]
+
+    @property
+    def report(self) -> dict:
+        return json.loads((self.folder / "report.json").read_text())
+
+    @property
+    def markdown(self) -> str:
+        return (self.folder / "report.md").read_text()
+
+    def check(self, name: str) -> dict:
+        [found] = [c for c in self.report["checks"] if c["name"] == name]
+        return found
+
+    def statuses(self) -> dict[str, str]:
+        return {c["name"]: c["status"] for c in self.report["checks"]}
+
+
+@pytest.fixture
+def loopback_only(monkeypatch):
+    """Any connection to an address other than this machine's fails the test."""
+    connect = socket.socket.connect
+
+    def guarded(sock, address):
+        host = address[0] if isinstance(address, tuple) else address
+        if host not in ("127.0.0.1", "::1", "localhost"):
+            raise AssertionError(f"the test reached out to {address!r}")
+        return connect(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded)
+
+
+@pytest.fixture
+def scene(emulator, ec2, tmp_path, monkeypatch, blackholes, loopback_only):  # noqa: F811 (fixture)
+    planted = Scene(emulator, ec2, tmp_path, monkeypatch, blackholes)
+    planted.plant_ec2()
+    return planted
+
+
+ALL_CHECKS = [gateway.CHECK_PODS, gateway.CHECK_LEASE, gateway.CHECK_HEALTH, gateway.CHECK_ROUTE,
+              gateway.CHECK_VTEP, gateway.CHECK_TRAFFIC["cloudToHybrid"],
+              gateway.CHECK_TRAFFIC["hybridToCloud"], gateway.CHECK_CILIUM, gateway.CHECK_AGENT]
+
+
+def only_failing(run: Run, *names: str, skipped: tuple[str, ...] = ()) -> None:
+    """Exit 1, exactly ``names`` FAIL, ``skipped`` SKIP and every other check PASSes."""
+    assert run.code == 1
+    expected = {n: "FAIL" if n in names else "SKIP" if n in skipped else "PASS" for n in ALL_CHECKS}
+    assert run.statuses() == expected
+
+
+# --- a healthy lab ----------------------------------------------------------------------------
+
+def test_a_healthy_lab_passes_every_check(scene, emulator, capsys):  # noqa: F811
+    run = scene.run()
+    assert run.code == 0, capsys.readouterr()
+    assert run.statuses() == {name: "PASS" for name in ALL_CHECKS}
+    leader, other = scene.gateways
+    route = run.check(gateway.CHECK_ROUTE)["seen"]
+    assert leader.eni in route and f"node {leader.name}" in route
+    assert leader.ip in run.check(gateway.CHECK_VTEP)["seen"]
+    assert "45 ok, 0 FAIL" in run.check(gateway.CHECK_TRAFFIC["cloudToHybrid"])["seen"]
+    # The leader's health went through the API server's pod proxy, no port-forward.
+    pod = scene.pods[leader.name]["metadata"]["name"]
+    assert ("GET", f"/api/v1/namespaces/{GW_NS}/pods/{pod}:8088/proxy/healthz") in emulator.requests()
+    # The selectors went to the server too (the emulator ignores them; a real one does not).
+    queries = emulator.do(lambda kmock: [r.url.query_string for r in kmock._requests])
+    assert "labelSelector=app.kubernetes.io/name%3Deks-hybrid-nodes-gateway" in queries
+    assert "labelSelector=app%3Dprober-hybrid" in queries
+    assert any("timestamps=true" in q and "sinceSeconds=61" in q for q in queries)
+    # The instances were found by the providerID's instance id.
+    events = read_events(run.folder)
+    lookups = {e["node"]: e["lookup"] for e in events if e["kind"] == gateway.INSTANCE}
+    assert lookups[leader.name] == {"by": "instance-id (spec.providerID)", "value": leader.instance}
+    assert "PASS" in capsys.readouterr().out
+
+
+def test_a_node_without_a_provider_id_is_found_by_its_internal_ip(scene):
+    scene.provider_ids = False
+    run = scene.run()
+    assert run.code == 0
+    lookups = {e["node"]: e for e in read_events(run.folder) if e["kind"] == gateway.INSTANCE}
+    leader = lookups[scene.leader.name]
+    assert leader["lookup"] == {"by": "private-ip-address (InternalIP)", "value": scene.leader.ip}
+    assert leader["instanceId"] == scene.leader.instance
+
+
+def test_the_report_is_one_a_presenter_can_follow(scene):
+    run = scene.run()
+    md = run.markdown
+    leader = scene.leader
+    pod = scene.pods[leader.name]["metadata"]["name"]
+    for command in (
+            f"kubectl -n {GW_NS} get pods -l app.kubernetes.io/name=eks-hybrid-nodes-gateway -o wide",
+            f"kubectl -n {GW_NS} get lease {LEASE} -o jsonpath='{{.spec.holderIdentity}}'",
+            f"kubectl get --raw \"/api/v1/namespaces/{GW_NS}/pods/{pod}:8088/proxy/healthz\"",
+            f"aws ec2 describe-route-tables --region {REGION} --route-table-ids {scene.route_table}",
+            f"--instance-ids {leader.instance}",
+            "kubectl get ciliumvtepconfig hybrid-gateway -o yaml",
+            f"kubectl -n {DEMO_NS} logs deploy/prober-cloud --timestamps --since=60s",
+            f"kubectl -n {DEMO_NS} logs deploy/prober-hybrid --timestamps --since=60s",
+            'grep -E "enable-vtep|enable-l7-proxy"',
+            "kubectl -n kube-system get daemonset eks-pod-identity-agent"):
+        assert command in md, command
+    assert md.count("See it yourself:") == len(ALL_CHECKS)
+    assert "not a pod name" in md and f"delete pod {pod}" in md
+
+
+def test_a_recorded_run_replays_to_the_same_report(scene, tmp_path):
+    run = scene.run()
+    before = run.markdown, run.report
+    assert cli.main(["report", str(run.folder)]) == 0
+    assert (run.markdown, run.report) == before
+
+
+@pytest.mark.parametrize("recording, code", [("gateway-healthy", 0), ("gateway-route-elsewhere", 1)])
+def test_a_committed_recording_replays_to_its_committed_report(recording, code, tmp_path):
+    folder = tmp_path / recording
+    shutil.copytree(FIXTURES / recording, folder)
+    (folder / "report.md").unlink()
+    (folder / "report.json").unlink()
+    assert cli.main(["report", str(folder)]) == code
+    assert (folder / "report.md").read_text() == (FIXTURES / recording / "report.md").read_text()
+    assert (folder / "report.json").read_text() == (FIXTURES / recording / "report.json").read_text()
+
+
+# --- each check broken in turn ----------------------------------------------------------------
+
+def test_a_route_to_another_nodes_eni_fails_the_route_check(scene):
+    other = scene.gateways[1]
+    scene.route_eni = other.eni
+    run = scene.run()
+    only_failing(run, gateway.CHECK_ROUTE)
+    check = run.check(gateway.CHECK_ROUTE)
+    assert f"{other.eni} (node {other.name})" in check["seen"]
+    assert f"not the leader's primary ENI {scene.leader.eni}" in check["seen"]
+    assert "delete pod" in check["fix"]
+
+
+def test_a_blackhole_route_fails_the_route_check(scene, blackholes):
+    stale = scene.stale_eni()
+    blackholes.add(stale)
+    scene.route_eni = stale
+    run = scene.run()
+    only_failing(run, gateway.CHECK_ROUTE)
+    check = run.check(gateway.CHECK_ROUTE)
+    assert "blackhole" in check["seen"] and "no longer exists" in check["fix"]
+
+
+def test_a_missing_route_fails_the_route_check(scene):
+    scene.route = False
+    run = scene.run()
+    only_failing(run, gateway.CHECK_ROUTE)
+    assert f"no route for {POD_CIDR}" in run.check(gateway.CHECK_ROUTE)["seen"]
+
+
+@pytest.mark.parametrize("holder", ["system", "gone", "pod name"])
+def test_a_holder_whose_node_runs_no_gateway_pod_fails_the_lease_check(scene, holder):
+    if holder == "system":
+        scene.holder = scene.system.name
+    elif holder == "gone":
+        scene.holder = "ip-10-0-9-9.ap-northeast-2.compute.internal"
+    else:
+        scene.holder = "eks-hybrid-nodes-gateway-6c8d9f7b5-xk2lp"
+    run = scene.run()
+    # Without a leader, what depends on knowing it cannot be judged.
+    only_failing(run, gateway.CHECK_LEASE,
+                 skipped=(gateway.CHECK_HEALTH, gateway.CHECK_ROUTE, gateway.CHECK_VTEP))
+    seen = run.check(gateway.CHECK_LEASE)["seen"]
+    if holder == "system":
+        assert f"no gateway pod runs on {scene.system.name}" in seen
+    elif holder == "gone":
+        assert "has no node" in seen
+    else:
+        assert "<node name>_<uuid>" in seen or "no node" in seen
+
+
+def test_healthz_500_fails_the_health_check(scene):
+    scene.healthz = 500
+    run = scene.run()
+    only_failing(run, gateway.CHECK_HEALTH)
+    assert "HTTP 500" in run.check(gateway.CHECK_HEALTH)["seen"]
+
+
+def test_no_vtep_config_fails_the_vtep_check(scene):
+    scene.vtep = None
+    run = scene.run()
+    only_failing(run, gateway.CHECK_VTEP)
+    assert "no CiliumVTEPConfig hybrid-gateway (asked cilium.io v2, v2alpha1)" in run.check(
+        gateway.CHECK_VTEP)["seen"]
+
+
+def test_a_vtep_config_naming_the_other_gateway_fails(scene):
+    scene.vtep_ip = scene.gateways[1].ip
+    run = scene.run()
+    only_failing(run, gateway.CHECK_VTEP)
+    assert f"(it is {scene.gateways[1].name}'s)" in run.check(gateway.CHECK_VTEP)["seen"]
+
+
+def test_the_vtep_config_is_read_at_v2alpha1_when_v2_is_not_served(scene):
+    scene.vtep = "v2alpha1"
+    run = scene.run()
+    assert run.code == 0
+    assert "cilium.io/v2alpha1" in run.check(gateway.CHECK_VTEP)["seen"]
+
+
+@pytest.mark.parametrize("path, hint", [("pod", "VTEP"), ("svc", "node IP")])
+def test_a_prober_failing_one_way_fails_that_direction_only(scene, path, hint):
+    scene.prober_result = lambda direction, p, ago: "FAIL" if (
+        direction == "hybridToCloud" and p == path and ago <= 8) else "ok"
+    run = scene.run()
+    only_failing(run, gateway.CHECK_TRAFFIC["hybridToCloud"])
+    check = run.check(gateway.CHECK_TRAFFIC["hybridToCloud"])
+    assert "8 FAIL" in check["seen"] and hint in check["fix"]
+
+
+def test_a_cloud_prober_failing_only_through_the_service_points_at_snat(scene):
+    scene.prober_result = lambda direction, p, ago: "FAIL" if (
+        direction == "cloudToHybrid" and p == "svc") else "ok"
+    run = scene.run()
+    only_failing(run, gateway.CHECK_TRAFFIC["cloudToHybrid"])
+    assert f"AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS={POD_CIDR}" in run.check(
+        gateway.CHECK_TRAFFIC["cloudToHybrid"])["fix"]
+
+
+def test_a_failure_older_than_the_window_is_forgiven(scene):
+    scene.prober_result = lambda direction, p, ago: "FAIL" if ago > 40 else "ok"
+    assert scene.run("--window", "30").code == 0
+
+
+@pytest.mark.parametrize("cilium, problem", [
+    ({"enable-vtep": "false", "enable-l7-proxy": "false"}, "VTEP is not on"),
+    ({"enable-vtep": "true"}, "the L7 proxy is not off"),
+])
+def test_vtep_off_or_l7_proxy_on_fails_the_cilium_check(scene, cilium, problem):
+    scene.cilium = cilium
+    run = scene.run()
+    only_failing(run, gateway.CHECK_CILIUM)
+    assert problem in run.check(gateway.CHECK_CILIUM)["seen"]
+
+
+def test_a_pod_identity_agent_not_ready_fails(scene):
+    scene.agent_ready = 2
+    run = scene.run()
+    only_failing(run, gateway.CHECK_AGENT)
+    assert run.check(gateway.CHECK_AGENT)["seen"] == "2 of 3 pods ready"
+
+
+def test_gateway_pods_in_one_zone_fail_the_pods_check(scene):
+    scene.gateways[1].zone = scene.gateways[0].zone
+    run = scene.run()
+    only_failing(run, gateway.CHECK_PODS)
+    assert "1 zone, not 2" in run.check(gateway.CHECK_PODS)["seen"]
+
+
+def test_a_stack_without_the_demo_layer_cannot_be_verified(scene, capsys):
+    scene.layers = ["network", "cluster", "hybrid", "gateway"]
+    run = scene.run()
+    assert run.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: the stack lab has no demo layer") and "\n" not in err
+
+
+# --- the analysis alone, over a recording ---------------------------------------------------
+
+def recorded(name: str = "gateway-healthy") -> list[dict]:
+    return read_events(FIXTURES / name)
+
+
+def with_lease_holder(events: list[dict], holder: str) -> list[dict]:
+    changed = copy.deepcopy(events)
+    for event in changed:
+        if event["kind"] == gateway.LEASE:
+            event["holderIdentity"] = holder
+    return changed
+
+
+def test_the_holder_is_resolved_exactly_not_by_prefix():
+    events = recorded()
+    [lease] = [e for e in events if e["kind"] == gateway.LEASE]
+    node = lease["holderIdentity"].rsplit("_", 1)[0]
+    # A node name that merely starts with the leader's (AWS's e2e suite matches by prefix).
+    report = gateway.analyse(with_lease_holder(events, f"{node}x_{uuid.UUID(int=1)}"))
+    assert {c.name: c.status for c in report.checks}[gateway.CHECK_LEASE] == "FAIL"
+    report = gateway.analyse(with_lease_holder(events, f"{node}_{uuid.UUID(int=1)}"))
+    assert report.passed
+
+
+def test_a_lease_without_a_holder_fails():
+    report = gateway.analyse(with_lease_holder(recorded(), ""))
+    [check] = [c for c in report.checks if c.name == gateway.CHECK_LEASE]
+    assert check.status == "FAIL" and "no holder" in check.seen
+
+
+def test_a_stale_prober_log_fails():
+    events = copy.deepcopy(recorded())
+    for event in events:
+        if event["kind"] == gateway.PROBER_LOG and event["direction"] == "cloudToHybrid":
+            event["at"] = iso(datetime.datetime.fromisoformat(event["at"].replace("Z", "+00:00"))
+                              + datetime.timedelta(minutes=5))
+    report = gateway.analyse(events)
+    failed = {c.name for c in report.failures}
+    assert failed == {gateway.CHECK_TRAFFIC["cloudToHybrid"]}
+    assert "stopped logging" in report.failures[0].seen

@@ -244,7 +244,8 @@ def lab_session(scenario: Scenario, workdir: Path) -> Iterator[Lab]:
 
 def _build(server: Emulator, sim: Sim, ec2: Any, scenario: Scenario, workdir: Path) -> Lab:
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    # Any image id will do for moto; listing its catalogue of real ones costs a second a test.
+    ami = "ami-12c6146b"
     nodes = {}
     for key, zone, cidr in (("a", "ap-northeast-2a", "10.0.1.0/24"),
                             ("b", "ap-northeast-2c", "10.0.2.0/24"),
@@ -449,7 +450,8 @@ def test_a_healthy_failover_is_measured_end_to_end(lab_for, capsys):
 
 def test_a_recorded_run_replays_to_the_same_report(lab_for):
     lab = lab_for()
-    assert lab.run() == 0
+    # Ten seconds of watching cover the outage; the default 30 s is the end-to-end test's.
+    assert lab.run("--observe", "10") == 0
     folder = lab.folder()
     first = (folder / "report.json").read_text(), (folder / "report.md").read_text()
     (folder / "report.json").unlink()
@@ -540,7 +542,7 @@ def test_a_route_that_never_switches_fails_naming_that_check(lab_for):
 
 def test_a_gap_over_the_threshold_fails(lab_for):
     lab = lab_for()
-    assert lab.run("--threshold", "5.5") == 1
+    assert lab.run("--threshold", "5.5", "--observe", "10") == 1
     checks = _checks(lab.report())
     # 6.03 and 6.09 s are over 5.5 s; 5.01 and 5.03 s are not.
     assert checks["gap cloud→hybrid via Service"]["status"] == FAIL

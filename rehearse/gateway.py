@@ -21,6 +21,7 @@ import ipaddress
 from typing import Any, Optional
 
 from rehearse import probes as probe_logs
+from rehearse.leader import holder_host, instance_id_of, not_found
 from rehearse.record import RUN_STARTED, every, first, parse_time
 from rehearse.report import FAIL, PASS, SKIP, Check, Report
 
@@ -112,12 +113,6 @@ def _status_code(error: BaseException) -> Optional[int]:
     return getattr(response, "status_code", None)
 
 
-def _http_error() -> type:
-    import httpx2
-
-    return httpx2.HTTPStatusError
-
-
 def _node_view(node: dict) -> dict:
     meta, spec, status = node.get("metadata", {}), node.get("spec") or {}, node.get("status") or {}
     labels = meta.get("labels") or {}
@@ -136,14 +131,6 @@ def _pod_view(pod: dict) -> dict:
             "phase": status.get("phase"), "ready": ready, "hostIP": status.get("hostIP"),
             "deletionTimestamp": meta.get("deletionTimestamp"),
             "restarts": sum(c.get("restartCount", 0) for c in status.get("containerStatuses") or [])}
-
-
-def _instance_id(provider_id: Optional[str]) -> Optional[str]:
-    """``aws:///ap-northeast-2a/i-0123...`` -> ``i-0123...``."""
-    if not provider_id or not provider_id.startswith("aws://"):
-        return None
-    last = provider_id.rstrip("/").rsplit("/", 1)[-1]
-    return last if last.startswith("i-") else None
 
 
 def collect(ctx: Any, record: Any) -> None:
@@ -172,13 +159,12 @@ def collect(ctx: Any, record: Any) -> None:
            maxFailures=int(options.get("max_failures", MAX_FAILURES)),
            maxLogAge=float(options.get("max_log_age", MAX_LOG_AGE_SECONDS)))
     client = ctx.kube.client
-    not_found = _http_error()
 
     def get_or_none(resource: Any, name: str, ns: Optional[str] = None) -> Optional[dict]:
         try:
             return client.get(resource, name, namespace=ns).to_dict()
-        except not_found as error:
-            if _status_code(error) == 404:
+        except Exception as error:  # noqa: BLE001 a 404 comes as lightkube's ApiError or httpx's
+            if not_found(error):
                 return None
             raise
 
@@ -218,13 +204,13 @@ def collect(ctx: Any, record: Any) -> None:
     gateway_nodes = _selector(node_selector)
     wanted_nodes = {p["nodeName"] for p in pods if p["nodeName"]}
     wanted_nodes |= {n["name"] for n in nodes if _labels_match(n["labels"], gateway_nodes)}
-    wanted_nodes |= {n["name"] for n in nodes if n["name"] == holder.rsplit("_", 1)[0]}
+    wanted_nodes |= {n["name"] for n in nodes if n["name"] == holder_host(holder)}
     for node in nodes:
         if node["name"] in wanted_nodes:
             _collect_instance(ec2, node, record)
 
     ctx.progress("reading Cilium's VTEP config and settings")
-    _collect_vtep(client, record, not_found)
+    _collect_vtep(client, record)
     config = get_or_none(ConfigMap, "cilium-config", "kube-system")
     data = (config or {}).get("data") or {}
     record(CILIUM_CONFIG, found=config is not None,
@@ -293,7 +279,7 @@ def _collect_instance(ec2: Any, node: dict, record: Any) -> None:
     IP, unique in the VPC, and the address the gateway writes into the VTEP config."""
     from botocore.exceptions import ClientError
 
-    instance_id = _instance_id(node["providerID"])
+    instance_id = instance_id_of(node["providerID"])
     if instance_id:
         lookup = {"by": "instance-id (spec.providerID)", "value": instance_id}
         request: dict[str, Any] = {"InstanceIds": [instance_id]}
@@ -326,7 +312,7 @@ def _collect_instance(ec2: Any, node: dict, record: Any) -> None:
                        for eni in instance.get("NetworkInterfaces", [])])
 
 
-def _collect_vtep(client: Any, record: Any, not_found: type) -> None:
+def _collect_vtep(client: Any, record: Any) -> None:
     from lightkube.generic_resource import create_global_resource
 
     tried = []
@@ -335,8 +321,8 @@ def _collect_vtep(client: Any, record: Any, not_found: type) -> None:
         tried.append(version)
         try:
             found = client.get(resource, VTEP_CONFIG)
-        except not_found as error:
-            if _status_code(error) == 404:
+        except Exception as error:  # noqa: BLE001 a 404 comes as lightkube's ApiError or httpx's
+            if not_found(error):
                 continue  # not served at this version, or absent
             raise
         found = found.to_dict() if hasattr(found, "to_dict") else dict(found)
@@ -465,7 +451,7 @@ def _leader(lab: _Lab) -> tuple[Optional[str], Optional[dict], Check]:
             CHECK_LEASE, FAIL, f"Lease {lease_name} has no holder: no leader right now",
             "a holder appears within a few seconds of a gateway pod starting (lease 3 s); if it "
             f"stays empty, read `kubectl -n {lab.ns} logs -l {lab.selector}`", command)
-    node = holder.rsplit("_", 1)[0]
+    node = holder_host(holder)
     transitions = lease.get("leaseTransitions")
     detail = f"holder {holder!r} → node {node}" + (
         f", acquired {lease['acquireTime']}" if lease.get("acquireTime") else "") + (

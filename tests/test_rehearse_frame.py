@@ -226,3 +226,24 @@ def test_the_readme_test_command_is_what_ci_runs():
     ci = (PROJECT_DIR / ".ci" / "run").read_text()
     [command] = [line for line in ci.splitlines() if line.startswith("pip install")]
     assert command in readme.split("## ", 1)[0], "the README's first screen shows CI's command"
+
+
+def test_a_404_is_recognised_as_a_real_api_server_and_the_emulator_give_it():
+    """A real API server answers a missing object with a JSON Status, which lightkube raises as
+    ApiError; the emulator's 404 is not JSON, which lightkube passes through as httpx's error.
+    The tools treat both as "not found" (a Lease or VTEP config that does not exist)."""
+    import httpx2
+    from lightkube import ApiError
+
+    from rehearse.leader import not_found
+
+    request = httpx2.Request("GET", "http://127.0.0.1/apis/cilium.io/v2/ciliumvtepconfigs/x")
+    status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+              "reason": "NotFound", "code": 404, "message": "not found"}
+    assert not_found(ApiError(request=request, response=httpx2.Response(
+        404, json=status, request=request)))
+    assert not_found(httpx2.HTTPStatusError("", request=request, response=httpx2.Response(
+        404, text="404: Not Found", request=request)))
+    forbidden = {**status, "reason": "Forbidden", "code": 403}
+    assert not not_found(ApiError(request=request, response=httpx2.Response(
+        403, json=forbidden, request=request)))

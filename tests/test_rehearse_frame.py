@@ -247,3 +247,33 @@ def test_a_404_is_recognised_as_a_real_api_server_and_the_emulator_give_it():
     forbidden = {**status, "reason": "Forbidden", "code": 403}
     assert not not_found(ApiError(request=request, response=httpx2.Response(
         403, json=forbidden, request=request)))
+
+
+def test_a_kubeconfig_file_given_with_kubeconfig_serves_objects_and_raw_calls(tmp_path):
+    """--kubeconfig PATH: lightkube reads the file (and would run its exec plugin); the pod
+    proxy's raw GETs go through the same client."""
+    import yaml
+    from lightkube.resources.core_v1 import Pod
+
+    from tests.kube_emulator import PODS, Emulator
+
+    server = Emulator()
+    try:
+        server.put(PODS, "demo-gateway", "echo", {"spec": {"containers": [{"name": "c"}]}})
+        server.proxy("demo-gateway", "echo", 8080, "/", b"hello")
+        config = tmp_path / "kubeconfig"
+        config.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "lab",
+            "clusters": [{"name": "lab", "cluster": {"server": server.url}}],
+            "users": [{"name": "lab", "user": {}}],
+            "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "lab"}}]}))
+        kube = Kube.from_kubeconfig_file(config)
+        try:
+            assert [p.metadata.name for p in kube.client.list(Pod, namespace="demo-gateway")] == ["echo"]
+            assert kube.get_raw("/api/v1/namespaces/demo-gateway/pods/echo:8080/proxy/") == (200, "hello")
+        finally:
+            kube.close()
+        with pytest.raises(RunError, match="cannot read the kubeconfig"):
+            Kube.from_kubeconfig_file(tmp_path / "missing")
+    finally:
+        server.close()

@@ -36,6 +36,26 @@ from typing import Any, Iterable, Optional, Sequence
 
 from rehearse.errors import RunError
 
+# Ported from the controller as EKS 1.32-1.36 runs it: kubernetes pkg/controller/controller_utils.go
+# (ActivePodsWithRanks.Less, podReadyTime, logarithmicRankDiff, compareMaxContainerRestarts,
+# IsPodActive), pkg/controller/replicaset/replica_set.go (manageReplicas, getPodsToDelete,
+# getPodsRankedByRelatedPodsOnSameNode, getIndirectlyRelatedPods) and pkg/apis/core/helper
+# (GetDeletionCostFromPodAnnotations), read at mmorel-35/kubernetes@0b0abd6c11b6103e3f00dfe46975d1494c484a11
+# (a mirror of upstream between 1.32 and 1.36: LogarithmicScaleDown still gated, sidecar restarts
+# counted). Where that source says more than REFERENCE §6, this follows the source:
+# - rule 7 compares the regular containers' highest restartCount, then — only if equal — the
+#   sidecars' (init containers with restartPolicy: Always); kubernetes#124952, merged November
+#   2024 for 1.32;
+# - rule 6 applies only when both Ready times differ; equal times (same second) go on to rule 7.
+#   Within one log2 bucket the lower UID wins and rules 7-8 are skipped; equal UIDs then tie;
+# - an age of zero or less (a time at or after the controller's clock) is bucket -1, and the
+#   bucket is Go's int64(math.Log2(float64(ns))), which is not floor(log2) just below 2^49 ns;
+# - a pod with no phase (or any phase but Unknown and Running) sorts as Pending;
+# - related pods are those matching the selector of any ReplicaSet with the same controller,
+#   counted once each (by UID); a pod not among them does not count itself;
+# - at most burstReplicas (500) pods are deleted per sync.
+# LogarithmicScaleDown's gate is gone after 1.36 (kubernetes#138711) with no change in behaviour.
+
 TITLE = "which pods a scale-in removes, and why"
 
 #: The annotation rule 4 reads (k8s.io/api/core/v1 PodDeletionCost).
@@ -76,6 +96,8 @@ class Victim:
     #: Why it goes before the next pod kept (or the next victim): the first rule of
     #: ``ActivePodsWithRanks.Less`` that differs, in words ("pod-deletion-cost 0 < 1",
     #: "4 pods of this Deployment on its node vs 3", "Ready 40 s ago vs 9 min ago").
+    #: Here it is against the first pod kept — the closest call; ``Forecast.split`` counts the
+    #: rules against all the kept pods.
     rule: str
     #: True when every rule ties with the pod it was compared with: the controller breaks such
     #: ties at random, so this choice is not decided. (Also True in the rarer case where the
@@ -227,25 +249,29 @@ class PodFacts:
 
 
 def pod_facts(pod: dict, rank: int = 0) -> PodFacts:
+    """Reads one Pod object (a dict as the API serves it); ValueError names a malformed pod."""
     if not isinstance(pod, dict):
         raise ValueError(f"a pod must be an object, not {type(pod).__name__}")
-    meta, spec, status = (pod.get(k) or {} for k in ("metadata", "spec", "status"))
-    name = meta.get("name") or ""
+    name = ((pod.get("metadata") or {}) if isinstance(pod.get("metadata"), dict) else {}).get("name") or ""
     try:
-        conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
-        # podutil.IsPodReady: the first Ready condition's status; podReadyTime: the first Ready
-        # condition whose status is True.
-        ready_conditions = [c for c in conditions if c.get("type") == "Ready"]
-        ready = bool(ready_conditions) and ready_conditions[0].get("status") == "True"
-        ready_time = None
-        if ready:
-            first_true = next(c for c in ready_conditions if c.get("status") == "True")
-            ready_time = parse_time(first_true.get("lastTransitionTime"))
-        created = parse_time(meta.get("creationTimestamp"))
-    except ValueError as error:
+        return _pod_facts(pod, rank)
+    except (ValueError, TypeError, AttributeError) as error:
         raise ValueError(f"pod {name or '(unnamed)'}: {error}") from None
-    annotations = meta.get("annotations") or {}
-    raw_cost = annotations.get(POD_DELETION_COST)
+
+
+def _pod_facts(pod: dict, rank: int) -> PodFacts:
+    meta, spec, status = (pod.get(k) or {} for k in ("metadata", "spec", "status"))
+    conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
+    # podutil.IsPodReady: the first Ready condition's status; podReadyTime: the first Ready
+    # condition whose status is True.
+    ready_conditions = [c for c in conditions if c.get("type") == "Ready"]
+    ready = bool(ready_conditions) and ready_conditions[0].get("status") == "True"
+    ready_time = None
+    if ready:
+        first_true = next(c for c in ready_conditions if c.get("status") == "True")
+        ready_time = parse_time(first_true.get("lastTransitionTime"))
+    created = parse_time(meta.get("creationTimestamp"))
+    raw_cost = (meta.get("annotations") or {}).get(POD_DELETION_COST)
     cost, valid = _parse_cost(raw_cost) if raw_cost is not None else (0, True)
     restarts = max([int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or []],
                    default=0)
@@ -253,10 +279,11 @@ def pod_facts(pod: dict, rank: int = 0) -> PodFacts:
     sidecars = {c.get("name") for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"}
     sidecar_restarts = max([int(c.get("restartCount") or 0) for c in status.get("initContainerStatuses") or []
                             if c.get("name") in sidecars], default=0)
-    return PodFacts(name=name, namespace=meta.get("namespace") or "", uid=meta.get("uid") or "",
-                    node=spec.get("nodeName") or "", phase=status.get("phase") or "", ready=ready,
-                    ready_time=ready_time, cost=cost, cost_invalid=None if valid else str(raw_cost),
-                    restarts=restarts, sidecar_restarts=sidecar_restarts, created=created, rank=rank)
+    return PodFacts(name=meta.get("name") or "", namespace=meta.get("namespace") or "",
+                    uid=meta.get("uid") or "", node=spec.get("nodeName") or "",
+                    phase=status.get("phase") or "", ready=ready, ready_time=ready_time, cost=cost,
+                    cost_invalid=None if valid else str(raw_cost), restarts=restarts,
+                    sidecar_restarts=sidecar_restarts, created=created, rank=rank)
 
 
 def ranks(pods: Sequence[dict], related: Iterable[dict]) -> list[int]:
@@ -442,8 +469,12 @@ def forecast(pods: Sequence[dict], related: Sequence[dict], replicas: int,
     now_ns = datetime_ns(now) if isinstance(now, datetime.datetime) else now
     if not isinstance(now_ns, int):
         raise ValueError(f"now must be a datetime, not {now!r}")
-    active = [p for p in pods if is_active(p)]
-    facts = [pod_facts(p, r) for p, r in zip(active, ranks(active, related))]
+    try:
+        active = [p for p in pods if is_active(p)]
+        pod_ranks = ranks(active, related)
+    except (TypeError, AttributeError) as error:
+        raise ValueError(f"a pod's metadata, spec or status is not an object ({error})") from None
+    facts = [pod_facts(p, r) for p, r in zip(active, pod_ranks)]
     return forecast_facts(facts, replicas, now_ns, inactive=len(pods) - len(active))
 
 
@@ -614,10 +645,10 @@ def live_input(kube: Any, namespace: str, deployment: str) -> tuple[list[dict], 
                     if (controller_of(rs) or {}).get("uid") == uid and uid]
     if not replica_sets:
         raise RunError(f"Deployment {namespace}/{deployment} controls no ReplicaSet yet")
+    # The current ReplicaSet carries the Deployment's revision; failing that, the newest.
     revision = _revision(deploy)
-    current = [rs for rs in replica_sets if _revision(rs) == revision] or \
-        sorted(replica_sets, key=lambda rs: (_revision(rs), (rs.get("metadata") or {}).get("creationTimestamp") or ""))[-1:]
-    current_rs = current[0]
+    newest = max(replica_sets, key=lambda rs: (_revision(rs), (rs.get("metadata") or {}).get("creationTimestamp") or ""))
+    current_rs = next((rs for rs in replica_sets if _revision(rs) == revision), newest)
     all_pods = get(f"/api/v1/namespaces/{namespace}/pods", f"the pods in {namespace}").get("items") or []
     rs_uid = current_rs["metadata"].get("uid")
     selector = (current_rs.get("spec") or {}).get("selector")

@@ -396,6 +396,12 @@ def test_no_scale_in_deletes_nothing_and_bad_arguments_are_refused():
     broken["metadata"]["creationTimestamp"] = "yesterday"
     with pytest.raises(ValueError, match="pod a: 'yesterday' is not an RFC 3339 time"):
         forecast([broken, broken], [], 1, dt(NOW))
+    restarts = go_pod("r", "n", "Running", True, 0, 0, NOW - HOUR, NOW - HOUR)
+    restarts["status"]["containerStatuses"] = [{"restartCount": ["many"]}]
+    with pytest.raises(ValueError, match="pod r: "):
+        forecast([restarts], [], 0, dt(NOW))
+    with pytest.raises(ValueError, match="not an object"):
+        forecast([{"metadata": {"name": "s"}, "status": "Running"}], [], 0, dt(NOW))
 
 
 def test_at_most_burst_replicas_go_per_sync():
@@ -615,6 +621,9 @@ def test_a_file_with_several_replicasets_asks_which(tmp_path, capsys):
      "item 1 is a Service, not a Pod"),
     (json.dumps({"kind": "List", "items": [{"kind": "Pod", "metadata": {}}]}), [],
      "item 1 is a Pod without a name"),
+    (json.dumps({"kind": "List", "items": [{"kind": "Pod", "metadata": {
+        "name": "p", "creationTimestamp": "yesterday"}}]}), ["--replicas", "0"],
+     "cannot forecast from "),
     (None, ["--replicas", "-1"], "--replicas -1 is negative"),
     (None, ["--replicas", "three"], "--replicas 'three' is not a whole number"),
     (None, ["--replicas", "16"], "--replicas 16 is above the 15 active pods"),

@@ -1,4 +1,4 @@
-"""`python -m rehearse`: verify gateway|gpu, failover, report.
+"""`python -m rehearse`: verify gateway|gpu, failover, predict, report.
 
 Exit codes: 0 every check passed; 1 a check failed; 2 the run could not be made (one line, no
 traceback)."""
@@ -68,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     failover = commands.add_parser("failover", help=module.TITLE, description=module.__doc__)
     _common(failover)
     module.add_arguments(failover)
+
+    predict = importlib.import_module("rehearse.predict")
+    predict.add_arguments(commands.add_parser("predict", help=predict.TITLE,
+                                              description=predict.__doc__))
 
     report = commands.add_parser(
         "report", help="analyse a run's folder again and rewrite its report",
@@ -172,6 +176,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.command == "report":
             return run_report(args.folder)
+        if args.command == "predict":
+            return importlib.import_module("rehearse.predict").main(args)
         command = f"verify {args.target}" if args.command == "verify" else args.command
         return run_command(command, args)
     except KeyboardInterrupt:

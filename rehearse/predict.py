@@ -1,15 +1,90 @@
-"""Which pods a ReplicaSet scale-in deletes, in order, and the rule that decided each
-(REFERENCE §6) — being built (issue 12). The interface below is fixed; ``forecast`` is the one
-function other modules call."""
+"""Which pods the ReplicaSet controller deletes when a Deployment scales in, in order, each with
+the rule that decided it — and where no rule decides, which the controller picks at random.
+
+The model is the kube-controller-manager's own (REFERENCE §6): the ReplicaSet's active pods
+(not Succeeded or Failed, not being deleted) are sorted by ActivePodsWithRanks.Less and the
+first `active - replicas` are deleted, all at once. The rules, first difference decides:
+1 not scheduled, 2 phase Pending < Unknown < Running, 3 not Ready, 4 lower
+controller.kubernetes.io/pod-deletion-cost, 5 more pods of the Deployment on the same node,
+6 Ready more recently, 7 more container restarts (then more sidecar restarts), 8 created more
+recently. Rules 6 and 8 compare ages in log2 buckets of nanoseconds; within a bucket the lower
+UID goes first. Each deleted pod is explained against the first pod kept; where every rule ties
+(or the rules contradict each other), the forecast says the choice is random.
+
+Offline, from files:
+  kubectl -n demo-burst get pods -o json > pods.json
+  python -m rehearse predict --pods pods.json --replicas 12 [--now 2025-06-01T12:03:00Z]
+Live, from the cluster (the Deployment's current ReplicaSet; ranks count the pods of all its
+ReplicaSets):
+  python -m rehearse predict --deployment burst --namespace demo-burst --replicas 12
+
+It reads, never writes: no run folder, no change to the cluster. Exit 0 with the forecast;
+exit 2, with one line, on input it cannot use."""
 
 from __future__ import annotations
 
 import argparse
+import calendar
 import datetime
-from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+import functools
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+from rehearse.errors import RunError
+
+# Ported from the controller as EKS 1.32-1.36 runs it: kubernetes pkg/controller/controller_utils.go
+# (ActivePodsWithRanks.Less, podReadyTime, logarithmicRankDiff, compareMaxContainerRestarts,
+# IsPodActive), pkg/controller/replicaset/replica_set.go (manageReplicas, getPodsToDelete,
+# getPodsRankedByRelatedPodsOnSameNode, getIndirectlyRelatedPods) and pkg/apis/core/helper
+# (GetDeletionCostFromPodAnnotations), read at mmorel-35/kubernetes@0b0abd6c11b6103e3f00dfe46975d1494c484a11
+# (a mirror of upstream between 1.32 and 1.36: LogarithmicScaleDown still gated, sidecar restarts
+# counted). Where that source says more than REFERENCE §6, this follows the source:
+# - rule 7 compares the regular containers' highest restartCount, then — only if equal — the
+#   sidecars' (init containers with restartPolicy: Always); kubernetes#124952, merged November
+#   2024 for 1.32;
+# - rule 6 applies only when both Ready times differ; equal times (same second) go on to rule 7.
+#   Within one log2 bucket the lower UID wins and rules 7-8 are skipped; equal UIDs then tie;
+# - an age of zero or less (a time at or after the controller's clock) is bucket -1, and the
+#   bucket is Go's int64(math.Log2(float64(ns))), which is not floor(log2) just below 2^49 ns;
+# - a pod with no phase (or any phase but Unknown and Running) sorts as Pending;
+# - related pods are those matching the selector of any ReplicaSet with the same controller,
+#   counted once each (by UID); a pod not among them does not count itself;
+# - at most burstReplicas (500) pods are deleted per sync.
+# LogarithmicScaleDown's gate is gone after 1.36 (kubernetes#138711) with no change in behaviour.
 
 TITLE = "which pods a scale-in removes, and why"
+
+#: The annotation rule 4 reads (k8s.io/api/core/v1 PodDeletionCost).
+POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+#: The controller deletes at most this many pods per sync (replicaset.BurstReplicas).
+BURST_REPLICAS = 500
+#: podPhaseToOrdinal in controller_utils.go: any other phase (or none) counts as Pending.
+PHASE_ORDINAL = {"Pending": 0, "Unknown": 1, "Running": 2}
+#: The lab's demo 2 (stacks/layers/demo.py BURST_NS and the Deployment's name).
+DEFAULT_NAMESPACE, DEFAULT_DEPLOYMENT = "demo-burst", "burst"
+
+#: What each rule of ActivePodsWithRanks.Less prefers, by number (0: none decides).
+RULES = {
+    0: "none: random",
+    1: "unscheduled first",
+    2: "phase Pending < Unknown < Running",
+    3: "not Ready first",
+    4: "lower pod-deletion-cost first",
+    5: "more pods of the Deployment on its node first",
+    6: "Ready more recently first, by log2 bucket, then lower UID",
+    7: "more container restarts first",
+    8: "created more recently first, by log2 bucket, then lower UID",
+}
+
+_NS = 10**9
+#: Go's zero time.Time (0001-01-01T00:00:00Z), which metav1.Time serializes when it is unset.
+_GO_ZERO_NS = -62135596800 * _NS
+#: Go's math.Log2E (1/Ln2, rounded once at compile time).
+_LOG2E = 1.44269504088896340735992468100189214
 
 
 @dataclass(frozen=True)
@@ -21,12 +96,21 @@ class Victim:
     #: Why it goes before the next pod kept (or the next victim): the first rule of
     #: ``ActivePodsWithRanks.Less`` that differs, in words ("pod-deletion-cost 0 < 1",
     #: "4 pods of this Deployment on its node vs 3", "Ready 40 s ago vs 9 min ago").
+    #: Here it is against the first pod kept — the closest call; ``Forecast.split`` counts the
+    #: rules against all the kept pods.
     rule: str
     #: True when every rule ties with the pod it was compared with: the controller breaks such
-    #: ties at random, so this choice is not decided.
+    #: ties at random, so this choice is not decided. (Also True in the rarer case where the
+    #: rules contradict each other across pods, which leaves the outcome to the list order.)
     tie: bool = False
     cost: int = 0
     rank: int = 0
+    #: The pod it was compared with: the first pod kept, or the kept pod it ties with.
+    versus: str = ""
+    #: The number of the deciding rule (1-8), 0 when none decides.
+    rule_number: int = 0
+    uid: str = ""
+    namespace: str = ""
 
 
 @dataclass(frozen=True)
@@ -36,22 +120,698 @@ class Forecast:
     delete: list[Victim] = field(default_factory=list)
     #: The active pods sorted in the controller's order (first = deleted first), names only.
     order: list[str] = field(default_factory=list)
+    #: False when every active pod goes: the controller then deletes them without sorting.
+    sorted: bool = True
+    #: Kept pods the controller may delete instead of a tied victim (random, not decided).
+    undecided: list[str] = field(default_factory=list)
+    #: The controller's clock the forecast used, RFC 3339.
+    now: str = ""
+    notes: list[str] = field(default_factory=list)
+    #: What separates the deleted from the kept: rule number -> how many (deleted, kept) pairs
+    #: it decides (0: pairs no rule decides). Each victim's ``rule`` is only its closest call.
+    split: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def names(self) -> list[str]:
+        """The deleted pods' names, in deletion order."""
+        return [v.name for v in self.delete]
+
+    @property
+    def decided(self) -> bool:
+        """True when the rules alone decide which pods go."""
+        return not any(v.tie for v in self.delete)
 
     def to_json(self) -> dict[str, Any]:
-        raise NotImplementedError
+        return {"replicas_before": self.replicas_before, "replicas_after": self.replicas_after,
+                "now": self.now, "sorted": self.sorted, "decided": self.decided,
+                "delete": [asdict(v) for v in self.delete], "order": list(self.order),
+                "undecided": list(self.undecided),
+                "split": {str(rule): count for rule, count in sorted(self.split.items())},
+                "notes": list(self.notes)}
 
+
+# --- reading pods --------------------------------------------------------------------------------
+
+_RFC3339 = re.compile(r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"
+                      r"([Zz]|[+-]\d{2}:\d{2})")
+
+
+def parse_time(value: Any) -> Optional[int]:
+    """An RFC 3339 time (or an aware datetime) -> nanoseconds since the epoch, exactly; None for
+    an unset time (absent, null, empty, or Go's zero time), which the rules treat as zero."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime.datetime):
+        ns = datetime_ns(value)
+    else:
+        match = _RFC3339.fullmatch(str(value).strip())
+        if not match:
+            raise ValueError(f"{value!r} is not an RFC 3339 time")
+        year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+        digits, zone = match.group(7) or "", match.group(8)
+        # datetime validates the calendar (month 13, second 61 and the like).
+        moment = datetime.datetime(year, month, day, hour, minute, second)
+        offset = 0
+        if zone not in ("Z", "z"):
+            sign = 1 if zone[0] == "+" else -1
+            offset = sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
+        seconds = calendar.timegm(moment.timetuple()) - offset
+        ns = seconds * _NS + int(digits[:9].ljust(9, "0"))
+    return None if ns == _GO_ZERO_NS else ns
+
+
+def datetime_ns(moment: datetime.datetime) -> int:
+    """An aware datetime (a naive one is taken as UTC) -> nanoseconds since the epoch."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    delta = moment - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+    return (delta.days * 86400 + delta.seconds) * _NS + delta.microseconds * 1000
+
+
+def format_ns(ns: int) -> str:
+    seconds, rest = divmod(ns, _NS)
+    moment = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(seconds=seconds)
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    return text + (f".{rest:09d}".rstrip("0") if rest else "") + "Z"
+
+
+def deletion_cost(annotations: Optional[dict]) -> int:
+    """``controller.kubernetes.io/pod-deletion-cost`` exactly as the controller reads it
+    (pkg/apis/core/helper GetDeletionCostFromPodAnnotations): absent = 0; an int32 in decimal
+    whose first character is '-' or 1-9, or exactly "0"; anything else ("+10", "008", "",
+    "1.5", out of int32 range) counts as 0."""
+    value = (annotations or {}).get(POD_DELETION_COST)
+    if value is None:
+        return 0
+    return _parse_cost(value)[0]
+
+
+def _parse_cost(value: Any) -> tuple[int, bool]:
+    """(cost, valid)."""
+    if not isinstance(value, str) or not value:
+        return 0, False
+    if not (value[0] == "-" or value == "0" or "1" <= value[0] <= "9"):
+        return 0, False
+    # strconv.ParseInt(value, 10, 32): an optional sign, then ASCII digits only.
+    if not re.fullmatch(r"[+-]?[0-9]+", value):
+        return 0, False
+    number = int(value)
+    if not -(2**31) <= number <= 2**31 - 1:
+        return 0, False
+    return number, True
+
+
+def is_active(pod: dict) -> bool:
+    """controller.IsPodActive: not Succeeded, not Failed, no deletionTimestamp."""
+    phase = (pod.get("status") or {}).get("phase")
+    return phase not in ("Succeeded", "Failed") and not (pod.get("metadata") or {}).get("deletionTimestamp")
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """What the rules read from one pod."""
+
+    name: str
+    namespace: str
+    uid: str
+    node: str
+    phase: str
+    ready: bool
+    #: The Ready condition's lastTransitionTime (ns), None when unset or not Ready.
+    ready_time: Optional[int]
+    cost: int
+    #: The annotation's text when it is set but invalid (it then counts as 0).
+    cost_invalid: Optional[str]
+    restarts: int
+    sidecar_restarts: int
+    created: Optional[int]
+    rank: int = 0
+
+
+def pod_facts(pod: dict, rank: int = 0) -> PodFacts:
+    """Reads one Pod object (a dict as the API serves it); ValueError names a malformed pod."""
+    if not isinstance(pod, dict):
+        raise ValueError(f"a pod must be an object, not {type(pod).__name__}")
+    name = ((pod.get("metadata") or {}) if isinstance(pod.get("metadata"), dict) else {}).get("name") or ""
+    try:
+        return _pod_facts(pod, rank)
+    except (ValueError, TypeError, AttributeError) as error:
+        raise ValueError(f"pod {name or '(unnamed)'}: {error}") from None
+
+
+def _pod_facts(pod: dict, rank: int) -> PodFacts:
+    meta, spec, status = (pod.get(k) or {} for k in ("metadata", "spec", "status"))
+    conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
+    # podutil.IsPodReady: the first Ready condition's status; podReadyTime: the first Ready
+    # condition whose status is True.
+    ready_conditions = [c for c in conditions if c.get("type") == "Ready"]
+    ready = bool(ready_conditions) and ready_conditions[0].get("status") == "True"
+    ready_time = None
+    if ready:
+        first_true = next(c for c in ready_conditions if c.get("status") == "True")
+        ready_time = parse_time(first_true.get("lastTransitionTime"))
+    created = parse_time(meta.get("creationTimestamp"))
+    raw_cost = (meta.get("annotations") or {}).get(POD_DELETION_COST)
+    cost, valid = _parse_cost(raw_cost) if raw_cost is not None else (0, True)
+    restarts = max([int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or []],
+                   default=0)
+    # Sidecars: init containers whose restartPolicy is Always (compareMaxContainerRestarts).
+    sidecars = {c.get("name") for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"}
+    sidecar_restarts = max([int(c.get("restartCount") or 0) for c in status.get("initContainerStatuses") or []
+                            if c.get("name") in sidecars], default=0)
+    return PodFacts(name=meta.get("name") or "", namespace=meta.get("namespace") or "",
+                    uid=meta.get("uid") or "", node=spec.get("nodeName") or "",
+                    phase=status.get("phase") or "", ready=ready, ready_time=ready_time, cost=cost,
+                    cost_invalid=None if valid else str(raw_cost), restarts=restarts,
+                    sidecar_restarts=sidecar_restarts, created=created, rank=rank)
+
+
+def ranks(pods: Sequence[dict], related: Iterable[dict]) -> list[int]:
+    """getPodsRankedByRelatedPodsOnSameNode: each pod's rank is the number of active pods in
+    ``related`` on its node (unscheduled pods share the node ""); a pod counts itself only when
+    it is in ``related``. An empty ``related`` (a ReplicaSet with no controller) ranks all 0."""
+    on_node: dict[str, int] = {}
+    for pod in related:
+        if isinstance(pod, dict) and is_active(pod):
+            node = (pod.get("spec") or {}).get("nodeName") or ""
+            on_node[node] = on_node.get(node, 0) + 1
+    return [on_node.get((p.get("spec") or {}).get("nodeName") or "", 0) for p in pods]
+
+
+# --- the rules -----------------------------------------------------------------------------------
+
+def log2_bucket(age_ns: int) -> int:
+    """One side of logarithmicRankDiff: ``int64(math.Log2(float64(d)))`` for d > 0, else -1.
+    Go's Log2 (frexp, then Log(frac)*Log2E + exp) is reproduced rather than taking the exact
+    floor: they differ only a few nanoseconds below 2^49 ns (6.5 days) and up, where Go rounds
+    to the power of two."""
+    if age_ns <= 0:
+        return -1
+    frac, exp = math.frexp(float(age_ns))
+    if frac == 0.5:
+        return exp - 1
+    return int(math.log(frac) * _LOG2E + exp)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """How ``Less`` orders two pods: the deciding rule (0 when none does) and which goes first
+    (0: the first argument, 1: the second, None: neither — a tie the controller breaks at
+    random)."""
+
+    rule: int
+    first: Optional[int]
+    #: For rules 6 and 8: True when both ages fell in one log2 bucket (UIDs decided).
+    same_bucket: bool = False
+
+
+def decide(a: PodFacts, b: PodFacts, now: Optional[int], *, pod_deletion_cost: bool = True) -> Decision:
+    """``ActivePodsWithRanks.Less`` both ways at once. ``now`` is the controller's clock in ns
+    (None: Go's zero ``Now``, no bucketing). ``pod_deletion_cost`` is the PodDeletionCost feature
+    gate (beta, on by default through 1.36); LogarithmicScaleDown is locked on since 1.31."""
+    def first(a_first: bool, rule: int, same_bucket: bool = False) -> Decision:
+        return Decision(rule, 0 if a_first else 1, same_bucket)
+
+    # 1. Unassigned < assigned.
+    if a.node != b.node and (not a.node or not b.node):
+        return first(not a.node, 1)
+    # 2. PodPending < PodUnknown < PodRunning.
+    pa, pb = PHASE_ORDINAL.get(a.phase, 0), PHASE_ORDINAL.get(b.phase, 0)
+    if pa != pb:
+        return first(pa < pb, 2)
+    # 3. Not ready < ready.
+    if a.ready != b.ready:
+        return first(not a.ready, 3)
+    # 4. Lower pod-deletion-cost < higher.
+    if pod_deletion_cost and a.cost != b.cost:
+        return first(a.cost < b.cost, 4)
+    # 5. Doubled up < not doubled up.
+    if a.rank != b.rank:
+        return first(a.rank > b.rank, 5)
+    # 6. Been ready for empty time < less time < more time (both Ready, times differ).
+    if a.ready and b.ready and a.ready_time != b.ready_time:
+        return _by_time(a, b, a.ready_time, b.ready_time, now, 6)
+    # 7. Higher restart counts first: regular containers, then sidecars.
+    if a.restarts != b.restarts:
+        return first(a.restarts > b.restarts, 7)
+    if a.sidecar_restarts != b.sidecar_restarts:
+        return first(a.sidecar_restarts > b.sidecar_restarts, 7)
+    # 8. Empty creation time < newer < older.
+    if a.created != b.created:
+        return _by_time(a, b, a.created, b.created, now, 8)
+    return Decision(0, None)
+
+
+def _by_time(a: PodFacts, b: PodFacts, ta: Optional[int], tb: Optional[int], now: Optional[int],
+             rule: int) -> Decision:
+    if now is None or ta is None or tb is None:
+        # afterOrZero: a zero time comes first, then the later time.
+        if ta is None or tb is None:
+            return Decision(rule, 0 if ta is None else 1)
+        return Decision(rule, 0 if ta > tb else 1)
+    diff = log2_bucket(now - ta) - log2_bucket(now - tb)
+    if diff == 0:
+        # Same bucket: the lower UID goes first and the later rules are not consulted — equal
+        # UIDs (none set) leave the two pods tied.
+        if a.uid == b.uid:
+            return Decision(rule, None, True)
+        return Decision(rule, 0 if a.uid < b.uid else 1, True)
+    return Decision(rule, 0 if diff < 0 else 1)
+
+
+def less(a: PodFacts, b: PodFacts, now: Optional[int], **gates: bool) -> bool:
+    """``ActivePodsWithRanks.Less(a, b)``: True when the controller deletes ``a`` first."""
+    return decide(a, b, now, **gates).first == 0
+
+
+# --- words ---------------------------------------------------------------------------------------
+
+def _age(ns: int) -> str:
+    if ns < 0:
+        return f"{_age(-ns)} in the future"
+    seconds = ns // _NS
+    if seconds < 120:
+        return f"{seconds} s" if seconds or not ns else f"{ns / 1e6:.0f} ms"
+    if seconds < 7200:
+        minutes, rest = divmod(seconds, 60)
+        return f"{minutes} min {rest} s" if rest else f"{minutes} min"
+    if seconds < 172800:
+        hours, rest = divmod(seconds // 60, 60)
+        return f"{hours} h {rest} min" if rest else f"{hours} h"
+    days, rest = divmod(seconds // 3600, 24)
+    return f"{days} d {rest} h" if rest else f"{days} d"
+
+
+def _short_uid(uid: str) -> str:
+    return uid[:8] if uid else "(none)"
+
+
+def explain(x: PodFacts, y: PodFacts, now: Optional[int], decision: Optional[Decision] = None) -> str:
+    """Why ``x`` goes before ``y``, in words (or why neither goes first)."""
+    decision = decision or decide(x, y, now)
+    if decision.first == 1:
+        x, y = y, x
+    rule = decision.rule
+    if rule == 1:
+        return f"not scheduled vs on node {y.node}"
+    if rule == 2:
+        return f"phase {x.phase or '(none: counts as Pending)'} before {y.phase or '(none)'}"
+    if rule == 3:
+        return "not Ready vs Ready"
+    if rule == 4:
+        text = f"pod-deletion-cost {x.cost} < {y.cost}"
+        invalid = [f"{p.name}'s {p.cost_invalid!r}" for p in (x, y) if p.cost_invalid is not None]
+        return text + (f" ({', '.join(invalid)} is invalid: counts as 0)" if invalid else "")
+    if rule == 5:
+        return f"{x.rank} pods of this Deployment on its node vs {y.rank}"
+    if rule in (6, 8):
+        word = "Ready" if rule == 6 else "created"
+        tx, ty = (x.ready_time, y.ready_time) if rule == 6 else (x.created, y.created)
+        if tx is None or ty is None or now is None:
+            def when(t: int) -> str:
+                return f"{_age(now - t)} ago" if now is not None else f"at {format_ns(t)}"
+
+            if tx is None:
+                missing = "lastTransitionTime" if rule == 6 else "creationTimestamp"
+                return f"{word} with no {missing} (a zero time goes first) vs {word} {when(ty)}"
+            return f"{word} {when(tx)} vs {when(ty)} (no clock to bucket by: the later goes first)"
+        bx, by = log2_bucket(now - tx), log2_bucket(now - ty)
+        text = f"{word} {_age(now - tx)} ago vs {_age(now - ty)} ago"
+        if not decision.same_bucket:
+            return f"{text} (log2 buckets {bx} < {by})"
+        if decision.first is None:
+            return (f"{text} (same log2 bucket {bx} and the same UID {_short_uid(x.uid)}: "
+                    "a tie the controller breaks at random)")
+        return (f"{text} (same log2 bucket {bx}: lower UID first, "
+                f"{_short_uid(x.uid)} < {_short_uid(y.uid)})")
+    if rule == 7:
+        if x.restarts != y.restarts:
+            return f"{x.restarts} container restarts vs {y.restarts}"
+        return f"{x.sidecar_restarts} sidecar restarts vs {y.sidecar_restarts} (containers {x.restarts} each)"
+    return (f"every rule ties with {y.name} (cost {x.cost}, {x.rank} pods on its node, "
+            f"{'Ready' if x.ready else 'not Ready'}, same times to the second): "
+            "the controller picks at random")
+
+
+# --- the forecast --------------------------------------------------------------------------------
 
 def forecast(pods: Sequence[dict], related: Sequence[dict], replicas: int,
              now: datetime.datetime) -> Forecast:
     """The pods (Pod objects as the API returns them, dicts) the ReplicaSet controller deletes
     when ``pods``' ReplicaSet scales to ``replicas``; ``related`` are the pods of all the
     Deployment's ReplicaSets (they set each pod's rank). ``now`` is the controller's clock."""
-    raise NotImplementedError
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+        raise ValueError(f"replicas must be a whole number 0 or more, not {replicas!r}")
+    if not isinstance(pods, (list, tuple)) or not all(isinstance(p, dict) for p in pods):
+        raise ValueError("pods must be a list of Pod objects (dicts)")
+    if not isinstance(related, (list, tuple)) or not all(isinstance(p, dict) for p in related):
+        raise ValueError("related must be a list of Pod objects (dicts)")
+    now_ns = datetime_ns(now) if isinstance(now, datetime.datetime) else now
+    if not isinstance(now_ns, int):
+        raise ValueError(f"now must be a datetime, not {now!r}")
+    try:
+        active = [p for p in pods if is_active(p)]
+        pod_ranks = ranks(active, related)
+    except (TypeError, AttributeError) as error:
+        raise ValueError(f"a pod's metadata, spec or status is not an object ({error})") from None
+    facts = [pod_facts(p, r) for p, r in zip(active, pod_ranks)]
+    return forecast_facts(facts, replicas, now_ns, inactive=len(pods) - len(active))
 
+
+def forecast_facts(facts: Sequence[PodFacts], replicas: int, now: int, *, inactive: int = 0,
+                   pod_deletion_cost: bool = True) -> Forecast:
+    """The forecast over already-read, already-ranked active pods (``facts`` in the order the
+    controller would list them: it matters only when everything goes)."""
+    notes: list[str] = []
+    if inactive:
+        notes.append(f"{inactive} pod(s) are not active (Succeeded, Failed or being deleted): "
+                     "the controller neither counts nor deletes them")
+    diff = len(facts) - replicas
+    if diff > BURST_REPLICAS:
+        notes.append(f"{diff} pods too many: the controller deletes {BURST_REPLICAS} per sync "
+                     "(burstReplicas), the rest on the next syncs")
+        diff = BURST_REPLICAS
+    base = dict(replicas_before=len(facts), replicas_after=replicas, now=format_ns(now))
+    if diff <= 0:
+        if diff < 0:
+            notes.append(f"{-diff} pod(s) too few: the controller creates pods and deletes none")
+        ordered = _sort(facts, now, pod_deletion_cost)
+        return Forecast(**base, order=[p.name for p in ordered], notes=notes)
+    if diff >= len(facts):
+        # getPodsToDelete: no need to sort when every pod goes.
+        notes.append(f"all {len(facts)} active pods go: the controller deletes them without "
+                     "sorting, in the order it lists them")
+        victims = [_victim(p, f"all {len(facts)} active pods go (not sorted)", 0) for p in facts]
+        return Forecast(**base, delete=victims, order=[p.name for p in facts], sorted=False,
+                        notes=notes)
+    ordered = _sort(facts, now, pod_deletion_cost)
+    goes, kept = ordered[:diff], ordered[diff:]
+    victims, undecided, split = [], [], {}
+    for pod in goes:
+        # Decided only when this pod goes before every pod kept.
+        against = [(k, decide(pod, k, now, pod_deletion_cost=pod_deletion_cost)) for k in kept]
+        for _, decision in against:
+            number = decision.rule if decision.first is not None else 0
+            split[number] = split.get(number, 0) + 1
+        open_ = [(k, d) for k, d in against if d.first != 0]
+        if not open_:
+            keep, decision = against[0]
+            victims.append(_victim(pod, explain(pod, keep, now, decision), decision.rule,
+                                   versus=keep.name))
+            continue
+        keep, decision = open_[0]
+        for k, _ in open_:
+            if k.name not in undecided:
+                undecided.append(k.name)
+        if decision.first is None:
+            why = explain(pod, keep, now, decision)
+        else:
+            why = (f"not decided: against {keep.name} the rules say {explain(pod, keep, now, decision)}, "
+                   "yet they put this pod first against others (not transitive here): the outcome "
+                   "depends on the order the controller lists the pods")
+        victims.append(_victim(pod, why, decision.rule, versus=keep.name, tie=True))
+    tied = [v.name for v in victims if v.tie]
+    if tied:
+        notes.append(f"{len(tied)} of {', '.join(tied + undecided)} go and the rest stay; which "
+                     "ones is not decided by the rules: the controller picks at random")
+    return Forecast(**base, delete=victims, order=[p.name for p in ordered],
+                    undecided=undecided, notes=notes, split=split)
+
+
+def _victim(pod: PodFacts, rule: str, number: int, *, versus: str = "", tie: bool = False) -> Victim:
+    return Victim(name=pod.name, node=pod.node, rule=rule, tie=tie, cost=pod.cost, rank=pod.rank,
+                  versus=versus, rule_number=number, uid=pod.uid, namespace=pod.namespace)
+
+
+def _sort(facts: Sequence[PodFacts], now: int, pod_deletion_cost: bool) -> list[PodFacts]:
+    """The controller's order. Its sort (Go's pdqsort over the informer's list, in no fixed
+    order) leaves ties wherever they fall; here they fall by name, and are reported as ties."""
+    def compare(a: PodFacts, b: PodFacts) -> int:
+        first = decide(a, b, now, pod_deletion_cost=pod_deletion_cost).first
+        return -1 if first == 0 else 1 if first == 1 else 0
+
+    by_name = sorted(facts, key=lambda p: (p.namespace, p.name))
+    return sorted(by_name, key=functools.cmp_to_key(compare))
+
+
+# --- reading the input: files or the cluster -------------------------------------------------------
+
+def read_pod_list(path: Path) -> list[dict]:
+    """``kubectl get pods -o json`` (a List) or the API's PodList: its items, each a Pod."""
+    try:
+        document = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise RunError(f"no file {path}: write it with `kubectl get pods -o json > {path}`") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise RunError(f"cannot read {path}: {error}") from None
+    except ValueError as error:
+        raise RunError(f"{path} is not JSON ({error}): write it with `kubectl get pods -o json`") from None
+    kind = document.get("kind") if isinstance(document, dict) else None
+    if kind not in ("List", "PodList") or not isinstance(document.get("items"), list):
+        what = f"a {kind}" if kind else f"a JSON {type(document).__name__}"
+        raise RunError(f"{path} is {what}, not a List of Pods: write it with `kubectl get pods -o json`")
+    for number, item in enumerate(document["items"], 1):
+        if not isinstance(item, dict):
+            raise RunError(f"{path}: item {number} is a JSON {type(item).__name__}, not a Pod")
+        if item.get("kind", "Pod") != "Pod":
+            raise RunError(f"{path}: item {number} is a {item.get('kind')}, not a Pod")
+        if not isinstance(item.get("metadata"), dict) or not item["metadata"].get("name"):
+            raise RunError(f"{path}: item {number} is a Pod without a name")
+    return document["items"]
+
+
+def controller_of(obj: dict) -> Optional[dict]:
+    """metav1.GetControllerOf: the ownerReference with controller: true."""
+    return next((ref for ref in (obj.get("metadata") or {}).get("ownerReferences") or []
+                 if isinstance(ref, dict) and ref.get("controller")), None)
+
+
+def selector_matches(selector: Optional[dict], labels: Optional[dict]) -> bool:
+    """metav1.LabelSelectorAsSelector(...).Matches: matchLabels and matchExpressions (In,
+    NotIn, Exists, DoesNotExist). An empty selector matches everything; a missing one nothing."""
+    if selector is None:
+        return False
+    labels = labels or {}
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expression in selector.get("matchExpressions") or []:
+        key, operator = expression.get("key"), expression.get("operator")
+        values = expression.get("values") or []
+        if operator == "In" and labels.get(key) not in values:
+            return False
+        if operator == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if operator == "Exists" and key not in labels:
+            return False
+        if operator == "DoesNotExist" and key in labels:
+            return False
+        if operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            return False
+    return True
+
+
+def _revision(obj: dict) -> int:
+    text = ((obj.get("metadata") or {}).get("annotations") or {}).get("deployment.kubernetes.io/revision")
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return -1
+
+
+def live_input(kube: Any, namespace: str, deployment: str) -> tuple[list[dict], list[dict], str]:
+    """From the cluster, as the controller sees them: the pods of the Deployment's current
+    ReplicaSet (controlled by it and matching its selector, or orphans it would adopt), and the
+    related pods — every pod matching the selector of a ReplicaSet the Deployment controls,
+    once each (getIndirectlyRelatedPods). Returns (pods, related, ReplicaSet name)."""
+    def get(path: str, what: str) -> dict:
+        status, body = kube.get_raw(path)
+        if status == 404:
+            raise RunError(f"{what} not found")
+        if status in (401, 403):
+            raise RunError(f"the cluster refused to show {what} (HTTP {status}): check your access entry")
+        if status >= 300:
+            raise RunError(f"the API server answered HTTP {status} for {what}")
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise RunError(f"the API server's answer for {what} is not JSON") from None
+
+    deploy = get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{deployment}",
+                 f"Deployment {namespace}/{deployment}")
+    uid = (deploy.get("metadata") or {}).get("uid")
+    replica_sets = [rs for rs in get(f"/apis/apps/v1/namespaces/{namespace}/replicasets",
+                                     f"the ReplicaSets in {namespace}").get("items") or []
+                    if (controller_of(rs) or {}).get("uid") == uid and uid]
+    if not replica_sets:
+        raise RunError(f"Deployment {namespace}/{deployment} controls no ReplicaSet yet")
+    # The current ReplicaSet carries the Deployment's revision; failing that, the newest.
+    revision = _revision(deploy)
+    newest = max(replica_sets, key=lambda rs: (_revision(rs), (rs.get("metadata") or {}).get("creationTimestamp") or ""))
+    current_rs = next((rs for rs in replica_sets if _revision(rs) == revision), newest)
+    all_pods = get(f"/api/v1/namespaces/{namespace}/pods", f"the pods in {namespace}").get("items") or []
+    rs_uid = current_rs["metadata"].get("uid")
+    selector = (current_rs.get("spec") or {}).get("selector")
+    pods = []
+    for pod in all_pods:
+        owner = controller_of(pod)
+        labels = (pod.get("metadata") or {}).get("labels")
+        if owner is not None and owner.get("uid") == rs_uid and selector_matches(selector, labels):
+            pods.append(pod)
+        elif owner is None and is_active(pod) and selector_matches(selector, labels):
+            pods.append(pod)  # an orphan the ReplicaSet adopts before it scales
+    related, seen = [], set()
+    for rs in replica_sets:
+        for pod in all_pods:
+            key = (pod.get("metadata") or {}).get("uid") or (pod.get("metadata") or {}).get("name")
+            if key not in seen and selector_matches((rs.get("spec") or {}).get("selector"),
+                                                    (pod.get("metadata") or {}).get("labels")):
+                seen.add(key)
+                related.append(pod)
+    return pods, related, current_rs["metadata"].get("name", "")
+
+
+# --- the command ---------------------------------------------------------------------------------
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    what = parser.add_argument_group("the scale-in")
+    what.add_argument("--replicas", metavar="N", required=True,
+                      help="the new size: how many pods stay (0 up to the active pods)")
+    what.add_argument("--now", metavar="TIME",
+                      help="the controller's clock, RFC 3339 (e.g. 2025-06-01T12:03:00Z); rules 6 "
+                           "and 8 bucket ages by it (default: now)")
+    what.add_argument("--json", action="store_true",
+                      help="print JSON: {\"delete\": [{name, node, rule, tie, cost, rank, ...}], "
+                           "\"order\": [...], ...} instead of a table")
+    offline = parser.add_argument_group("offline, from files")
+    offline.add_argument("--pods", type=Path, metavar="FILE",
+                         help="`kubectl get pods -o json` of the Deployment's pods (a List of Pods)")
+    offline.add_argument("--related", type=Path, metavar="FILE",
+                         help="the pods of all the Deployment's ReplicaSets, which set each pod's "
+                              "rank (default: the --pods file; a List with no items ranks every "
+                              "pod 0, as for a ReplicaSet without a controller)")
+    offline.add_argument("--replicaset", metavar="NAME",
+                         help="only this ReplicaSet's pods from --pods (needed when the file holds "
+                              "active pods of several)")
+    live = parser.add_argument_group("live, from the cluster (when --pods is not given)")
+    live.add_argument("--namespace", default=DEFAULT_NAMESPACE,
+                      help=f"the Deployment's namespace (default: {DEFAULT_NAMESPACE}, demo 2's)")
+    live.add_argument("--deployment", default=DEFAULT_DEPLOYMENT,
+                      help=f"the Deployment (default: {DEFAULT_DEPLOYMENT}); its current "
+                           "ReplicaSet's pods are the candidates")
+    live.add_argument("--stack", metavar="NAME",
+                      help="read this stack's outputs with the Pulumi Automation API (default: the "
+                           "selected stack)")
+    live.add_argument("--outputs", type=Path, metavar="FILE",
+                      help="read the outputs from FILE, written by "
+                           "`pulumi stack output --json --show-secrets > FILE`, instead")
+    live.add_argument("--work-dir", type=Path, default=Path(__file__).resolve().parent.parent,
+                      metavar="DIR", help="the Pulumi project folder (default: this project)")
+    live.add_argument("--kubeconfig", type=Path, metavar="PATH",
+                      help="use this kubeconfig instead of the stack's")
+
+
+def parse_replicas(text: Any) -> int:
+    try:
+        number = int(str(text).strip())
+    except ValueError:
+        raise RunError(f"--replicas {text!r} is not a whole number") from None
+    if number < 0:
+        raise RunError(f"--replicas {number} is negative: give the new size, 0 or more")
+    return number
+
+
+def parse_now(text: Optional[str]) -> datetime.datetime:
+    from rehearse.record import utc_now
+
+    if text is None:
+        return utc_now()
+    try:
+        ns = parse_time(text)
+    except ValueError:
+        ns = None
+    if ns is None:
+        raise RunError(f"--now {text!r} is not an RFC 3339 time with a zone, e.g. 2025-06-01T12:03:00Z")
+    seconds, rest = divmod(ns, _NS)
+    return (datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+            + datetime.timedelta(seconds=seconds, microseconds=rest // 1000))
+
+
+def _owner_names(pods: Iterable[dict]) -> list[str]:
+    return sorted({(controller_of(p) or {}).get("name", "") for p in pods if is_active(p)} - {""})
 
 
 def main(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    replicas = parse_replicas(args.replicas)
+    now = parse_now(args.now)
+    if args.pods is not None:
+        pods = read_pod_list(args.pods)
+        related = read_pod_list(args.related) if args.related is not None else pods
+        source = str(args.pods)
+        if args.replicaset:
+            pods = [p for p in pods if (controller_of(p) or {}).get("name") == args.replicaset]
+            if not pods:
+                raise RunError(f"{args.pods} holds no pod of ReplicaSet {args.replicaset}")
+            source += f" (ReplicaSet {args.replicaset})"
+        else:
+            owners = _owner_names(pods)
+            if len(owners) > 1:
+                raise RunError(f"{args.pods} holds active pods of {len(owners)} ReplicaSets "
+                               f"({', '.join(owners)}): the controller scales each on its own; "
+                               "choose one with --replicaset NAME")
+    else:
+        from rehearse import cli
+
+        stack_outputs = None if args.kubeconfig else cli._outputs(args)
+        kube = cli._connect(args, stack_outputs)
+        try:
+            pods, related, rs_name = live_input(kube, args.namespace, args.deployment)
+        finally:
+            kube.close()
+        source = f"{args.namespace}/{args.deployment} (ReplicaSet {rs_name})"
+    active = sum(1 for p in pods if is_active(p))
+    if replicas > active:
+        raise RunError(f"--replicas {replicas} is above the {active} active pods: a scale-out "
+                       "deletes nothing")
+    try:
+        result = forecast(pods, related, replicas, now)
+    except ValueError as error:
+        raise RunError(f"cannot forecast from {source}: {error}") from None
+    if args.json:
+        print(json.dumps({"source": source, **result.to_json()}, indent=2))
+    else:
+        print(render(result, source))
+    return 0
+
+
+def render(result: Forecast, source: str = "") -> str:
+    """The forecast as a table a presenter can read."""
+    lines = [f"Scale-in {result.replicas_before} -> {result.replicas_after}"
+             + (f" of {source}" if source else "") + f", controller clock {result.now}"]
+    if not result.delete:
+        lines.append("Nothing is deleted.")
+    else:
+        versus = {v.versus for v in result.delete if v.versus and not v.tie}
+        against = f", each against the first pod kept ({next(iter(versus))})" if len(versus) == 1 else ""
+        header = ("#", "POD", "NODE", "COST", "RANK", "DECIDED BY")
+        rows = [(str(i), v.name, v.node or "(none)", str(v.cost), str(v.rank),
+                 ("RANDOM: " if v.tie else (f"rule {v.rule_number}: " if v.rule_number else "")) + v.rule)
+                for i, v in enumerate(result.delete, 1)]
+        widths = [max(len(r[c]) for r in rows + [header]) for c in range(5)]
+        lines.append(f"Deleted, in order, {len(result.delete)} of {result.replicas_before}{against}:")
+        for row in [header] + rows:
+            lines.append("  " + "  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row[:5]))
+                         + "  " + row[5])
+    if result.split:
+        pairs = sum(result.split.values())
+        parts = [f"{count} by rule {rule} ({RULES[rule]})" if rule else f"{count} by no rule (random)"
+                 for rule, count in sorted(result.split.items(), key=lambda item: (-item[1], item[0]))]
+        lines.append(f"What separates deleted from kept ({pairs} pairs): {'; '.join(parts)}")
+    kept = result.order[len(result.delete):] if result.sorted else []
+    if kept:
+        lines.append(f"Kept ({len(kept)}), next to go first: {', '.join(kept)}")
+    if result.undecided:
+        lines.append(f"Could go instead (random): {', '.join(result.undecided)}")
+    lines += [f"Note: {note}" for note in result.notes]
+    return "\n".join(lines)

@@ -25,6 +25,7 @@ from rehearse.connection import Endpoint
 PODS, NODES, LEASES = "v1/pods", "v1/nodes", "coordination.k8s.io/v1/leases"
 CONFIGMAPS, EVENTS = "v1/configmaps", "v1/events"
 DAEMONSETS, DEPLOYMENTS = "apps/v1/daemonsets", "apps/v1/deployments"
+REPLICASETS = "apps/v1/replicasets"
 VTEP_CONFIGS = "cilium.io/v2/ciliumvtepconfigs"
 #: The version upstream Cilium serves the CRD at; the tools fall back to it.
 VTEP_CONFIGS_V2ALPHA1 = "cilium.io/v2alpha1/ciliumvtepconfigs"
@@ -32,6 +33,7 @@ VTEP_CONFIGS_V2ALPHA1 = "cilium.io/v2alpha1/ciliumvtepconfigs"
 _KINDS = {PODS: ("v1", "Pod"), NODES: ("v1", "Node"), LEASES: ("coordination.k8s.io/v1", "Lease"),
           CONFIGMAPS: ("v1", "ConfigMap"), EVENTS: ("v1", "Event"),
           DAEMONSETS: ("apps/v1", "DaemonSet"), DEPLOYMENTS: ("apps/v1", "Deployment"),
+          REPLICASETS: ("apps/v1", "ReplicaSet"),
           VTEP_CONFIGS: ("cilium.io/v2", "CiliumVTEPConfig"),
           VTEP_CONFIGS_V2ALPHA1: ("cilium.io/v2alpha1", "CiliumVTEPConfig")}
 

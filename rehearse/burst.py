@@ -1497,6 +1497,14 @@ def collect(ctx: Any, record: Any) -> None:
                     continue
             runner.run_scenario(scenario)
     finally:
+        # Back to the size it had (a run stopped at 15 would keep paying for the cloud nodes;
+        # `pulumi up` does not see a replica count changed behind its back).
+        if replicas_before is not None:
+            try:
+                runner.cluster.scale(int(replicas_before))
+                record(REPLICAS_BACK, replicas=replicas_before)
+            except Exception as error:  # noqa: BLE001 best effort; the run's result stands
+                record(REPLICAS_BACK, replicas=replicas_before, error=str(error)[:200])
         if switcher.changed:
             try:
                 result = switcher.restore()
@@ -1508,12 +1516,6 @@ def collect(ctx: Any, record: Any) -> None:
                 ctx.progress(message)
                 raise RunError(message) from None
             record(RESTORED, scenario=switcher.original, **result)
-        elif replicas_before is not None:
-            try:
-                runner.cluster.scale(int(replicas_before))
-                record(REPLICAS_BACK, replicas=replicas_before)
-            except Exception as error:  # noqa: BLE001 best effort; the run's result stands
-                record(REPLICAS_BACK, replicas=replicas_before, error=str(error)[:200])
 
 
 # --- the analysis (pure: events -> report) ---------------------------------------------------------
@@ -1609,7 +1611,6 @@ class ScenarioResult:
     start: Optional[tuple[int, int]] = None
     refused: list[str] = field(default_factory=list)
     aborted: Optional[str] = None
-    notes: list[str] = field(default_factory=list)
     nodeclaim_s: Optional[float] = None
     ready_s: Optional[float] = None
 
@@ -1628,8 +1629,10 @@ def _whole(seconds: float) -> float:
     return round(seconds, 3)
 
 
-def _scaleup_measurements(scenario: str, done: dict, scaled: dict) -> tuple[list[Measurement], Optional[float], Optional[float], list[str]]:
-    notes = []
+def _scaleup_measurements(scenario: str, done: dict, scaled: dict
+                          ) -> tuple[list[Measurement], Optional[float], Optional[float]]:
+    """The scale to the peak: to the first NodeClaim and to all Ready, on the cluster's clock
+    (the scale's moment is the first pod it created)."""
     pods = done.get("pods") or []
     before = set(scaled.get("pods_before") or [])
     created = sorted(parse_time(p["created"]) for p in pods if p["name"] not in before and p.get("created"))
@@ -1639,7 +1642,7 @@ def _scaleup_measurements(scenario: str, done: dict, scaled: dict) -> tuple[list
     if not created:
         return ([Measurement(check_name(scenario, M_NODECLAIM), None, "s", SEED_NODECLAIM,
                              "no pod was created by the scale"),
-                 Measurement(check_name(scenario, M_READY), None, "s", SEED_READY, "")], None, None, notes)
+                 Measurement(check_name(scenario, M_READY), None, "s", SEED_READY, "")], None, None)
     origin = created[0]
     nodeclaim_s = ready_s = None
     ms = []
@@ -1666,7 +1669,7 @@ def _scaleup_measurements(scenario: str, done: dict, scaled: dict) -> tuple[list
     else:
         ms.append(Measurement(check_name(scenario, M_READY), None, "s", SEED_READY,
                               f"not all {done.get('replicas')} Ready (see the checks)"))
-    return ms, nodeclaim_s, ready_s, notes
+    return ms, nodeclaim_s, ready_s
 
 
 def _victim_text(pod: dict) -> str:
@@ -1790,10 +1793,9 @@ def analyse_scenario(scenario: str, events: list[dict], settings: dict) -> Scena
     settled = next(iter(kinds(COSTS_SETTLED)), None)
     previous = list(_final_pods(observed)) if observed else []
     for up in kinds(SCALEUP):
-        ms, result.nodeclaim_s, result.ready_s, notes = _scaleup_measurements(
+        ms, result.nodeclaim_s, result.ready_s = _scaleup_measurements(
             scenario, up, scaled.get(up["step"]) or {"sent": up["sent"]})
         result.measurements.extend(ms)
-        result.notes.extend(notes)
         pods = up.get("pods") or []
         row = StepRow(up["step"], len([p for p in previous if active(p)]), up["replicas"],
                       (_counts(previous)[0], _counts(pods)[0]), (_counts(previous)[1], _counts(pods)[1]),

@@ -1012,6 +1012,15 @@ def test_a_failed_switch_is_reported_and_the_scenario_put_back(lab_for):
     assert lab.stack.calls[-1] == ("up", "A")
 
 
+def test_a_restore_that_fails_says_how_to_do_it_by_hand(lab_for, capsys):
+    lab = lab_for(scenario="A", fail_up_for="A")
+    assert lab.run("--scenarios", "B") == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: could not put burstScenario back to A: error: update failed")
+    assert "`pulumi config set burstScenario A` and `pulumi up`" in line
+    assert lab.server.get(DEPLOYMENTS, NS, "burst")["spec"]["replicas"] == 3
+
+
 @pytest.fixture
 def fake_pulumi(tmp_path, monkeypatch):
     """A `pulumi` on PATH that answers from a state file (as tests/test_rehearse_frame.py)."""
@@ -1064,6 +1073,72 @@ def test_a_failure_in_the_middle_restores_the_scenario_through_the_automation_ap
     final = json.loads(state.read_text())["stacks"]["dev"]
     assert final["config"][burst.SCENARIO_KEY] == "A"
     assert final["outputs"]["demo2"]["scenario"] == "A"
+
+
+# --- recorded runs replay (tests/fixtures/rehearse/record_burst.py) --------------------------------------
+
+def test_a_recorded_a_b_c_run_replays_to_its_report(tmp_path):
+    events = read_events(FIXTURES / "burst-abc")
+    report = burst.analyse(events)
+    assert report.passed, report.summary()
+    data = report.to_json()
+    steps = {s: data["demo2"]["scenarios"][s]["steps"] for s in "ABC"}
+    # A: rank, then the name (hybrid pods first among equals); B: the cloud pods first, the
+    # fuller cloud node first (rank); C: Karpenter's -2 node (the emptier) first.
+    assert [_removed(s) for s in steps["A"][1:]] == [(3, 0), (0, 2), (4, 3)]
+    assert [_removed(s) for s in steps["B"][1:]] == [(0, 3), (0, 2), (5, 2)]
+    assert [_removed(s) for s in steps["C"][1:]] == [(0, 3), (0, 2), (5, 2)]
+    assert {p["cost"] for p in steps["C"][1]["removed"]} == {"-2"}
+    assert {p["cost"] for p in steps["B"][1]["removed"]} == {None}
+    numbers = {m.name: m.value for m in report.measurements}
+    for s in "ABC":
+        assert numbers[_name(s, burst.M_NODECLAIM)] == 1.0
+        assert numbers[_name(s, burst.M_READY)] == 37.0
+    text = report.to_markdown()
+    assert text.index("## Across scenarios") < text.index("## Checklist")
+    assert "| C | 0 / 3 (left: 8 hybrid, 4 cloud on 1 node) |" in text
+    assert "| B | 0 / 3 (left: 8 hybrid, 4 cloud on 2 nodes) |" in text
+    # `rehearse report` rewrites the report and the chart from the events alone.
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "events.jsonl").write_bytes((FIXTURES / "burst-abc" / "events.jsonl").read_bytes())
+    assert cli.main(["report", str(folder)]) == 0
+    assert (folder / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((folder / "report.json").read_text())["chart"] == "chart.png"
+
+
+def test_a_recorded_refusal_replays(tmp_path):
+    report = burst.analyse(read_events(FIXTURES / "burst-b-no-get-nodes"))
+    verdict = {c.name: c for c in report.checks}[_name("B", burst.C_IN_PLACE)]
+    assert verdict.status == FAIL and "B would look like A" in verdict.seen
+    assert report.measurements == [] and "**Not measured**" in report.to_markdown()
+
+
+def test_a_recorded_verify_replays():
+    report = burst.analyse(read_events(FIXTURES / "verify-burst-c-old-karpenter"))
+    checks = {c.name: c for c in report.checks}
+    assert [c.name for c in report.failures] == [_name("C", burst.C_IN_PLACE),
+                                                 _name("C", burst.C_GATE_VERSION)]
+    assert checks[burst.CHECK_CAPACITY].status == PASS
+    assert report.title == "Demo 2: ready to burst"
+
+
+def test_a_forecast_that_failed_at_collection_is_made_again_at_report_time(monkeypatch):
+    """A run made before rehearse.predict was wired: its forecasts failed; `rehearse report`
+    makes them from the recorded snapshots once the predictor works."""
+    events = read_events(FIXTURES / "burst-abc")
+    for event in events:
+        if event["kind"] == burst.FORECAST:
+            for key in ("replicas_before", "replicas_after", "delete", "order"):
+                event.pop(key)
+            event.update(ok=False, error="NotImplementedError: ")
+    monkeypatch.setattr(predict, "forecast", lambda *a: (_ for _ in ()).throw(NotImplementedError()))
+    skipped = {c.name: c for c in burst.analyse(events).checks}[_name("B", burst.C_FORECAST)]
+    assert skipped.status == "SKIP" and "NotImplementedError" in skipped.seen
+    monkeypatch.setattr(predict, "forecast", stand_in_forecast)
+    report = burst.analyse(events)
+    assert {c.name: c for c in report.checks}[_name("B", burst.C_FORECAST)].status == PASS
+    assert "made at report time from the snapshot" in report.to_markdown()
 
 
 # --- the analysis, pure ---------------------------------------------------------------------------------------

@@ -947,12 +947,12 @@ def budget_check(observed: dict, name: str) -> Check:
     return Check(name, PASS, f"budgets {budgets}", "", command)
 
 
-def in_place(scenario: str, checks: list[Check]) -> Check:
+def in_place(scenario: str, checks: list[Check], measuring: bool = True) -> Check:
     failing = [c for c in checks if c.status == FAIL]
     name = check_name(scenario, C_IN_PLACE)
     if failing:
         reasons = "; ".join(f"{c.name.split(': ', 1)[-1]} — {c.seen}" for c in failing)
-        return Check(name, FAIL, f"not in place, not measured: {reasons}",
+        return Check(name, FAIL, f"not in place{', not measured' if measuring else ''}: {reasons}",
                      "fix the checks below, then run again")
     return Check(name, PASS, f"{SCENARIO_WORDS[scenario]}: {len(checks)} checks passed")
 
@@ -1759,7 +1759,7 @@ def analyse_scenario(scenario: str, events: list[dict], settings: dict) -> Scena
              f"{switched.get('seconds')} s") if switched.get("ok") else
             f"pulumi up for burstScenario {scenario} failed: {switched.get('error')}",
             "" if switched.get("ok") else "run `pulumi up` yourself to see the error; the stack's "
-            "original scenario was put back", f"pulumi config get burstScenario"))
+            "original scenario was put back", "pulumi config get burstScenario"))
     rollout = next(iter(kinds(ROLLOUT)), None)
     restarted = next(iter(kinds(RESTARTED)), None)
     observed = next(iter(kinds(PRECONDITIONS)), None)
@@ -1973,7 +1973,7 @@ def _analyse_verify(events: list[dict], settings: dict, report: BurstReport) -> 
         return report
     scenario = observed["scenario"]
     checks = scenario_checks(observed)
-    report.checks.append(in_place(scenario, checks))
+    report.checks.append(in_place(scenario, checks, measuring=False))
     report.checks.extend(checks)
     report.checks.extend(_common_checks(observed, settings))
     report.notes.append(f"The stack's scenario is {scenario} ({SCENARIO_WORDS[scenario]}). "

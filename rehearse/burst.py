@@ -1025,7 +1025,10 @@ def capacity(observed: dict) -> dict:
     """How many burst pods fit on each hybrid node the burst pods may use: (allocatable - what
     the node's other pods request) // the burst pod's request, as the scheduler counts requests
     (stacks.scheduling.pod_request: the larger of the containers' sum and the largest init
-    container)."""
+    container). Each node's allocatable is also set beside stacks.capacity's EKS AMI formula
+    (capacity - kube-reserved), which sized the burst request: a kubelet reserving more shows
+    there."""
+    from stacks.capacity import kube_reserved_cpu_m
     from stacks.scheduling import Request, memory_mib, pod_request
 
     request = _burst_request(observed)
@@ -1046,6 +1049,8 @@ def capacity(observed: dict) -> dict:
             used = used + r
             others.append((pod["name"], r.cpu_m))
         free = allocatable - used
+        cores = _quantity_cpu((node.get("capacity") or {}).get("cpu"))
+        formula = cores - kube_reserved_cpu_m(cores // 1000) if cores else None
         fit = 0
         if request is not None and eligible and request.cpu_m > 0:
             fit = free.cpu_m // request.cpu_m
@@ -1054,7 +1059,8 @@ def capacity(observed: dict) -> dict:
             fit = max(fit, 0)
         rows.append({"node": node["name"], "eligible": eligible, "taints": node["taints"],
                      "allocatable_cpu_m": allocatable.cpu_m, "used_cpu_m": used.cpu_m,
-                     "free_cpu_m": free.cpu_m, "others": others, "fit": fit})
+                     "free_cpu_m": free.cpu_m, "others": others, "fit": fit,
+                     "formula_cpu_m": formula})
     return {"request_cpu_m": request.cpu_m if request else None,
             "request_memory_mib": request.memory_mib if request else None,
             "nodes": rows, "total": sum(r["fit"] for r in rows if r["eligible"])}
@@ -1075,7 +1081,9 @@ def capacity_check(observed: dict, settings: dict) -> Check:
                          f"not tolerate: {', '.join(t['key'] for t in r['taints'])})")
             continue
         others = ", ".join(f"{n} {m}m" for n, m in r["others"] if m) or "nothing"
-        parts.append(f"{r['node']}: {r['allocatable_cpu_m']}m allocatable − {r['used_cpu_m']}m "
+        formula = (f" (stacks/capacity.py's formula gives {r['formula_cpu_m']}m: the kubelet "
+                   "reserves otherwise)" if r["formula_cpu_m"] not in (None, r["allocatable_cpu_m"]) else "")
+        parts.append(f"{r['node']}: {r['allocatable_cpu_m']}m allocatable{formula} − {r['used_cpu_m']}m "
                      f"({others}) = {r['free_cpu_m']}m → {r['fit']} × {found['request_cpu_m']}m")
     seen = "; ".join(parts) or "no hybrid node"
     total = found["total"]

@@ -1160,6 +1160,26 @@ def test_compare_explains_a_tie_and_a_cost_change():
     assert burst.compare(snapshot, [{"name": "p1"}], forecast, []) == ("same", "")
 
 
+def test_capacity_sets_allocatable_beside_the_formula_that_sized_the_request():
+    from stacks.capacity import BURST_PODS_PER_HYBRID_NODE
+
+    assert burst.PODS_PER_HYBRID_NODE == BURST_PODS_PER_HYBRID_NODE
+    observed = {"deployment": {"found": True, "tolerations": [
+                    {"key": burst.HYBRID_LABEL, "operator": "Equal", "value": "hybrid", "effect": "NoSchedule"}],
+                    "containers": [{"resources": {"requests": {"cpu": "900m", "memory": "64Mi"}}}],
+                    "init_containers": []},
+                "nodes": [{**burst.node_summary(node_object(name, "hybrid"), POOL), "name": name}
+                          for name in ("hybrid-1", "hybrid-2")],
+                "hybrid_neighbours": []}
+    observed["nodes"][1]["allocatable"] = {"cpu": "3500m", "memory": "14819Mi"}
+    check = burst.capacity_check(observed, {"on_hybrid": 8, "peak": 15})
+    assert check.status == FAIL
+    assert "hybrid-1: 3920m allocatable − 0m (nothing) = 3920m → 4 × 900m" in check.seen
+    assert "hybrid-2: 3500m allocatable (stacks/capacity.py's formula gives 3920m: the kubelet " \
+           "reserves otherwise) − 0m (nothing) = 3500m → 3 × 900m" in check.seen
+    assert "only 7 fit" in check.seen
+
+
 def test_cost_parsing_follows_the_controller():
     assert [burst.cost_of(v) for v in (None, "1", "-5", "0", "+10", "008", "", "x", "2147483648")] == \
         [0, 1, -5, 0, 0, 0, 0, 0, 0]

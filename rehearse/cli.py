@@ -1,4 +1,4 @@
-"""`python -m rehearse`: verify gateway|gpu, failover, predict, report.
+"""`python -m rehearse`: verify gateway|gpu|burst, failover, burst, predict, report.
 
 Exit codes: 0 every check passed; 1 a check failed; 2 the run could not be made (one line, no
 traceback)."""
@@ -23,6 +23,8 @@ COMMANDS = {
     "verify gateway": "rehearse.gateway",
     "verify gpu": "rehearse.gpu",
     "failover": "rehearse.failover",
+    "verify burst": "rehearse.burst_verify",
+    "burst": "rehearse.burst",
 }
 
 
@@ -58,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify = commands.add_parser("verify", help="check that a demo is ready",
                                  description="Check that a demo is ready.")
     targets = verify.add_subparsers(dest="target", required=True, metavar="DEMO")
-    for target in ("gateway", "gpu"):
+    for target in ("gateway", "gpu", "burst"):
         module = _module(f"verify {target}")
         sub = targets.add_parser(target, help=module.TITLE, description=module.__doc__)
         _common(sub)
@@ -68,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     failover = commands.add_parser("failover", help=module.TITLE, description=module.__doc__)
     _common(failover)
     module.add_arguments(failover)
+
+    module = _module("burst")
+    burst = commands.add_parser("burst", help=module.TITLE, description=module.__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(burst)
+    module.add_arguments(burst)
 
     predict = importlib.import_module("rehearse.predict")
     predict.add_arguments(commands.add_parser("predict", help=predict.TITLE,
@@ -117,7 +125,7 @@ def run_command(command: str, args: argparse.Namespace) -> int:
     options = {k: v for k, v in vars(args).items()
                if k not in ("command", "target", "stack", "outputs", "work_dir", "kubeconfig", "out")}
     ctx = Context(outputs=stack_outputs, kube=kube, region=region, aws=boto3_clients(region),
-                  options=options)
+                  options=options, work_dir=args.work_dir)
     folder = record.folder_for(args.out, stack_outputs.stack, command, ctx.clock())
     recorder = record.Recorder(folder, clock=ctx.clock)
     try:

@@ -7,7 +7,8 @@ import datetime
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Optional
 
 from rehearse.connection import Kube
 from rehearse.outputs import StackOutputs
@@ -31,6 +32,8 @@ class Context:
     progress: Callable[[str], None] = _progress
     #: The command's own options (argparse namespace as a dict).
     options: dict[str, Any] = field(default_factory=dict)
+    #: The Pulumi project folder (--work-dir), for commands that change the stack's config.
+    work_dir: Optional[Path] = None
 
 
 def boto3_clients(region: str) -> Callable[[str], Any]:

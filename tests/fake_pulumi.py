@@ -1,16 +1,24 @@
 """A stand-in for the `pulumi` CLI, for the Automation API (which shells out to it).
 
 It answers the calls the rehearsal's Automation API use makes — version, stack select, stack ls,
-stack output — from a JSON state file (``FAKE_PULUMI_STATE``: ``{"selected": name, "stacks":
-{name: {"outputs": {...}, "secrets": [keys]}}}``), records every call in ``FAKE_PULUMI_LOG``,
+stack output, config get/set/rm, up and stack history (which ``up`` reads after the update) —
+from a JSON state file (``FAKE_PULUMI_STATE``: ``{"selected": name, "stacks": {name: {"outputs":
+{...}, "secrets": [keys], "config": {key: value}}}}``), records every call in ``FAKE_PULUMI_LOG``,
 and refuses anything else with exit 255 and the call in stderr, so a new call cannot slip by.
+
+``up`` plays the lab's program for what the rehearsal changes: the ``demo2`` output's scenario
+and ``karpenterPodDeletionCostManagement`` follow ``eks-hybrid-lab:burstScenario`` (default A).
+A state key ``"up_fails": n`` makes the next n updates fail, as a refused update would.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import sys
+
+SCENARIO_KEY = "eks-hybrid-lab:burstScenario"
 
 
 def main(argv: list[str]) -> int:
@@ -46,6 +54,51 @@ def main(argv: list[str]) -> int:
             outputs = {k: ("[secret]" if k in stack.get("secrets", []) else v)
                        for k, v in outputs.items()}
         print(json.dumps(outputs))
+        return 0
+    if args[:2] == ["config", "get"] and "--json" in args:
+        name, key = option("--stack") or state.get("selected"), args[2]
+        config = state["stacks"][name].setdefault("config", {})
+        if key not in config:
+            print(f"error: configuration key '{key}' not found for stack '{name}'", file=sys.stderr)
+            return 255
+        print(json.dumps({"value": config[key], "secret": False}))
+        return 0
+    if args[:2] == ["config", "set"] and "--" in args:
+        name, key = option("--stack") or state.get("selected"), args[2]
+        state["stacks"][name].setdefault("config", {})[key] = args[args.index("--") + 1]
+        open(state_path, "w").write(json.dumps(state))
+        return 0
+    if args[:2] == ["config", "rm"]:
+        name, key = option("--stack") or state.get("selected"), args[2]
+        state["stacks"][name].setdefault("config", {}).pop(key, None)
+        open(state_path, "w").write(json.dumps(state))
+        return 0
+    if args[:1] == ["up"] and "--yes" in args:
+        name = option("--stack") or state.get("selected")
+        stack = state["stacks"][name]
+        print(f"Updating ({name})")
+        if state.get("up_fails"):
+            state["up_fails"] -= 1
+            open(state_path, "w").write(json.dumps(state))
+            print("error: update failed", file=sys.stderr)
+            return 255
+        scenario = stack.setdefault("config", {}).get(SCENARIO_KEY, "A")
+        outputs = stack.setdefault("outputs", {})
+        if isinstance(outputs.get("demo2"), dict):
+            outputs["demo2"] = {**outputs["demo2"], "scenario": scenario}
+        outputs["karpenterPodDeletionCostManagement"] = scenario == "C"
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        stack.setdefault("history", []).insert(0, {
+            "kind": "update", "startTime": stamp, "endTime": stamp, "message": "",
+            "environment": {}, "result": "succeeded", "version": len(stack["history"]) + 1,
+            "config": {k: {"value": v, "secret": False} for k, v in stack["config"].items()},
+            "resourceChanges": {"same": 1}})
+        open(state_path, "w").write(json.dumps(state))
+        print(f"Resources: 1 unchanged ({SCENARIO_KEY}={scenario})")
+        return 0
+    if args[:2] == ["stack", "history"] and "--json" in args:
+        name = option("--stack") or state.get("selected")
+        print(json.dumps(state["stacks"][name].get("history", [])[:1]))
         return 0
     print(f"fake pulumi: unexpected call {argv}", file=sys.stderr)
     return 255

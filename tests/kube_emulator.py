@@ -29,13 +29,22 @@ REPLICASETS = "apps/v1/replicasets"
 VTEP_CONFIGS = "cilium.io/v2/ciliumvtepconfigs"
 #: The version upstream Cilium serves the CRD at; the tools fall back to it.
 VTEP_CONFIGS_V2ALPHA1 = "cilium.io/v2alpha1/ciliumvtepconfigs"
+#: Demo 2: the burst Deployment's ReplicaSets, Karpenter's NodePools and NodeClaims, Kyverno's
+#: ClusterPolicies, and the SubjectAccessReviews the tools POST (``access_reviews``).
+REPLICASETS = "apps/v1/replicasets"
+NODEPOOLS, NODECLAIMS = "karpenter.sh/v1/nodepools", "karpenter.sh/v1/nodeclaims"
+CLUSTERPOLICIES = "kyverno.io/v1/clusterpolicies"
+SUBJECT_ACCESS_REVIEWS = "authorization.k8s.io/v1/subjectaccessreviews"
 
 _KINDS = {PODS: ("v1", "Pod"), NODES: ("v1", "Node"), LEASES: ("coordination.k8s.io/v1", "Lease"),
           CONFIGMAPS: ("v1", "ConfigMap"), EVENTS: ("v1", "Event"),
           DAEMONSETS: ("apps/v1", "DaemonSet"), DEPLOYMENTS: ("apps/v1", "Deployment"),
           REPLICASETS: ("apps/v1", "ReplicaSet"),
           VTEP_CONFIGS: ("cilium.io/v2", "CiliumVTEPConfig"),
-          VTEP_CONFIGS_V2ALPHA1: ("cilium.io/v2alpha1", "CiliumVTEPConfig")}
+          VTEP_CONFIGS_V2ALPHA1: ("cilium.io/v2alpha1", "CiliumVTEPConfig"),
+          REPLICASETS: ("apps/v1", "ReplicaSet"), NODEPOOLS: ("karpenter.sh/v1", "NodePool"),
+          NODECLAIMS: ("karpenter.sh/v1", "NodeClaim"), CLUSTERPOLICIES: ("kyverno.io/v1", "ClusterPolicy"),
+          SUBJECT_ACCESS_REVIEWS: ("authorization.k8s.io/v1", "SubjectAccessReview")}
 
 
 class Emulator:
@@ -100,6 +109,48 @@ class Emulator:
             del kmock.objects[resource, namespace, name]
 
         self.do(remove)
+
+    def declare(self, *resources: str) -> None:
+        """Serves ``resources`` even with no object in them (an installed CRD lists ``[]``;
+        undeclared, the emulator answers 404 as for a CRD that is not installed)."""
+        def declare(kmock: Any) -> None:
+            for resource in resources:
+                kmock.resources[resource].kind = _KINDS[resource][1]
+
+        self.do(declare)
+
+    def access_reviews(self, decide: Callable[[dict], tuple[bool, str]]) -> None:
+        """Answers ``POST .../subjectaccessreviews`` as the API server's authorizer would:
+        ``decide(spec)`` -> (allowed, reason). A review is not stored (the emulator would refuse
+        the next one as a duplicate of an object without a name)."""
+        import json
+
+        def declare(kmock: Any) -> None:
+            kmock.resources[SUBJECT_ACCESS_REVIEWS].kind = "SubjectAccessReview"
+
+            def answer(request: Any) -> bytes:
+                try:
+                    del kmock.objects[SUBJECT_ACCESS_REVIEWS, None, None]
+                except KeyError:
+                    pass
+                body = request.data
+                allowed, reason = decide(body.get("spec") or {})
+                return json.dumps({**body, "status": {"allowed": allowed, "reason": reason}}).encode()
+
+            kmock[f"post /apis/{SUBJECT_ACCESS_REVIEWS}"] << answer
+
+        self.do(declare)
+
+    def get(self, resource: str, namespace: Optional[str], name: str) -> Optional[dict]:
+        """The stored object (as the tools last wrote it), or None."""
+        def read(kmock: Any) -> Optional[dict]:
+            try:
+                stored = kmock.objects[resource, namespace, name]
+            except KeyError:
+                return None
+            return None if stored.deleted else stored.raw
+
+        return self.do(read)
 
     def log(self, namespace: str, pod: str, text: str) -> None:
         """What ``GET .../pods/<pod>/log`` answers (the tools ask for ``timestamps=true``)."""

@@ -1,0 +1,1223 @@
+"""`python -m rehearse burst` and `verify burst` (demo 2) against the Kubernetes emulator, the
+test playing the cluster on a simulated clock: the Deployment and ReplicaSet controllers (the
+ReplicaSet deletes pods by REFERENCE §6's rules 1-5, then by name), the scheduler (hybrid nodes
+first, 4 burst pods each by their real allocatable), Karpenter (it batches the pending pods for
+1.2 s, creates one NodeClaim per 4 pods, whose node is Ready 32 s later; consolidates an empty
+node after 30 s; with its gate it ranks the cloud pods -n..-1, the emptiest node first, a minute
+apart), Kyverno (it writes "1" on pods bound to hybrid nodes a second after binding, when it may
+get nodes), and the API server's authorizer (SubjectAccessReviews). The tool's sleeps advance
+the clock and the cluster acts when its time comes; nothing waits for real.
+
+The scenario is switched through a stand-in stack object (the seam `rehearse.burst.open_stack`),
+or through the Automation API and the fake `pulumi` (tests/fake_pulumi.py). The forecast is a
+stand-in for `rehearse.predict.forecast`, which another engineer is writing: REFERENCE §6's rules
+4 and 5 (cost, then rank), then the name — the played ReplicaSet breaks the remaining ties the
+same way, so the forecast and the cluster agree unless a test plants a difference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import functools
+import json
+import math
+import os
+import socket
+import struct
+import sys
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+from unittest import mock
+
+import pytest
+
+from rehearse import burst, cli, predict
+from rehearse.record import read_events
+from rehearse.report import FAIL, PASS
+from tests.kube_emulator import (CLUSTERPOLICIES, CONFIGMAPS, DEPLOYMENTS, NODECLAIMS, NODEPOOLS,
+                                 NODES, PODS, REPLICASETS, Emulator)
+
+FAKE_PULUMI = Path(__file__).resolve().parent / "fake_pulumi.py"
+FIXTURES = Path(__file__).parent / "fixtures" / "rehearse"
+UTC = datetime.timezone.utc
+#: The simulated "now" when a run starts (the cluster's clock is this machine's).
+T0 = datetime.datetime(2026, 12, 1, 9, 0, 0, tzinfo=UTC)
+NS = "demo-burst"
+POOL = "cloud-burst"
+HASH0 = "6c9f7d8b4"
+REQUEST_M = 900
+GRACE_S = 2.0
+
+
+def stamp(t: float) -> str:
+    """The API server's whole-second timestamps."""
+    return (T0 + datetime.timedelta(seconds=math.floor(t))).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- the forecast's stand-in ---------------------------------------------------------------------
+
+def stand_in_forecast(pods, related, replicas, now):
+    """A stand-in for ``rehearse.predict.forecast`` (its interface; the real one is being
+    written by another engineer, and the lead wires it in after merging): REFERENCE §6's rules 4
+    (lower pod-deletion-cost first) and 5 (higher rank first) only, then the name. A pod whose
+    cost and rank equal the first pod kept is marked a tie."""
+    def live(p):
+        return not p["metadata"].get("deletionTimestamp") and \
+            (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+    candidates = [p for p in pods if live(p)]
+    others = [p for p in related if live(p)]
+
+    def key(p):
+        cost = burst.cost_of((p["metadata"].get("annotations") or {}).get(burst.COST))
+        node = (p.get("spec") or {}).get("nodeName")
+        rank = len([o for o in others if (o.get("spec") or {}).get("nodeName") == node])
+        return cost, -rank, p["metadata"]["name"]
+
+    order = sorted(candidates, key=key)
+    diff = len(candidates) - replicas
+    kept = order[diff] if 0 <= diff < len(order) else None
+    victims = []
+    for p in order[:max(diff, 0)]:
+        cost, rank, _ = key(p)
+        tie = kept is not None and key(kept)[:2] == (cost, rank)
+        rule = (f"pod-deletion-cost {cost} < {key(kept)[0]}" if kept and cost < key(kept)[0]
+                else f"{-rank} pods of this Deployment on its node vs {-key(kept)[1]}" if kept
+                else "every pod goes")
+        victims.append(predict.Victim(p["metadata"]["name"], (p.get("spec") or {}).get("nodeName", ""),
+                                      rule, tie=tie, cost=cost, rank=-rank))
+    return predict.Forecast(len(candidates), replicas, victims, [p["metadata"]["name"] for p in order])
+
+
+# --- the cluster, played ---------------------------------------------------------------------------
+
+@dataclass
+class Faults:
+    #: Kyverno's background controller may not get nodes (the seed's B that looked like A).
+    background_nodes: bool = True
+    #: The Karpenter image running (1.14.1 ignores the gate: C would look like B).
+    karpenter_version: str = "1.15.0"
+    #: The Deployment's pod template carries a cost (a leftover no restart clears).
+    template_cost: Optional[str] = None
+    #: The costs the running pods carry before the run (a previous scenario's).
+    pod_cost: Optional[str] = None
+    #: The ReplicaSet controller ignores pod-deletion-cost (as with the PodDeletionCost gate off).
+    ignore_cost: bool = False
+    #: Karpenter evicts one pod of the emptiest cloud node when the Deployment scales to this.
+    evict_at: Optional[int] = None
+    #: Raise this in the tool's sleep once the Deployment has been scaled to 12.
+    fail_at_12: Optional[BaseException] = None
+    #: A pod from another workload on hybrid-2 requesting this many millicores.
+    squatter_m: int = 0
+    #: Karpenter's first ranking comes this long after its nodes are Ready.
+    rank_delay: float = 20.0
+    #: Karpenter can launch nothing (an exhausted limit, no capacity in the zone).
+    no_launch: bool = False
+
+
+@dataclass
+class SimPod:
+    name: str
+    hash: str
+    created: float
+    node: Optional[str] = None
+    ready: Optional[float] = None
+    cost: Optional[str] = None
+    deleting: Optional[float] = None
+    disruption: bool = False
+    unschedulable_since: Optional[float] = None
+    nominated: Optional[str] = None
+
+
+@dataclass
+class SimNode:
+    name: str
+    place: str
+    created: float
+    ready: Optional[float] = None
+    empty_since: Optional[float] = None
+    claim: Optional[str] = None
+
+
+class Cluster:
+    """The controllers, on this clock. ``t`` is seconds after T0 (this machine's and the
+    cluster's clock)."""
+
+    def __init__(self, server: Emulator, scenario: str, faults: Faults):
+        self.server, self.faults = server, faults
+        self.scenario = scenario
+        self.t = 0.0
+        self.timers: list[tuple[float, int, Callable[[], None]]] = []
+        self.pods: dict[str, SimPod] = {}
+        self.nodes: dict[str, SimNode] = {}
+        self.replica_sets: list[tuple[str, int]] = [(HASH0, 1)]  # (hash, revision)
+        self.restarted_at: Optional[str] = None
+        self.counter = 0
+        self.claims: dict[str, dict] = {}
+        self.next_rank: Optional[float] = None
+        self.progress: list[str] = []
+        self.dirty: set[str] = set()
+        self.replicas_seen: list[int] = []
+        self.log: list[tuple[float, str]] = []
+
+    # the clock
+
+    def clock(self) -> datetime.datetime:
+        return T0 + datetime.timedelta(seconds=self.t)
+
+    def monotonic(self) -> float:
+        return 1000.0 + self.t
+
+    def sleep(self, seconds: float) -> None:
+        end = self.t + seconds
+        while True:
+            due = sorted(self.timers)
+            if not due or due[0][0] > end:
+                break
+            at, _, action = due[0]
+            self.timers.remove(due[0])
+            self.t = max(self.t, at)
+            action()
+            self.react()
+        self.t = end
+        self.react()
+        # kmock matches each request against every request it has served (O(n) a request): a
+        # long run is kept fast by forgetting them (no test here asserts on a run's requests).
+        self.server.do(lambda kmock: kmock._requests.clear())
+        if self.faults.fail_at_12 is not None and 12 in self.replicas_seen:
+            error, self.faults.fail_at_12 = self.faults.fail_at_12, None
+            raise error
+
+    def later(self, delay: float, action: Callable[[], None]) -> None:
+        self.counter += 1
+        self.timers.append((self.t + delay, self.counter, action))
+
+    # the cluster's state, written to the emulator
+
+    @property
+    def gate(self) -> bool:
+        return self.scenario == "C"
+
+    @property
+    def gate_works(self) -> bool:
+        return self.gate and tuple(int(x) for x in self.faults.karpenter_version.split(".")) >= (1, 15, 0)
+
+    @property
+    def kyverno_writes(self) -> bool:
+        return self.scenario in ("B", "C") and self.faults.background_nodes
+
+    def new_pod_name(self, template_hash: str) -> str:
+        self.counter += 1
+        return f"burst-{template_hash}-{self.counter:05d}"
+
+    def pod_object(self, pod: SimPod) -> dict:
+        annotations = {}
+        if pod.cost is not None:
+            annotations[burst.COST] = pod.cost
+        metadata = {"uid": f"uid-{pod.name}", "creationTimestamp": stamp(pod.created),
+                    "labels": {"app": "burst", burst.TEMPLATE_HASH: pod.hash},
+                    "annotations": annotations,
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                         "name": f"burst-{pod.hash}", "uid": f"uid-rs-{pod.hash}",
+                                         "controller": True}]}
+        if pod.deleting is not None:
+            metadata["deletionTimestamp"] = stamp(pod.deleting + GRACE_S)
+            metadata["deletionGracePeriodSeconds"] = int(GRACE_S)
+        conditions = []
+        if pod.node:
+            conditions.append({"type": "PodScheduled", "status": "True",
+                               "lastTransitionTime": stamp(pod.created)})
+        elif pod.unschedulable_since is not None:
+            conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                               "lastTransitionTime": stamp(pod.unschedulable_since)})
+        conditions.append({"type": "Ready", "status": "True" if pod.ready is not None else "False",
+                           "lastTransitionTime": stamp(pod.ready if pod.ready is not None else pod.created)})
+        if pod.disruption:
+            conditions.append({"type": "DisruptionTarget", "status": "True",
+                               "reason": "EvictionByEvictionAPI",
+                               "message": "Eviction API: evicting",
+                               "lastTransitionTime": stamp(pod.deleting or self.t)})
+        spec = {"containers": [{"name": "web", "resources": {"requests": {
+            "cpu": f"{REQUEST_M}m", "memory": "64Mi"}}}]}
+        if pod.node:
+            spec["nodeName"] = pod.node
+        return {"metadata": metadata, "spec": spec,
+                "status": {"phase": "Running" if pod.ready is not None else "Pending",
+                           "conditions": conditions,
+                           "containerStatuses": [{"name": "web", "restartCount": 0, "image": "nginx", "imageID": "",
+                                                  "ready": pod.ready is not None}]}}
+
+    def flush(self) -> None:
+        for name in sorted(self.dirty):
+            pod = self.pods.get(name)
+            if pod is None:
+                self.server.delete(PODS, NS, name)
+            else:
+                self.server.put(PODS, NS, name, self.pod_object(pod))
+        self.dirty.clear()
+
+    def touch(self, pod: SimPod) -> None:
+        self.dirty.add(pod.name)
+
+    # controllers
+
+    def react(self) -> None:
+        deployment = self.server.get(DEPLOYMENTS, NS, "burst")
+        spec = deployment["spec"]
+        replicas = int(spec["replicas"])
+        if not self.replicas_seen or self.replicas_seen[-1] != replicas:
+            self.replicas_seen.append(replicas)
+        annotations = (spec["template"].get("metadata") or {}).get("annotations") or {}
+        restarted = annotations.get(burst.RESTARTED_AT)
+        if restarted != self.restarted_at:
+            self.restarted_at = restarted
+            revision = self.replica_sets[-1][1] + 1
+            template_hash = f"7d{revision}f5c8b9"
+            self.replica_sets.append((template_hash, revision))
+            self.server.put(REPLICASETS, NS, f"burst-{template_hash}", replica_set(template_hash, revision))
+            self.log.append((self.t, f"rollout to {template_hash}"))
+        current = self.replica_sets[-1][0]
+        template_cost = annotations.get(burst.COST)
+        self.replica_set(current, replicas, template_cost)
+        new_ready = all(p.ready is not None for p in self.live() if p.hash == current) and \
+            len([p for p in self.live() if p.hash == current]) == replicas
+        for old, _ in self.replica_sets[:-1]:
+            if new_ready:
+                self.replica_set(old, 0, None)
+        self.schedule()
+        self.karpenter()
+        self.flush()
+
+    def live(self) -> list[SimPod]:
+        return [p for p in self.pods.values() if p.deleting is None]
+
+    def rank(self, pod: SimPod) -> int:
+        return len([p for p in self.live() if p.node == pod.node])
+
+    def replica_set(self, template_hash: str, replicas: int, template_cost: Optional[str]) -> None:
+        mine = [p for p in self.live() if p.hash == template_hash]
+        if len(mine) < replicas:
+            for _ in range(replicas - len(mine)):
+                pod = SimPod(self.new_pod_name(template_hash), template_hash, self.t,
+                             cost=template_cost)
+                self.pods[pod.name] = pod
+                self.touch(pod)
+        elif len(mine) > replicas:
+            def key(p: SimPod):
+                cost = 0 if self.faults.ignore_cost else burst.cost_of(p.cost)
+                return (p.node is not None, p.ready is not None, cost, -self.rank(p), p.name)
+
+            for victim in sorted(mine, key=key)[:len(mine) - replicas]:
+                self.delete(victim)
+                self.log.append((self.t, f"scale-in deletes {victim.name}"))
+
+    def delete(self, pod: SimPod, disruption: bool = False) -> None:
+        pod.deleting = self.t
+        pod.disruption = disruption
+        self.touch(pod)
+
+        def gone() -> None:
+            self.pods.pop(pod.name, None)
+            self.dirty.add(pod.name)
+
+        self.later(GRACE_S, gone)
+
+    def used_m(self, node: str) -> int:
+        base = {"hybrid-1": 260, "hybrid-2": 250 + self.faults.squatter_m}.get(node, 200)
+        return base + REQUEST_M * len([p for p in self.pods.values() if p.node == node])
+
+    def schedule(self) -> None:
+        pending = sorted((p for p in self.live() if p.node is None), key=lambda p: p.name)
+        for pod in pending:
+            candidates = [n for n in self.nodes.values() if n.ready is not None and n.place == "hybrid"]
+            candidates += [n for n in self.nodes.values() if n.ready is not None and n.place == "cloud"
+                           and (pod.nominated in (None, n.name))]
+            target = next((n for n in candidates if self.used_m(n.name) + REQUEST_M <= 3920), None)
+            if target is None:
+                if pod.unschedulable_since is None:
+                    pod.unschedulable_since = self.t
+                    self.touch(pod)
+                    self.later(1.2, lambda: None)  # Karpenter's batch window ends
+                continue
+            self.bind(pod, target.name)
+
+    def bind(self, pod: SimPod, node: str) -> None:
+        pod.node = node
+        self.touch(pod)
+
+        def started() -> None:
+            if pod.name in self.pods and pod.deleting is None:
+                pod.ready = self.t
+                self.touch(pod)
+
+        self.later(4.0, started)
+        if self.nodes[node].place == "hybrid" and self.kyverno_writes:
+            def annotate() -> None:
+                if pod.name in self.pods and pod.deleting is None:
+                    pod.cost = "1"
+                    self.touch(pod)
+
+            self.later(1.0, annotate)
+
+    def karpenter(self) -> None:
+        # Provisioning: the pending pods, batched for 1.2 s, one NodeClaim per 4 pods.
+        waiting = [p for p in self.live() if p.node is None and p.unschedulable_since is not None
+                   and p.nominated is None]
+        if waiting and not self.faults.no_launch \
+                and self.t - min(p.unschedulable_since for p in waiting) >= 1.2 - 1e-9:
+            for i in range(0, len(waiting), 4):
+                self.launch(sorted(waiting, key=lambda p: p.name)[i:i + 4])
+        # Consolidation: an empty cloud node goes after 30 s.
+        for node in list(self.nodes.values()):
+            if node.place != "cloud" or node.ready is None:
+                continue
+            if any(p.node == node.name for p in self.pods.values()):
+                node.empty_since = None
+            elif node.empty_since is None:
+                node.empty_since = self.t
+                self.later(30.0, lambda node=node: self.consolidate(node))
+        # Ranking (the gate): a minute apart, the emptiest node most negative.
+        if self.gate_works and self.next_rank is not None and self.t >= self.next_rank:
+            self.next_rank = self.t + 60.0
+            cloud = sorted((n for n in self.nodes.values() if n.place == "cloud" and n.ready is not None),
+                           key=lambda n: (len([p for p in self.live() if p.node == n.name]), n.name))
+            for index, node in enumerate(cloud):
+                for pod in self.live():
+                    if pod.node == node.name:
+                        pod.cost = str(index - len(cloud))
+                        self.touch(pod)
+            self.later(60.0, lambda: None)
+
+    def launch(self, pods: list[SimPod]) -> None:
+        index = len(self.claims) + 1
+        claim = f"{POOL}-{'abcdefgh'[index - 1]}x{index}k"
+        node = f"ip-10-0-{index}-{10 + index}.ap-northeast-2.compute.internal"
+        self.claims[claim] = {"created": self.t, "node": node}
+        for pod in pods:
+            pod.nominated = node
+        self.server.put(NODECLAIMS, None, claim, {
+            "metadata": {"creationTimestamp": stamp(self.t), "labels": {
+                burst.NODEPOOL_LABEL: POOL, "node.kubernetes.io/instance-type": "m6i.xlarge"}},
+            "spec": {"nodeClassRef": {"name": "default"}}, "status": {}})
+        self.log.append((self.t, f"NodeClaim {claim}"))
+
+        def registered() -> None:
+            self.nodes[node] = SimNode(node, "cloud", self.t, ready=self.t, claim=claim)
+            self.server.put(NODES, None, node, node_object(node, "cloud"))
+            self.server.put(NODECLAIMS, None, claim, {
+                "metadata": {"creationTimestamp": stamp(self.claims[claim]["created"]), "labels": {
+                    burst.NODEPOOL_LABEL: POOL, "node.kubernetes.io/instance-type": "m6i.xlarge"}},
+                "status": {"nodeName": node, "conditions": [{"type": "Ready", "status": "True"}]}})
+            if self.gate_works and self.next_rank is None:
+                self.next_rank = self.t + self.faults.rank_delay
+                self.later(self.faults.rank_delay, lambda: None)
+
+        self.later(32.0, registered)
+
+    def consolidate(self, node: SimNode) -> None:
+        if node.name not in self.nodes or any(p.node == node.name for p in self.pods.values()):
+            return
+        del self.nodes[node.name]
+        self.server.delete(NODES, None, node.name)
+        self.server.delete(NODECLAIMS, None, node.claim)
+        self.log.append((self.t, f"consolidated {node.name}"))
+
+    def evict_one(self) -> None:
+        cloud = sorted((n for n in self.nodes.values() if n.place == "cloud"),
+                       key=lambda n: (len([p for p in self.live() if p.node == n.name]), n.name))
+        victim = sorted((p for p in self.live() if p.node == cloud[0].name), key=lambda p: p.name)[0]
+        self.delete(victim, disruption=True)
+        self.log.append((self.t, f"Karpenter evicts {victim.name}"))
+
+    # the authorizer
+
+    def authorize(self, spec: dict) -> tuple[bool, str]:
+        user = spec.get("user", "")
+        attributes = spec.get("resourceAttributes") or {}
+        verb, resource = attributes.get("verb"), attributes.get("resource")
+        if user == "system:serviceaccount:kyverno:kyverno-admission-controller":
+            return (verb, resource) == ("get", "nodes"), "RBAC: allowed by ClusterRoleBinding kyverno:admission-controller"
+        if user == "system:serviceaccount:kyverno:kyverno-background-controller":
+            if (verb, resource) == ("get", "nodes"):
+                return self.faults.background_nodes, ("RBAC: allowed by ClusterRoleBinding kyverno:background-controller"
+                                                      if self.faults.background_nodes else "")
+            return (verb, resource) == ("update", "pods"), "RBAC: allowed by ClusterRoleBinding kyverno:background-controller"
+        if user == "system:serviceaccount:kube-system:karpenter":
+            return (verb, resource) == ("patch", "pods") and self.gate, \
+                "RBAC: allowed by ClusterRoleBinding karpenter" if self.gate else ""
+        return False, ""
+
+    # the stack's program, for what a scenario switch changes
+
+    def apply_scenario(self, scenario: str) -> None:
+        leaving_c = self.scenario == "C" and scenario != "C"
+        self.scenario = scenario
+        plant_scenario(self.server, scenario, self.faults)
+        if leaving_c:  # the DeletionCostRanks resource strips Karpenter's values
+            for pod in self.pods.values():
+                if pod.cost is not None and burst.cost_of(pod.cost) < 0:
+                    pod.cost = None
+                    self.touch(pod)
+        self.flush()
+
+
+def replica_set(template_hash: str, revision: int) -> dict:
+    return {"metadata": {"labels": {"app": "burst", burst.TEMPLATE_HASH: template_hash},
+                         "annotations": {burst.REVISION: str(revision)},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment",
+                                              "name": "burst", "uid": "uid-burst", "controller": True}]},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "burst",
+                                                                 burst.TEMPLATE_HASH: template_hash}}}}
+
+
+def node_object(name: str, place: str) -> dict:
+    labels = {"kubernetes.io/hostname": name}
+    taints = []
+    if place == "hybrid":
+        labels[burst.HYBRID_LABEL] = "hybrid"
+        taints = [{"key": burst.HYBRID_LABEL, "value": "hybrid", "effect": "NoSchedule"}]
+    elif place == "cloud":
+        labels.update({burst.NODEPOOL_LABEL: POOL, "node.kubernetes.io/instance-type": "m6i.xlarge"})
+        taints = [{"key": "eks-hybrid-lab.io/burst", "value": "true", "effect": "NoSchedule"}]
+    elif place == "gpu":
+        labels[burst.HYBRID_LABEL] = "hybrid"
+        taints = [{"key": burst.HYBRID_LABEL, "value": "hybrid", "effect": "NoSchedule"},
+                  {"key": "gpu", "value": "true", "effect": "NoSchedule"}]
+    else:
+        labels["role"] = "system"
+    return {"metadata": {"labels": labels}, "spec": {"taints": taints},
+            "status": {"allocatable": {"cpu": "3920m", "memory": "14819Mi"},
+                       "capacity": {"cpu": "4", "memory": "16000Mi"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def neighbour(name: str, namespace: str, node: str, cpu: str = "", init_cpu: str = "") -> dict:
+    containers = [{"name": "main", "resources": {"requests": {"cpu": cpu}} if cpu else {}}]
+    spec: dict = {"nodeName": node, "containers": containers}
+    if init_cpu:
+        spec["initContainers"] = [{"name": "install", "resources": {"requests": {"cpu": init_cpu}}}]
+    return {"metadata": {"labels": {"app": name.rsplit("-", 1)[0]}}, "spec": spec,
+            "status": {"phase": "Running"}}
+
+
+def karpenter_spec(version: str, gate: bool) -> dict:
+    gates = ("ReservedCapacity=true,SpotToSpotConsolidation=false,NodeRepair=false,"
+             f"NodeOverlay=false,StaticCapacity=false,PodDeletionCostManagement={'true' if gate else 'false'}")
+    return {"serviceAccountName": "karpenter", "containers": [{
+        "name": "controller",
+        "image": f"public.ecr.aws/karpenter/controller:{version}@sha256:{'0' * 64}",
+        "env": [{"name": "KUBERNETES_MIN_VERSION", "value": "1.19.0-0"},
+                {"name": "FEATURE_GATES", "value": gates}]}]}
+
+
+def plant_scenario(server: Emulator, scenario: str, faults: Faults) -> None:
+    """What `pulumi up` leaves for a scenario: the policy in B and C, Karpenter's gate in C
+    (its pods restart with the new env)."""
+    if scenario in ("B", "C"):
+        server.put(CLUSTERPOLICIES, None, burst.POLICY, {
+            "spec": {"background": False, "rules": [{"name": "deletion-cost-on-hybrid-nodes"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
+                                       "message": "Ready"}]}})
+    elif server.get(CLUSTERPOLICIES, None, burst.POLICY) is not None:
+        server.delete(CLUSTERPOLICIES, None, burst.POLICY)
+    spec = karpenter_spec(faults.karpenter_version, scenario == "C")
+    server.put(DEPLOYMENTS, "kube-system", "karpenter", {
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app.kubernetes.io/name": "karpenter"}},
+                 "template": {"metadata": {"labels": {"app.kubernetes.io/name": "karpenter"}},
+                              "spec": spec}}})
+    for i in (1, 2):
+        server.put(PODS, "kube-system", f"karpenter-5b8d9c-{i}", {
+            "metadata": {"labels": {"app.kubernetes.io/name": "karpenter"}}, "spec": spec,
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+
+
+def plant(server: Emulator, cluster: Cluster, faults: Faults, scenario: str) -> None:
+    server.declare(NODECLAIMS, NODEPOOLS, CLUSTERPOLICIES, REPLICASETS)
+    server.access_reviews(cluster.authorize)
+    for name, place in (("hybrid-1", "hybrid"), ("hybrid-2", "hybrid"), ("system-1", "system")):
+        server.put(NODES, None, name, node_object(name, place))
+        cluster.nodes[name] = SimNode(name, place, -7200.0, ready=-7200.0)
+    for node in ("hybrid-1", "hybrid-2"):
+        suffix = node[-1]
+        server.put(PODS, "kube-system", f"kube-proxy-h{suffix}", neighbour(f"kube-proxy-h{suffix}", "kube-system", node, "100m"))
+        server.put(PODS, "kube-system", f"cilium-h{suffix}", neighbour(f"cilium-h{suffix}", "kube-system", node, init_cpu="100m"))
+        server.put(PODS, "demo-gateway", f"echo-hybrid-{suffix}", neighbour(f"echo-hybrid-{suffix}", "demo-gateway", node, "50m"))
+    server.put(PODS, "demo-gateway", "prober-hybrid-1", neighbour("prober-hybrid-1", "demo-gateway", "hybrid-1", "10m"))
+    if faults.squatter_m:
+        server.put(PODS, "default", "squatter-1", neighbour("squatter-1", "default", "hybrid-2", f"{faults.squatter_m}m"))
+    template = {"metadata": {"labels": {"app": "burst"},
+                             "annotations": ({burst.COST: faults.template_cost} if faults.template_cost else {})},
+                "spec": {"containers": [{"name": "web", "resources": {
+                    "requests": {"cpu": f"{REQUEST_M}m", "memory": "64Mi"},
+                    "limits": {"cpu": "1", "memory": "128Mi"}}}],
+                         "tolerations": [
+                             {"key": burst.HYBRID_LABEL, "operator": "Equal", "value": "hybrid",
+                              "effect": "NoSchedule"},
+                             {"key": "eks-hybrid-lab.io/burst", "operator": "Equal", "value": "true",
+                              "effect": "NoSchedule"}]}}
+    server.put(DEPLOYMENTS, NS, "burst", {"metadata": {"labels": {"app": "burst"}, "uid": "uid-burst"},
+                                          "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "burst"}},
+                                                   "template": template}})
+    server.put(REPLICASETS, NS, f"burst-{HASH0}", replica_set(HASH0, 1))
+    for i, node in enumerate(("hybrid-1", "hybrid-2", "hybrid-1")):
+        pod = SimPod(f"burst-{HASH0}-a{i}", HASH0, -3600.0, node=node, ready=-3590.0,
+                     cost=faults.pod_cost or faults.template_cost)
+        cluster.pods[pod.name] = pod
+        cluster.touch(pod)
+    for role in ("admission", "background"):
+        name = f"kyverno-{role}-controller"
+        server.put(DEPLOYMENTS, "kyverno", name, {"spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                         "spec": {"serviceAccountName": name, "containers": [{"name": "kyverno"}]}}}})
+    server.put(CONFIGMAPS, "kyverno", "kyverno", {"data": {
+        "resourceFilters": "[Event,*,*][*/*,kube-system,*][*/*,kube-public,*][*/*,kube-node-lease,*]"
+                           "[Node,*,*][Node/*,*,*][APIService,*,*][TokenReview,*,*]"}})
+    server.put(NODEPOOLS, None, POOL, {"spec": {
+        "limits": {"cpu": "32"},
+        "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "30s",
+                       "budgets": [{"nodes": "100%"}]},
+        "template": {"spec": {"taints": [{"key": "eks-hybrid-lab.io/burst", "value": "true",
+                                          "effect": "NoSchedule"}]}}}})
+    plant_scenario(server, scenario, faults)
+    cluster.react()
+
+
+class StandInStack:
+    """The seam's stand-in for the Automation API's Stack: config in a dict; ``up`` plays the
+    lab's program (the policy, the gate) on the cluster and takes 90 s of the clock."""
+
+    def __init__(self, cluster: Cluster, config: Optional[str], fail_up_for: Optional[str] = None):
+        self.cluster = cluster
+        self.config = {} if config is None else {burst.SCENARIO_KEY: config}
+        self.calls: list[tuple] = []
+        self.fail_up_for = fail_up_for
+
+    def get_config(self, key: str):
+        from pulumi.automation import ConfigValue
+
+        self.calls.append(("get", key))
+        if key not in self.config:
+            raise RuntimeError(f"error: configuration key '{key}' not found for stack 'dev'")
+        return ConfigValue(self.config[key])
+
+    def set_config(self, key: str, value) -> None:
+        self.calls.append(("set", key, value.value))
+        self.config[key] = value.value
+
+    def remove_config(self, key: str) -> None:
+        self.calls.append(("rm", key))
+        self.config.pop(key, None)
+
+    def up(self, on_output=None):
+        scenario = self.config.get(burst.SCENARIO_KEY, "A")
+        self.calls.append(("up", scenario))
+        if on_output:
+            on_output("Updating (dev)")
+        if scenario == self.fail_up_for:
+            raise RuntimeError("error: update failed")
+        self.cluster.apply_scenario(scenario)
+        self.cluster.sleep(90.0)
+        return None
+
+
+@dataclass
+class Lab:
+    server: Emulator
+    cluster: Cluster
+    outputs: Path
+    out: Path
+    stack: Optional[StandInStack] = None
+
+    def run(self, *args: str) -> int:
+        command = ["verify", "burst"] if args[:1] == ("verify",) else ["burst"]
+        rest = list(args[1:]) if args[:1] == ("verify",) else list(args)
+        return cli.main([*command, "--outputs", str(self.outputs), "--stack", "dev",
+                         "--out", str(self.out), "--interval", "1", *rest])
+
+    def folder(self) -> Path:
+        [folder] = list(self.out.iterdir())
+        return folder
+
+    def report(self) -> dict:
+        return json.loads((self.folder() / "report.json").read_text())
+
+    def markdown(self) -> str:
+        return (self.folder() / "report.md").read_text()
+
+    def events(self) -> list[dict]:
+        return read_events(self.folder())
+
+
+def _outputs(path: Path, scenario: str) -> Path:
+    path.write_text(json.dumps({
+        "region": "ap-northeast-2", "kubeconfig": "{}",
+        "layers": ["network", "cluster", "hybrid", "gateway", "karpenter", "demo"],
+        "karpenterNodePool": POOL, "karpenterPodDeletionCostManagement": scenario == "C",
+        "demo2": {"namespace": NS, "scenario": scenario, "scaleSequence": [3, 15, 12, 10, 3],
+                  "cpuRequestPerPod": f"{REQUEST_M}m"}}))
+    return path
+
+
+@contextlib.contextmanager
+def lab_session(tmp_path: Path, scenario: str = "A", faults: Optional[Faults] = None,
+                config: Optional[str] = "same", stand_in: bool = True,
+                fail_up_for: Optional[str] = None) -> Iterator[Lab]:
+    """The emulator, the played cluster and the patches that point the CLI at them. Only
+    127.0.0.1 may be reached."""
+    from rehearse.connection import Kube
+    from rehearse.context import Context
+
+    faults = faults or Faults()
+    real_connect = socket.socket.connect
+
+    def loopback_only(sock, address, *args):
+        host = address[0] if isinstance(address, tuple) else address
+        if isinstance(host, str) and host not in ("127.0.0.1", "localhost", "::1") and "/" not in host:
+            raise AssertionError(f"the test reached out to {address}")
+        return real_connect(sock, address, *args)
+
+    server = Emulator()
+    try:
+        cluster = Cluster(server, scenario, faults)
+        plant(server, cluster, faults, scenario)
+        stack = StandInStack(cluster, scenario if config == "same" else config, fail_up_for)
+        lab = Lab(server, cluster, _outputs(tmp_path / "dev.json", scenario), tmp_path / "rehearsals",
+                  stack if stand_in else None)
+        context = functools.partial(Context, clock=cluster.clock, sleep=cluster.sleep,
+                                    monotonic=cluster.monotonic, progress=cluster.progress.append)
+        patches = [mock.patch.object(socket.socket, "connect", loopback_only),
+                   mock.patch.object(cli, "_connect", lambda args, outputs: Kube.connect(server.endpoint)),
+                   mock.patch("rehearse.context.Context", context),
+                   mock.patch.object(predict, "forecast", stand_in_forecast)]
+        if stand_in:
+            patches.append(mock.patch.object(burst, "open_stack", lambda name, work_dir: stack))
+        with contextlib.ExitStack() as stack_of_patches:
+            for patch in patches:
+                stack_of_patches.enter_context(patch)
+            yield lab
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def lab_for(tmp_path):
+    sessions = contextlib.ExitStack()
+
+    def start(**kwargs: Any) -> Lab:
+        return sessions.enter_context(lab_session(tmp_path, **kwargs))
+
+    with sessions:
+        yield start
+
+
+def _checks(report: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in report["checks"]}
+
+
+def _numbers(report: dict) -> dict[str, Optional[float]]:
+    return {m["name"]: m["value"] for m in report["measurements"]}
+
+
+def _steps(report: dict, scenario: str) -> list[dict]:
+    return report["demo2"]["scenarios"][scenario]["steps"]
+
+
+def _removed(step: dict) -> tuple[int, int]:
+    return (len([p for p in step["removed"] if p["place"] == "hybrid"]),
+            len([p for p in step["removed"] if p["place"] == "cloud"]))
+
+
+def _name(scenario: str, what: str) -> str:
+    return burst.check_name(scenario, what)
+
+
+# --- verify burst ------------------------------------------------------------------------------------
+
+def test_verify_b_in_place_with_the_nodepool_and_the_capacity_arithmetic(lab_for):
+    lab = lab_for(scenario="B", faults=Faults(pod_cost="1"))
+    assert lab.run("verify") == 0, lab.markdown()
+    report = lab.report()
+    checks = _checks(report)
+    assert checks[_name("B", burst.C_IN_PLACE)]["status"] == PASS
+    assert checks[_name("B", burst.C_KYVERNO_NODES.format(role="background"))]["status"] == PASS
+    assert "may get nodes" in checks[_name("B", burst.C_KYVERNO_NODES.format(role="admission"))]["seen"]
+    assert checks[_name("B", burst.C_GATE_OFF)]["status"] == PASS
+    capacity = checks[burst.CHECK_CAPACITY]
+    assert capacity["status"] == PASS
+    # By hand: 3920m - (kube-proxy 100 + cilium's init 100 + echo 50 + prober 10) = 3660m -> 4 x 900m;
+    # 3920m - 250m = 3670m -> 4.
+    assert "hybrid-1: 3920m allocatable − 260m" in capacity["seen"] and "= 3660m → 4 × 900m" in capacity["seen"]
+    assert "hybrid-2: 3920m allocatable − 250m" in capacity["seen"] and "8 fit, a 9th does not" in capacity["seen"]
+    assert checks["NodePool cloud-burst: CPU limit and disruption budget"]["status"] == PASS
+    # Nothing was changed: no write reached the API server.
+    assert not [r for r in lab.server.requests() if r[0] in ("PATCH", "PUT", "DELETE")]
+    assert "| hybrid-1 | yes | 3920m | 260m" in lab.markdown()
+
+
+def test_verify_b_without_get_nodes_for_kyverno_is_not_in_place(lab_for):
+    """The seed's B that looked like A: the background controller may not get nodes, so Kyverno
+    drops the rule silently and no pod carries "1"."""
+    lab = lab_for(scenario="B", faults=Faults(background_nodes=False))
+    assert lab.run("verify", "--within", "3") == 1
+    checks = _checks(lab.report())
+    verdict = checks[_name("B", burst.C_IN_PLACE)]
+    assert verdict["status"] == FAIL and verdict["seen"].startswith("not in place")
+    nodes = checks[_name("B", burst.C_KYVERNO_NODES.format(role="background"))]
+    assert nodes["status"] == FAIL and "B would look like A" in nodes["seen"]
+    assert "extraResources" in nodes["fix"]
+    assert "--as=system:serviceaccount:kyverno:kyverno-background-controller" in nodes["command"]
+    assert checks[_name("B", burst.C_HYBRID_COST)]["status"] == FAIL
+    assert "after 3 s" in checks[_name("B", burst.C_HYBRID_COST)]["seen"]
+
+
+def test_verify_a_catches_costs_left_by_the_previous_scenario(lab_for):
+    lab = lab_for(scenario="A", faults=Faults(pod_cost="1"))
+    assert lab.run("verify") == 1
+    checks = _checks(lab.report())
+    foreign = checks[_name("A", burst.C_FOREIGN_COST)]
+    assert foreign["status"] == FAIL and "3 pod(s) carry a cost scenario A does not write" in foreign["seen"]
+    assert "rollout restart" in foreign["fix"]
+    assert checks[_name("A", burst.C_NO_POLICY)]["status"] == PASS
+    assert checks[_name("A", burst.C_GATE_OFF)]["status"] == PASS
+
+
+def test_verify_c_with_an_older_karpenter_that_ignores_the_gate(lab_for):
+    lab = lab_for(scenario="C", faults=Faults(karpenter_version="1.14.1"))
+    assert lab.run("verify") == 1
+    checks = _checks(lab.report())
+    assert checks[_name("C", burst.C_GATE_ON)]["status"] == PASS, "the env says true"
+    version = checks[_name("C", burst.C_GATE_VERSION)]
+    assert version["status"] == FAIL and "1.14.1" in version["seen"] and "C would look like B" in version["seen"]
+    assert checks[_name("C", burst.C_KARPENTER_PATCH)]["status"] == PASS
+    assert checks[_name("C", burst.C_BUDGET)]["status"] == PASS
+    assert checks[_name("C", burst.C_IN_PLACE)]["status"] == FAIL
+
+
+def test_verify_capacity_fails_when_another_pod_takes_room_on_a_hybrid_node(lab_for):
+    lab = lab_for(scenario="A", faults=Faults(squatter_m=500))
+    assert lab.run("verify") == 1
+    capacity = _checks(lab.report())[burst.CHECK_CAPACITY]
+    assert capacity["status"] == FAIL
+    assert "hybrid-2: 3920m allocatable − 750m (squatter-1 500m, echo-hybrid-2 50m, " \
+           "cilium-h2 100m, kube-proxy-h2 100m) = 3170m → 3 × 900m" in capacity["seen"]
+    assert "only 7 fit: 8 burst to the cloud instead of 7" in capacity["seen"]
+
+
+# --- burst: whole runs ---------------------------------------------------------------------------------
+
+def test_scenario_b_runs_the_sequence_and_ends_as_the_rules_say(lab_for):
+    lab = lab_for(scenario="B")
+    assert lab.run() == 0, lab.markdown()
+    report = lab.report()
+    checks = _checks(report)
+    for what in (burst.C_IN_PLACE, burst.C_RESTART, burst.C_SCALEUP, burst.C_COSTS_SETTLED,
+                 burst.C_FORECAST, burst.C_RULE, burst.C_COMPLETED):
+        assert checks[_name("B", what)]["status"] == PASS, (what, checks[_name("B", what)])
+    steps = _steps(report, "B")
+    assert [(s["from"], s["to"]) for s in steps] == [(3, 15), (15, 12), (12, 10), (10, 3)]
+    assert steps[0]["hybrid"] == [3, 8] and steps[0]["cloud"] == [0, 7]
+    # B: every cost-0 cloud pod before any cost-1 hybrid pod.
+    assert [_removed(s) for s in steps[1:]] == [(0, 3), (0, 2), (5, 2)]
+    assert all(s["verdict"] == "same" for s in steps[1:])
+    # No switch: the stack was left alone, and the Deployment is back at 3.
+    assert lab.stack.calls == []
+    # The timings, from the cluster's own clocks, beside the seed's.
+    numbers = _numbers(report)
+    created = [p for p in lab.cluster.log if p[1].startswith("NodeClaim")]
+    assert numbers[_name("B", burst.M_NODECLAIM)] in (1.0, 2.0)
+    assert numbers[_name("B", burst.M_READY)] == pytest.approx(38.0, abs=1.0)
+    assert created, "Karpenter made NodeClaims"
+    text = lab.markdown()
+    assert ("| 15 → 12 | 8 → 8 | 7 → 4 | 3: 0 hybrid, 3 cloud | 3: 0 hybrid, 3 cloud (3 chosen "
+            "among equals) | same pods |") in text
+    assert "| scale to 15 → first NodeClaim |" in text and "| 37–38 s |" in text
+    png = (lab.folder() / "chart.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_scenario_a_rank_decides(lab_for):
+    lab = lab_for(scenario="A")
+    assert lab.run() == 0, lab.markdown()
+    report = lab.report()
+    checks = _checks(report)
+    assert checks[_name("A", burst.C_RULE)]["status"] == PASS
+    steps = _steps(report, "A")
+    # 15: hybrid 4 + 4, cloud 4 + 3 (one NodeClaim per 4 pods), no costs. Rule 5 decides, then
+    # the name: at 15 -> 12 the 12 pods on nodes holding 4 tie on rank and the hybrid pods' names
+    # sort first, so hybrid pods go before cloud pods (A's point); at 12 -> 10 only the fuller
+    # cloud node still holds 4.
+    assert [_removed(s) for s in steps[1:]] == [(3, 0), (0, 2), (4, 3)]
+    assert [s["hybrid"][1] for s in steps] == [8, 5, 5, 1]
+    assert all(s["verdict"] == "same" for s in steps[1:])
+    assert all(p["cost"] is None for s in steps[1:] for p in s["removed"])
+    assert "15 → 12: removed from nodes holding ≥ 4 burst pods" in checks[_name("A", burst.C_RULE)]["seen"]
+
+
+def test_scenario_c_ranks_then_removes_the_emptiest_cloud_node_first(lab_for):
+    lab = lab_for(scenario="C")
+    assert lab.run() == 0, lab.markdown()
+    report = lab.report()
+    checks = _checks(report)
+    assert checks[_name("C", burst.C_COSTS_SETTLED)]["status"] == PASS
+    rule = checks[_name("C", burst.C_RULE)]
+    assert rule["status"] == PASS and "Karpenter ranked 7 of 7 cloud pods" in rule["seen"]
+    steps = _steps(report, "C")
+    # The node with 3 pods got -2 and the one with 4 got -1: 15 -> 12 empties the 3-pod node.
+    removed = steps[1]["removed"]
+    assert {p["cost"] for p in removed} == {"-2"} and len({p["node"] for p in removed}) == 1
+    assert [_removed(s) for s in steps[1:]][:2] == [(0, 3), (0, 2)]
+
+
+def test_switching_a_b_c_through_the_seam_and_back(lab_for):
+    lab = lab_for(scenario="A")
+    assert lab.run("--scenarios", "A", "B", "C") == 0, lab.markdown()
+    report = lab.report()
+    assert [c for c in lab.stack.calls if c[0] in ("set", "up", "rm")] == [
+        ("set", burst.SCENARIO_KEY, "B"), ("up", "B"), ("set", burst.SCENARIO_KEY, "C"), ("up", "C"),
+        ("set", burst.SCENARIO_KEY, "A"), ("up", "A")]
+    checks = _checks(report)
+    assert checks[burst.CHECK_RESTORED]["status"] == PASS
+    assert checks[_name("B", burst.C_SWITCH)]["status"] == PASS
+    text = lab.markdown()
+    assert "## Across scenarios" in text and "## Scenario C:" in text
+    b, c = _steps(report, "B"), _steps(report, "C")
+    assert [_removed(s) for s in b[1:]] == [(0, 3), (0, 2), (5, 2)]
+    # B removes from the fuller cloud node (rank), C from the node Karpenter ranked first.
+    assert {p["node"] for p in b[1]["removed"]} != {p["node"] for p in c[1]["removed"]}
+    assert lab.cluster.scenario == "A"
+
+
+# --- planted faults: caught, not measured ----------------------------------------------------------------
+
+def _scaled_beyond_start(lab: Lab) -> bool:
+    return any(n > 3 for n in lab.cluster.replicas_seen)
+
+
+def test_b_without_get_nodes_is_refused_not_measured(lab_for):
+    lab = lab_for(scenario="B", faults=Faults(background_nodes=False))
+    assert lab.run("--within", "3") == 1
+    checks = _checks(lab.report())
+    verdict = checks[_name("B", burst.C_IN_PLACE)]
+    assert verdict["status"] == FAIL and "not measured" in verdict["seen"]
+    assert "B would look like A" in verdict["seen"]
+    assert not _scaled_beyond_start(lab), "nothing was measured"
+    assert "**Not measured**" in lab.markdown()
+
+
+def test_c_with_an_older_karpenter_is_refused_not_measured(lab_for):
+    lab = lab_for(scenario="C", faults=Faults(karpenter_version="1.14.1"))
+    assert lab.run() == 1
+    verdict = _checks(lab.report())[_name("C", burst.C_IN_PLACE)]
+    assert verdict["status"] == FAIL and "C would look like B" in verdict["seen"]
+    assert not _scaled_beyond_start(lab)
+
+
+def test_a_leftover_annotation_in_the_pod_template_is_caught_after_the_restart(lab_for):
+    """A restart clears the pods' annotations, not the template's: the fresh pods carry it."""
+    lab = lab_for(scenario="A", faults=Faults(template_cost="1"))
+    assert lab.run("--within", "3") == 1
+    checks = _checks(lab.report())
+    assert checks[_name("A", burst.C_RESTART)]["status"] == PASS
+    foreign = checks[_name("A", burst.C_FOREIGN_COST)]
+    assert foreign["status"] == FAIL and "pod template itself carries" in foreign["fix"]
+    assert checks[_name("A", burst.C_IN_PLACE)]["status"] == FAIL
+    assert not _scaled_beyond_start(lab)
+
+
+def test_leftover_pod_annotations_are_cleared_by_the_restart(lab_for):
+    """Pods left with B's "1" before a run in A: the restart replaces them, A is in place."""
+    lab = lab_for(scenario="A", faults=Faults(pod_cost="1"))
+    assert lab.run() == 0, lab.markdown()
+    assert _checks(lab.report())[_name("A", burst.C_FOREIGN_COST)]["status"] == PASS
+
+
+# --- divergences and evictions ---------------------------------------------------------------------------
+
+def test_an_outcome_that_differs_from_the_forecast_is_flagged(lab_for):
+    """A cluster whose ReplicaSet controller ignores pod-deletion-cost (its PodDeletionCost gate
+    off): in B it removes hybrid pods the forecast keeps."""
+    lab = lab_for(scenario="B", faults=Faults(ignore_cost=True))
+    assert lab.run() == 1
+    report = lab.report()
+    checks = _checks(report)
+    forecast = checks[_name("B", burst.C_FORECAST)]
+    assert forecast["status"] == FAIL and "no tie, eviction or cost change explains it" in forecast["seen"]
+    assert checks[_name("B", burst.C_RULE)]["status"] == FAIL
+    steps = _steps(report, "B")
+    assert steps[1]["verdict"] == "unexplained"
+    assert "**DIFFERS — unexplained**" in lab.markdown()
+
+
+def test_karpenter_evictions_are_told_from_scale_in_victims(lab_for):
+    lab = lab_for(scenario="A", faults=Faults(evict_at=10))
+    original = Cluster.react
+
+    def react(self):
+        # Karpenter evicts a pod just as the Deployment is scaled to 10, before the ReplicaSet
+        # controller acts: it then has one pod fewer to remove than the forecast said.
+        replicas = self.server.get(DEPLOYMENTS, NS, "burst")["spec"]["replicas"]
+        if self.faults.evict_at is not None and replicas == self.faults.evict_at:
+            self.faults.evict_at = None
+            self.evict_one()
+        original(self)
+
+    with mock.patch.object(Cluster, "react", react):
+        assert lab.run() == 0, lab.markdown()
+    report = lab.report()
+    step = _steps(report, "A")[2]
+    assert len(step["evicted"]) == 1 and step["evicted"][0]["disruption_target"]["reason"] == "EvictionByEvictionAPI"
+    assert len(step["removed"]) == 1 and len(step["forecast"]) == 2
+    assert step["verdict"] == "explained" and "Karpenter evicted" in step["explanation"]
+    assert step["evicted"][0]["name"] not in {p["name"] for p in step["removed"]}
+    assert _checks(report)[_name("A", burst.C_FORECAST)]["status"] == PASS
+    assert "Evicted by Karpenter" in lab.markdown()
+
+
+def test_a_scale_up_that_never_finishes_stops_the_sequence_and_says_so(lab_for):
+    lab = lab_for(scenario="A", faults=Faults(no_launch=True))
+    assert lab.run("--timeout", "60") == 1
+    report = lab.report()
+    checks = _checks(report)
+    scaleup = checks[_name("A", burst.C_SCALEUP)]
+    assert scaleup["status"] == FAIL and "8 of 15 Ready" in scaleup["seen"] and "7 Pending" in scaleup["seen"] \
+        and "after 60 s" in scaleup["seen"]
+    completed = checks[_name("A", burst.C_COMPLETED)]
+    assert completed["status"] == FAIL and "15 pods Ready: 8 after 60 s" in completed["seen"]
+    numbers = _numbers(report)
+    assert numbers[_name("A", burst.M_NODECLAIM)] is None and numbers[_name("A", burst.M_READY)] is None
+    assert lab.server.get(DEPLOYMENTS, NS, "burst")["spec"]["replicas"] == 3, "put back at 3"
+
+
+# --- the scenario is put back ------------------------------------------------------------------------------
+
+def test_an_interrupt_in_the_middle_puts_the_scenario_back(lab_for):
+    lab = lab_for(scenario="A", faults=Faults(fail_at_12=KeyboardInterrupt()))
+    assert lab.run("--scenarios", "B") == 2
+    assert lab.stack.calls[-2:] == [("set", burst.SCENARIO_KEY, "A"), ("up", "A")]
+    assert lab.cluster.scenario == "A"
+    assert not lab.out.exists() or not list(lab.out.iterdir()), "no half folder"
+
+
+def test_a_failed_switch_is_reported_and_the_scenario_put_back(lab_for):
+    lab = lab_for(scenario="A", fail_up_for="C")
+    assert lab.run("--scenarios", "C", "--within", "2") == 1
+    checks = _checks(lab.report())
+    assert checks[_name("C", burst.C_SWITCH)]["status"] == FAIL
+    assert "update failed" in checks[_name("C", burst.C_SWITCH)]["seen"]
+    assert checks[burst.CHECK_RESTORED]["status"] == PASS
+    assert lab.stack.calls[-1] == ("up", "A")
+
+
+def test_a_restore_that_fails_says_how_to_do_it_by_hand(lab_for, capsys):
+    lab = lab_for(scenario="A", fail_up_for="A")
+    assert lab.run("--scenarios", "B") == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: could not put burstScenario back to A: error: update failed")
+    assert "`pulumi config set burstScenario A` and `pulumi up`" in line
+    assert lab.server.get(DEPLOYMENTS, NS, "burst")["spec"]["replicas"] == 3
+
+
+@pytest.fixture
+def fake_pulumi(tmp_path, monkeypatch):
+    """A `pulumi` on PATH that answers from a state file (as tests/test_rehearse_frame.py)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "pulumi"
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_PULUMI}" "$@"\n')
+    exe.chmod(0o755)
+    state, log = tmp_path / "state.json", tmp_path / "calls.log"
+    state.write_text(json.dumps({"selected": "dev", "stacks": {"dev": {
+        "outputs": {"demo2": {"namespace": NS, "scenario": "A"}},
+        "config": {burst.SCENARIO_KEY: "A"}}}}))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_PULUMI_STATE", str(state))
+    monkeypatch.setenv("FAKE_PULUMI_LOG", str(log))
+    monkeypatch.setenv("PULUMI_HOME", str(tmp_path / "pulumi-home"))
+    return state, log
+
+
+def test_a_failure_in_the_middle_restores_the_scenario_through_the_automation_api(
+        fake_pulumi, tmp_path):
+    """The Automation API against the fake `pulumi`: config set B, up, ... the cluster becomes
+    unreachable at 12 (exit 2), and the config is back at A with an up."""
+    state, log = fake_pulumi
+    with lab_session(tmp_path, scenario="A", faults=Faults(fail_at_12=ConnectionError("reset")),
+                     stand_in=False) as lab:
+        real = burst.open_stack
+
+        def opened(name, work_dir):
+            stack = real(name, work_dir)
+            up = stack.up
+
+            def up_and_play(**kwargs):
+                result = up(**kwargs)
+                lab.cluster.apply_scenario(json.loads(state.read_text())["stacks"]["dev"]["config"][burst.SCENARIO_KEY])
+                return result
+
+            stack.up = up_and_play
+            return stack
+
+        with mock.patch.object(burst, "open_stack", opened):
+            assert lab.run("--scenarios", "B") == 2
+        assert 12 in lab.cluster.replicas_seen, "it failed in the middle of B"
+    calls = [[a for a in json.loads(line) if a != "--non-interactive"]
+             for line in log.read_text().splitlines()]
+    sets = [c for c in calls if c[:2] == ["config", "set"]]
+    ups = [c for c in calls if c[:1] == ["up"]]
+    assert [c[c.index("--") + 1] for c in sets] == ["B", "A"]
+    assert len(ups) == 2
+    final = json.loads(state.read_text())["stacks"]["dev"]
+    assert final["config"][burst.SCENARIO_KEY] == "A"
+    assert final["outputs"]["demo2"]["scenario"] == "A"
+
+
+# --- recorded runs replay (tests/fixtures/rehearse/record_burst.py) --------------------------------------
+
+def test_a_recorded_a_b_c_run_replays_to_its_report(tmp_path):
+    events = read_events(FIXTURES / "burst-abc")
+    report = burst.analyse(events)
+    assert report.passed, report.summary()
+    data = report.to_json()
+    steps = {s: data["demo2"]["scenarios"][s]["steps"] for s in "ABC"}
+    # A: rank, then the name (hybrid pods first among equals); B: the cloud pods first, the
+    # fuller cloud node first (rank); C: Karpenter's -2 node (the emptier) first.
+    assert [_removed(s) for s in steps["A"][1:]] == [(3, 0), (0, 2), (4, 3)]
+    assert [_removed(s) for s in steps["B"][1:]] == [(0, 3), (0, 2), (5, 2)]
+    assert [_removed(s) for s in steps["C"][1:]] == [(0, 3), (0, 2), (5, 2)]
+    assert {p["cost"] for p in steps["C"][1]["removed"]} == {"-2"}
+    assert {p["cost"] for p in steps["B"][1]["removed"]} == {None}
+    numbers = {m.name: m.value for m in report.measurements}
+    for s in "ABC":
+        assert numbers[_name(s, burst.M_NODECLAIM)] == 1.0
+        assert numbers[_name(s, burst.M_READY)] == 37.0
+    text = report.to_markdown()
+    assert text.index("## Across scenarios") < text.index("## Checklist")
+    assert "| C | 0 / 3 (left: 8 hybrid, 4 cloud on 1 node) |" in text
+    assert "| B | 0 / 3 (left: 8 hybrid, 4 cloud on 2 nodes) |" in text
+    # `rehearse report` rewrites the report and the chart from the events alone.
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "events.jsonl").write_bytes((FIXTURES / "burst-abc" / "events.jsonl").read_bytes())
+    assert cli.main(["report", str(folder)]) == 0
+    assert (folder / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((folder / "report.json").read_text())["chart"] == "chart.png"
+
+
+def test_a_recorded_refusal_replays(tmp_path):
+    report = burst.analyse(read_events(FIXTURES / "burst-b-no-get-nodes"))
+    verdict = {c.name: c for c in report.checks}[_name("B", burst.C_IN_PLACE)]
+    assert verdict.status == FAIL and "B would look like A" in verdict.seen
+    assert report.measurements == [] and "**Not measured**" in report.to_markdown()
+
+
+def test_a_recorded_verify_replays():
+    report = burst.analyse(read_events(FIXTURES / "verify-burst-c-old-karpenter"))
+    checks = {c.name: c for c in report.checks}
+    assert [c.name for c in report.failures] == [_name("C", burst.C_IN_PLACE),
+                                                 _name("C", burst.C_GATE_VERSION)]
+    assert checks[burst.CHECK_CAPACITY].status == PASS
+    assert report.title == "Demo 2: ready to burst"
+
+
+def test_a_forecast_that_failed_at_collection_is_made_again_at_report_time(monkeypatch):
+    """A run made before rehearse.predict was wired: its forecasts failed; `rehearse report`
+    makes them from the recorded snapshots once the predictor works."""
+    events = read_events(FIXTURES / "burst-abc")
+    for event in events:
+        if event["kind"] == burst.FORECAST:
+            for key in ("replicas_before", "replicas_after", "delete", "order"):
+                event.pop(key)
+            event.update(ok=False, error="NotImplementedError: ")
+    monkeypatch.setattr(predict, "forecast", lambda *a: (_ for _ in ()).throw(NotImplementedError()))
+    skipped = {c.name: c for c in burst.analyse(events).checks}[_name("B", burst.C_FORECAST)]
+    assert skipped.status == "SKIP" and "NotImplementedError" in skipped.seen
+    monkeypatch.setattr(predict, "forecast", stand_in_forecast)
+    report = burst.analyse(events)
+    assert {c.name: c for c in report.checks}[_name("B", burst.C_FORECAST)].status == PASS
+    assert "made at report time from the snapshot" in report.to_markdown()
+
+
+# --- the analysis, pure ---------------------------------------------------------------------------------------
+
+def test_compare_explains_a_tie_and_a_cost_change():
+    snapshot = [{"name": n, "node": node, "place": "cloud", "cost": cost, "phase": "Running",
+                 "deleting": False}
+                for n, node, cost in (("p1", "n1", None), ("p2", "n1", None), ("p3", "n2", None),
+                                      ("p4", "n2", None))]
+    forecast = {"ok": True, "delete": [{"name": "p1", "tie": True}]}
+    verdict, why = burst.compare(snapshot, [{"name": "p3", "cost": None}], forecast, [])
+    assert verdict == "explained" and "a tie" in why
+    forecast = {"ok": True, "delete": [{"name": "p1", "tie": False}]}
+    verdict, why = burst.compare(snapshot, [{"name": "p3", "cost": None, "seen_terminating": True,
+                                             "cost_at_deletion": "-1"}], forecast, [])
+    assert verdict == "explained" and "costs changed" in why
+    verdict, why = burst.compare(snapshot, [{"name": "p3", "cost": None}], forecast, [])
+    assert verdict == "unexplained"
+    assert burst.compare(snapshot, [{"name": "p1"}], forecast, []) == ("same", "")
+
+
+def test_capacity_sets_allocatable_beside_the_formula_that_sized_the_request():
+    from stacks.capacity import BURST_PODS_PER_HYBRID_NODE
+
+    assert burst.PODS_PER_HYBRID_NODE == BURST_PODS_PER_HYBRID_NODE
+    observed = {"deployment": {"found": True, "tolerations": [
+                    {"key": burst.HYBRID_LABEL, "operator": "Equal", "value": "hybrid", "effect": "NoSchedule"}],
+                    "containers": [{"resources": {"requests": {"cpu": "900m", "memory": "64Mi"}}}],
+                    "init_containers": []},
+                "nodes": [{**burst.node_summary(node_object(name, "hybrid"), POOL), "name": name}
+                          for name in ("hybrid-1", "hybrid-2")],
+                "hybrid_neighbours": []}
+    observed["nodes"][1]["allocatable"] = {"cpu": "3500m", "memory": "14819Mi"}
+    check = burst.capacity_check(observed, {"on_hybrid": 8, "peak": 15})
+    assert check.status == FAIL
+    assert "hybrid-1: 3920m allocatable − 0m (nothing) = 3920m → 4 × 900m" in check.seen
+    assert "hybrid-2: 3500m allocatable (stacks/capacity.py's formula gives 3920m: the kubelet " \
+           "reserves otherwise) − 0m (nothing) = 3500m → 3 × 900m" in check.seen
+    assert "only 7 fit" in check.seen
+
+
+def test_cost_parsing_follows_the_controller():
+    assert [burst.cost_of(v) for v in (None, "1", "-5", "0", "+10", "008", "", "x", "2147483648")] == \
+        [0, 1, -5, 0, 0, 0, 0, 0, 0]
+
+
+def test_feature_gates_and_versions_are_read_from_the_running_controller():
+    gates, source = burst.feature_gates({"env": [{"name": "FEATURE_GATES",
+                                                  "value": "ReservedCapacity=true,PodDeletionCostManagement=true"}]})
+    assert gates["PodDeletionCostManagement"] is True and source == "env FEATURE_GATES"
+    gates, source = burst.feature_gates({"args": ["--feature-gates=PodDeletionCostManagement=false"]})
+    assert gates == {"PodDeletionCostManagement": False} and source == "argument --feature-gates"
+    assert burst.image_version("public.ecr.aws/karpenter/controller:1.15.0@sha256:abc") == (1, 15, 0)
+    assert burst.image_version("public.ecr.aws/karpenter/controller:v1.14.1") == (1, 14, 1)
+    assert burst.image_version("localhost:5000/karpenter@sha256:abc") is None
+
+
+def test_the_chart_is_a_png_of_the_right_size():
+    canvas = burst_chart_canvas()
+    png = canvas.png()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", png[16:24])
+    assert (width, height) == (canvas.width, canvas.height)
+    raw = zlib.decompress(png[png.index(b"IDAT") + 4:-16])
+    assert len(raw) == height * (1 + width * 3)
+
+
+def burst_chart_canvas():
+    from rehearse.chart import burst_chart
+
+    return burst_chart("DEMO 2", [("SCENARIO A", [("start", 3, 0), ("15", 8, 7), ("12", 8, 4)])])
+
+
+def test_every_new_command_has_help():
+    import subprocess
+
+    from tests.conftest import PROJECT_DIR
+
+    for args in (["burst", "--help"], ["verify", "burst", "--help"]):
+        done = subprocess.run([sys.executable, "-m", "rehearse", *args], cwd=PROJECT_DIR,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and "usage: python -m rehearse" in done.stdout, done.stderr

@@ -1,18 +1,18 @@
 """`python -m rehearse burst` and `verify burst` (demo 2) against the Kubernetes emulator, the
 test playing the cluster on a simulated clock: the Deployment and ReplicaSet controllers (the
-ReplicaSet deletes pods by REFERENCE §6's rules 1-5, then by name), the scheduler (hybrid nodes
-first, 4 burst pods each by their real allocatable), Karpenter (it batches the pending pods for
-1.2 s, creates one NodeClaim per 4 pods, whose node is Ready 32 s later; consolidates an empty
-node after 30 s; with its gate it ranks the cloud pods -n..-1, the emptiest node first, a minute
-apart), Kyverno (it writes "1" on pods bound to hybrid nodes a second after binding, when it may
-get nodes), and the API server's authorizer (SubjectAccessReviews). The tool's sleeps advance
-the clock and the cluster acts when its time comes; nothing waits for real.
+ReplicaSet deletes the pods REFERENCE §6's rules pick, through ``rehearse.predict``, whose own
+tests port the upstream controller's cases), the scheduler (hybrid nodes first, 4 burst pods
+each by their real allocatable), Karpenter (it batches the pending pods for 1.2 s, creates one
+NodeClaim per 4 pods, whose node is Ready 32 s later; consolidates an empty node after 30 s;
+with its gate it ranks the cloud pods -n..-1, the emptiest node first, a minute apart), Kyverno
+(it writes "1" on pods bound to hybrid nodes a second after binding, when it may get nodes), and
+the API server's authorizer (SubjectAccessReviews). The tool's sleeps advance the clock and the
+cluster acts when its time comes; nothing waits for real.
 
 The scenario is switched through a stand-in stack object (the seam `rehearse.burst.open_stack`),
-or through the Automation API and the fake `pulumi` (tests/fake_pulumi.py). The forecast is a
-stand-in for `rehearse.predict.forecast`, which another engineer is writing: REFERENCE §6's rules
-4 and 5 (cost, then rank), then the name — the played ReplicaSet breaks the remaining ties the
-same way, so the forecast and the cluster agree unless a test plants a difference.
+or through the Automation API and the fake `pulumi` (tests/fake_pulumi.py). The forecast is the
+real one, so forecast and cluster agree unless a test plants a difference (a ReplicaSet that
+ignores the costs, a Karpenter eviction).
 """
 
 from __future__ import annotations
@@ -55,41 +55,6 @@ GRACE_S = 2.0
 def stamp(t: float) -> str:
     """The API server's whole-second timestamps."""
     return (T0 + datetime.timedelta(seconds=math.floor(t))).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-# --- the forecast's stand-in ---------------------------------------------------------------------
-
-def stand_in_forecast(pods, related, replicas, now):
-    """A stand-in for ``rehearse.predict.forecast`` (its interface; the real one is being
-    written by another engineer, and the lead wires it in after merging): REFERENCE §6's rules 4
-    (lower pod-deletion-cost first) and 5 (higher rank first) only, then the name. A pod whose
-    cost and rank equal the first pod kept is marked a tie."""
-    def live(p):
-        return not p["metadata"].get("deletionTimestamp") and \
-            (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-
-    candidates = [p for p in pods if live(p)]
-    others = [p for p in related if live(p)]
-
-    def key(p):
-        cost = burst.cost_of((p["metadata"].get("annotations") or {}).get(burst.COST))
-        node = (p.get("spec") or {}).get("nodeName")
-        rank = len([o for o in others if (o.get("spec") or {}).get("nodeName") == node])
-        return cost, -rank, p["metadata"]["name"]
-
-    order = sorted(candidates, key=key)
-    diff = len(candidates) - replicas
-    kept = order[diff] if 0 <= diff < len(order) else None
-    victims = []
-    for p in order[:max(diff, 0)]:
-        cost, rank, _ = key(p)
-        tie = kept is not None and key(kept)[:2] == (cost, rank)
-        rule = (f"pod-deletion-cost {cost} < {key(kept)[0]}" if kept and cost < key(kept)[0]
-                else f"{-rank} pods of this Deployment on its node vs {-key(kept)[1]}" if kept
-                else "every pod goes")
-        victims.append(predict.Victim(p["metadata"]["name"], (p.get("spec") or {}).get("nodeName", ""),
-                                      rule, tie=tie, cost=cost, rank=-rank))
-    return predict.Forecast(len(candidates), replicas, victims, [p["metadata"]["name"] for p in order])
 
 
 # --- the cluster, played ---------------------------------------------------------------------------
@@ -306,12 +271,22 @@ class Cluster:
                 self.pods[pod.name] = pod
                 self.touch(pod)
         elif len(mine) > replicas:
-            def key(p: SimPod):
-                cost = 0 if self.faults.ignore_cost else burst.cost_of(p.cost)
-                return (p.node is not None, p.ready is not None, cost, -self.rank(p), p.name)
+            # The ReplicaSet controller's own rules (REFERENCE §6), as rehearse.predict implements
+            # them and its tests prove on the upstream controller's cases; among exact ties the
+            # real controller picks at random, this one takes predict's order. With the
+            # ignore_cost fault the costs are not seen (the PodDeletionCost gate off).
+            def seen(pod: SimPod) -> dict:
+                obj = self.pod_object(pod)
+                obj["metadata"].update(name=pod.name, namespace=NS)
+                if self.faults.ignore_cost:
+                    obj["metadata"]["annotations"].pop(burst.COST, None)
+                return obj
 
-            for victim in sorted(mine, key=key)[:len(mine) - replicas]:
-                self.delete(victim)
+            mine_objects = [seen(p) for p in mine]
+            related = [seen(p) for p in self.live()]
+            chosen = predict.forecast(mine_objects, related, replicas, self.clock())
+            for victim in chosen.delete:
+                self.delete(self.pods[victim.name])
                 self.log.append((self.t, f"scale-in deletes {victim.name}"))
 
     def delete(self, pod: SimPod, disruption: bool = False) -> None:
@@ -691,8 +666,7 @@ def lab_session(tmp_path: Path, scenario: str = "A", faults: Optional[Faults] = 
                                     monotonic=cluster.monotonic, progress=cluster.progress.append)
         patches = [mock.patch.object(socket.socket, "connect", loopback_only),
                    mock.patch.object(cli, "_connect", lambda args, outputs: Kube.connect(server.endpoint)),
-                   mock.patch("rehearse.context.Context", context),
-                   mock.patch.object(predict, "forecast", stand_in_forecast)]
+                   mock.patch("rehearse.context.Context", context)]
         if stand_in:
             patches.append(mock.patch.object(burst, "open_stack", lambda name, work_dir: stack))
         with contextlib.ExitStack() as stack_of_patches:
@@ -846,12 +820,12 @@ def test_scenario_a_rank_decides(lab_for):
     checks = _checks(report)
     assert checks[_name("A", burst.C_RULE)]["status"] == PASS
     steps = _steps(report, "A")
-    # 15: hybrid 4 + 4, cloud 4 + 3 (one NodeClaim per 4 pods), no costs. Rule 5 decides, then
-    # the name: at 15 -> 12 the 12 pods on nodes holding 4 tie on rank and the hybrid pods' names
-    # sort first, so hybrid pods go before cloud pods (A's point); at 12 -> 10 only the fuller
-    # cloud node still holds 4.
-    assert [_removed(s) for s in steps[1:]] == [(3, 0), (0, 2), (4, 3)]
-    assert [s["hybrid"][1] for s in steps] == [8, 5, 5, 1]
+    # 15: hybrid 4 + 4, cloud 4 + 3 (one NodeClaim per 4 pods), no costs. Rule 5 first: at
+    # 15 -> 12 the 12 pods on nodes holding 4 tie on rank, and rule 6 takes the most recently
+    # Ready — the 4-pod cloud node's, Ready half a minute after the hybrid pods, in a younger
+    # log2 bucket. At 12 -> 10 only the hybrid nodes still hold 4: hybrid pods go before cloud
+    # pods (A's point, REFERENCE §6: it depends on how Karpenter packed the 7).
+    assert [_removed(s) for s in steps[1:]] == [(0, 3), (2, 0), (4, 3)]
     assert all(s["verdict"] == "same" for s in steps[1:])
     assert all(p["cost"] is None for s in steps[1:] for p in s["removed"])
     assert "15 → 12: removed from nodes holding ≥ 4 burst pods" in checks[_name("A", burst.C_RULE)]["seen"]
@@ -948,7 +922,9 @@ def test_an_outcome_that_differs_from_the_forecast_is_flagged(lab_for):
     assert forecast["status"] == FAIL and "no tie, eviction or cost change explains it" in forecast["seen"]
     assert checks[_name("B", burst.C_RULE)]["status"] == FAIL
     steps = _steps(report, "B")
-    assert steps[1]["verdict"] == "unexplained"
+    # 12 -> 10: the costs would take the two cost-0 cloud pods; a controller blind to them takes
+    # two rank-4 hybrid pods instead.
+    assert steps[2]["verdict"] == "unexplained"
     assert "**DIFFERS — unexplained**" in lab.markdown()
 
 
@@ -1081,11 +1057,16 @@ def test_a_recorded_a_b_c_run_replays_to_its_report(tmp_path):
     events = read_events(FIXTURES / "burst-abc")
     report = burst.analyse(events)
     assert report.passed, report.summary()
+    # The recorded forecasts are rehearse.predict's: every scale-in removed what it forecast.
+    for s in "ABC":
+        forecast = next(c for c in report.checks if c.name == _name(s, burst.C_FORECAST))
+        assert forecast.status == "PASS" and "3 of 3 scale-ins exactly as forecast" in forecast.seen
     data = report.to_json()
     steps = {s: data["demo2"]["scenarios"][s]["steps"] for s in "ABC"}
-    # A: rank, then the name (hybrid pods first among equals); B: the cloud pods first, the
+    # A: rank, then the most recently Ready (the 4-pod cloud node's pods at 15 -> 12; hybrid
+    # pods at 12 -> 10, when only the hybrid nodes hold 4); B: the cost-0 cloud pods first, the
     # fuller cloud node first (rank); C: Karpenter's -2 node (the emptier) first.
-    assert [_removed(s) for s in steps["A"][1:]] == [(3, 0), (0, 2), (4, 3)]
+    assert [_removed(s) for s in steps["A"][1:]] == [(0, 3), (2, 0), (4, 3)]
     assert [_removed(s) for s in steps["B"][1:]] == [(0, 3), (0, 2), (5, 2)]
     assert [_removed(s) for s in steps["C"][1:]] == [(0, 3), (0, 2), (5, 2)]
     assert {p["cost"] for p in steps["C"][1]["removed"]} == {"-2"}
@@ -1135,7 +1116,7 @@ def test_a_forecast_that_failed_at_collection_is_made_again_at_report_time(monke
     monkeypatch.setattr(predict, "forecast", lambda *a: (_ for _ in ()).throw(NotImplementedError()))
     skipped = {c.name: c for c in burst.analyse(events).checks}[_name("B", burst.C_FORECAST)]
     assert skipped.status == "SKIP" and "NotImplementedError" in skipped.seen
-    monkeypatch.setattr(predict, "forecast", stand_in_forecast)
+    monkeypatch.undo()
     report = burst.analyse(events)
     assert {c.name: c for c in report.checks}[_name("B", burst.C_FORECAST)].status == PASS
     assert "made at report time from the snapshot" in report.to_markdown()

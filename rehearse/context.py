@@ -37,11 +37,17 @@ class Context:
 
 
 def boto3_clients(region: str) -> Callable[[str], Any]:
-    def client(service: str) -> Any:
-        import boto3
-        from botocore.config import Config
+    """One client per service, made on first use: a failover polls EC2 every half second, and
+    a new client costs more than the call."""
+    made: dict[str, Any] = {}
 
-        return boto3.session.Session().client(service, region_name=region, config=Config(
-            retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=15))
+    def client(service: str) -> Any:
+        if service not in made:
+            import boto3
+            from botocore.config import Config
+
+            made[service] = boto3.session.Session().client(service, region_name=region, config=Config(
+                retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=15))
+        return made[service]
 
     return client

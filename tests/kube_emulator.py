@@ -47,8 +47,14 @@ _KINDS = {PODS: ("v1", "Pod"), NODES: ("v1", "Node"), LEASES: ("coordination.k8s
           SUBJECT_ACCESS_REVIEWS: ("authorization.k8s.io/v1", "SubjectAccessReview")}
 
 
+def _summary(kmock: Any) -> list[tuple[str, str]]:
+    return [(str(r.method.value if hasattr(r.method, "value") else r.method).upper(), r.url.path)
+            for r in kmock._requests]
+
+
 class Emulator:
     def __init__(self) -> None:
+        self._served: list[tuple[str, str]] = []
         self._ready: "queue.Queue[Any]" = queue.Queue()
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._stop: Optional[asyncio.Event] = None
@@ -99,6 +105,7 @@ class Emulator:
         full = {"apiVersion": api_version, "kind": kind, **obj, "metadata": metadata}
 
         def store(kmock: Any) -> None:
+            self._trim(kmock)
             kmock.objects[resource, namespace, name] = full
 
         self.do(store)
@@ -172,8 +179,13 @@ class Emulator:
 
     def requests(self) -> list[tuple[str, str]]:
         """(METHOD, path) of every request served so far, in order."""
-        return self.do(lambda kmock: [(str(r.method.value if hasattr(r.method, "value") else r.method).upper(),
-                                       r.url.path) for r in kmock._requests])
+        return self.do(lambda kmock: self._served + _summary(kmock))
+
+    def _trim(self, kmock: Any) -> None:
+        # kmock matches each request against everything it has kept, so a long run slows down
+        # quadratically: keep (method, path) here instead, and let kmock forget.
+        self._served.extend(_summary(kmock))
+        kmock._requests.clear()
 
     def close(self) -> None:
         if self._loop is not None and self._stop is not None:

@@ -1910,6 +1910,15 @@ EXPECTATION = ("Karpenter disrupts no cloud node whose burst pods would fit in t
                "counts them as capacity when simulating consolidation (REFERENCE §4)")
 
 
+#: Under WhenEmpty, Karpenter's consolidation methods skip non-empty nodes without an event
+#: (kubernetes-sigs/karpenter, disruption/consolidation.go ShouldDisrupt); only Emptiness acts.
+WHEN_EMPTY_NOTE = ("with consolidationPolicy WhenEmpty Karpenter considers only empty nodes and "
+                   "says nothing about the others (no Unconsolidatable event), so this shows the "
+                   "policy at work; whether its consolidation simulation would use the hybrid "
+                   "room (REFERENCE §4: it counts hybrid nodes as capacity) is put to the test "
+                   "only under WhenEmptyOrUnderutilized")
+
+
 def hybrid_room(situation: dict) -> dict:
     """From the watch's starting situation: the free burst-pod slots on each hybrid node (what
     fits by allocatable less the other pods' requests, as ``capacity``, less the burst pods
@@ -1950,7 +1959,8 @@ def consolidation_answer(started: Optional[dict], done: Optional[dict],
     policy = started.get("nodepool") or {}
     base = {"expectation": EXPECTATION, "room": room, "seconds": started.get("seconds"),
             "consolidation_policy": policy.get("consolidation_policy"),
-            "consolidate_after": policy.get("consolidate_after")}
+            "consolidate_after": policy.get("consolidate_after"),
+            "note": WHEN_EMPTY_NOTE if policy.get("consolidation_policy") == "WhenEmpty" else None}
     if done is None:
         return {**base, "status": FAIL, "answer": "the watch did not finish (not recorded)",
                 "disrupted": [], "events": [], "moved": [], "created": []}
@@ -2066,6 +2076,8 @@ def consolidation_check(scenario: str, answer: dict) -> Check:
     if answer["status"] == SKIP and "seen" not in answer:
         return Check(check_name(scenario, C_CONSOLIDATION), SKIP, answer["answer"])
     seen = answer["answer"] + (f" — {answer['seen']}" if answer.get("seen") else "")
+    if answer["status"] == PASS and answer.get("note"):
+        seen += f" (note: {answer['note']})"
     fix = ""
     if answer["status"] == FAIL:
         fix = ("expected: " + EXPECTATION + ". Read the NodePool's disruption settings (the lab "
@@ -2484,7 +2496,7 @@ def _consolidation_lines(result: ScenarioResult) -> list[str]:
               + (f"; NodePool consolidationPolicy {answer['consolidation_policy']}"
                  if answer.get("consolidation_policy") else "")
               + (f", consolidateAfter {answer['consolidate_after']}" if answer.get("consolidate_after") else "")
-              + ".", "",
+              + "." + (f" Note: {answer['note']}." if answer.get("note") else ""), "",
               "| hybrid node | burst pods that fit | burst pods on it | free slots |",
               "|---|---|---|---|"]
     for h in room["hybrid"]:

@@ -1047,6 +1047,8 @@ def test_the_watch_answers_that_karpenter_leaves_a_cloud_node_whose_pods_fit_on_
                                     f"{candidate['node']} (1 burst pod(s)")
     assert "Karpenter's events: DisruptionTerminating × 2" in check["seen"]
     assert "NodePool consolidationPolicy WhenEmpty" in check["seen"]
+    # Under WhenEmpty the PASS shows the policy at work, and the report says so.
+    assert "(note: with consolidationPolicy WhenEmpty Karpenter considers only empty nodes" in check["seen"]
     text = lab.markdown()
     assert "### Consolidation and hybrid capacity (scenario A)" in text
     assert "Answer (as expected): no disruption of a cloud node whose pods fit on hybrid" in text

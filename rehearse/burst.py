@@ -2488,7 +2488,7 @@ def _consolidation_lines(result: ScenarioResult) -> list[str]:
         return []
     lines = [f"### Consolidation and hybrid capacity (scenario {result.scenario})", ""]
     if "room" not in answer:
-        return lines + [f"Not watched: {answer['answer']}.", ""]
+        return lines + [answer["answer"][:1].upper() + answer["answer"][1:] + ".", ""]
     room = answer["room"]
     lines += [f"Expected: {answer['expectation']}.", "",
               f"Answer ({_ANSWER_WORD[answer['status']]}): {answer['answer']}.", "",

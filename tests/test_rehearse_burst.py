@@ -1093,7 +1093,7 @@ def test_watch_0_skips_the_watch_and_the_report_says_so(lab_for):
     report = lab.report()
     check = _checks(report)[_name("A", burst.C_CONSOLIDATION)]
     assert check["status"] == "SKIP" and check["seen"] == "not watched (--watch 0)"
-    assert "Not watched: not watched (--watch 0)." in lab.markdown()
+    assert "### Consolidation and hybrid capacity (scenario A)\n\nNot watched (--watch 0)." in lab.markdown()
     kinds = {e["kind"] for e in lab.events()}
     assert burst.WATCH_SKIPPED in kinds and burst.WATCH_STARTED not in kinds
 

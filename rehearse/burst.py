@@ -14,7 +14,12 @@ budget is 100%; A: nobody writes costs. A scenario that is not in place is refus
 measured. Then the seed's sequence: the time from the scale to 15 until the first NodeClaim
 exists and until all 15 pods are Ready (cluster clocks, beside the seed's 1-2 s and 37-38 s);
 before each scale-in a snapshot and the forecast; after it the pods removed (hybrid or cloud,
-node, cost), Karpenter's evictions (``DisruptionTarget``) told apart from scale-in victims. The
+node, cost), Karpenter's evictions (``DisruptionTarget``) told apart from scale-in victims. After
+the last scale-in the consolidation watch (``--watch S``, default 180, 0 skips it) asks seed 002
+§7's open question: does Karpenter disrupt a cloud node whose burst pods would fit in the hybrid
+nodes' free room (it should not, REFERENCE §4)? It records every NodeClaim and node that goes,
+every burst pod that goes or appears and where, and Karpenter's events (``DisruptionTerminating``,
+``DisruptionBlocked``, ``Unconsolidatable``...), and answers per scenario with that evidence. The
 stack's original scenario is put back at the end, also on an interrupt or a failure.
 
 ``verify burst`` is the preconditions alone, quick enough for the minutes before the talk: the

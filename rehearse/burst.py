@@ -14,7 +14,12 @@ budget is 100%; A: nobody writes costs. A scenario that is not in place is refus
 measured. Then the seed's sequence: the time from the scale to 15 until the first NodeClaim
 exists and until all 15 pods are Ready (cluster clocks, beside the seed's 1-2 s and 37-38 s);
 before each scale-in a snapshot and the forecast; after it the pods removed (hybrid or cloud,
-node, cost), Karpenter's evictions (``DisruptionTarget``) told apart from scale-in victims. The
+node, cost), Karpenter's evictions (``DisruptionTarget``) told apart from scale-in victims. After
+the last scale-in the consolidation watch (``--watch S``, default 180, 0 skips it) asks seed 002
+§7's open question: does Karpenter disrupt a cloud node whose burst pods would fit in the hybrid
+nodes' free room (it should not, REFERENCE §4)? It records every NodeClaim and node that goes,
+every burst pod that goes or appears and where, and Karpenter's events (``DisruptionTerminating``,
+``DisruptionBlocked``, ``Unconsolidatable``...), and answers per scenario with that evidence. The
 stack's original scenario is put back at the end, also on an interrupt or a failure.
 
 ``verify burst`` is the preconditions alone, quick enough for the minutes before the talk: the
@@ -76,7 +81,16 @@ SEED_NODECLAIM = "seed: 1–2 s"
 SEED_READY = "seed: 37–38 s"
 SAR_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 
-DEFAULTS = {"interval": 0.5, "timeout": 300.0, "within": 15.0, "rank_timeout": 150.0, "pause": 5.0}
+DEFAULTS = {"interval": 0.5, "timeout": 300.0, "within": 15.0, "rank_timeout": 150.0, "pause": 5.0,
+            "watch": 180.0}
+#: The consolidation watch polls at most this often (it lists four kinds each time).
+WATCH_EVERY = 5.0
+#: Karpenter's disruption events (kubernetes-sigs/karpenter pkg/controllers/disruption/events:
+#: DisruptionTerminating's message is "Disrupting Node: <Reason>" / "Disrupting NodeClaim:
+#: <Reason>", the reason being Empty, Underutilized, Drifted...).
+KARPENTER_REASONS = ("DisruptionBlocked", "DisruptionLaunching", "DisruptionTerminating",
+                     "DisruptionWaitingReadiness", "Unconsolidatable", "ConsolidationCandidate",
+                     "ConsolidationRejected")
 
 # --- event kinds ------------------------------------------------------------------------------
 
@@ -100,6 +114,9 @@ STEP = "scalein.done"
 ABORTED = "scenario.aborted"
 DONE = "scenario.done"
 REPLICAS_BACK = "deployment.replicas_restored"
+WATCH_STARTED = "consolidation.watch_started"
+WATCH_DONE = "consolidation.watch_done"
+WATCH_SKIPPED = "consolidation.watch_skipped"
 
 # --- check names (tests and report.json readers key on them) ---------------------------------
 
@@ -128,6 +145,7 @@ C_COSTS_SETTLED = "costs in place before the first scale-in"
 C_FORECAST = "each scale-in removed the forecast pods"
 C_RULE = "the outcome follows the scenario's rule"
 C_COMPLETED = "the sequence ran to the end"
+C_CONSOLIDATION = "consolidation does not move cloud pods onto the hybrid nodes' free room"
 CHECK_NODEPOOL = "NodePool {pool}: CPU limit and disruption budget"
 CHECK_CAPACITY = "capacity: 8 burst pods fit on the hybrid nodes, a 9th does not"
 CHECK_RESTORED = "the stack's burstScenario put back"
@@ -187,6 +205,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "default 150)")
     group.add_argument("--pause", type=_seconds(0.0), default=DEFAULTS["pause"], metavar="S",
                        help="wait S seconds between steps, as a presenter would (default 5)")
+    group.add_argument("--watch", type=_seconds(0.0), default=DEFAULTS["watch"], metavar="S",
+                       help="after the last scale-in, watch Karpenter for S seconds: does it "
+                            "disrupt a cloud node whose pods would fit on the hybrid nodes' free "
+                            "room? (NodeClaims, pods, its events; default 180, 0 skips it)")
 
 
 @dataclass(frozen=True)
@@ -204,6 +226,7 @@ class Settings:
     within: float = DEFAULTS["within"]
     rank_timeout: float = DEFAULTS["rank_timeout"]
     pause: float = DEFAULTS["pause"]
+    watch: float = DEFAULTS["watch"]
 
     @property
     def peak(self) -> int:
@@ -244,7 +267,8 @@ def settings_from(ctx: Any, mode: str) -> Settings:
                     interval=number("interval"), within=number("within"),
                     timeout=number("timeout") if mode == "burst" else DEFAULTS["timeout"],
                     rank_timeout=number("rank_timeout") if mode == "burst" else DEFAULTS["rank_timeout"],
-                    pause=number("pause") if mode == "burst" else DEFAULTS["pause"])
+                    pause=number("pause") if mode == "burst" else DEFAULTS["pause"],
+                    watch=number("watch") if mode == "burst" else DEFAULTS["watch"])
 
 
 # --- reading the cluster: summaries (what is recorded) ----------------------------------------
@@ -371,6 +395,30 @@ def nodeclaim_summary(claim: dict) -> dict:
             "deleting": bool(md.get("deletionTimestamp"))}
 
 
+def event_summary(event: dict) -> dict:
+    """A v1 Event as the consolidation watch records it."""
+    md, involved = event.get("metadata") or {}, event.get("involvedObject") or {}
+    series = event.get("series") or {}
+    return {"key": f"{md.get('namespace')}/{md.get('name')}", "uid": md.get("uid"),
+            "kind": involved.get("kind"), "object": involved.get("name"),
+            "object_namespace": involved.get("namespace"),
+            "reason": event.get("reason"), "message": event.get("message"),
+            "type": event.get("type"), "count": event.get("count") or 1,
+            "first": event.get("firstTimestamp") or event.get("eventTime"),
+            "last": (event.get("lastTimestamp") or series.get("lastObservedTime")
+                     or event.get("eventTime") or event.get("firstTimestamp")),
+            "source": ((event.get("source") or {}).get("component")
+                       or event.get("reportingComponent") or event.get("reportingController"))}
+
+
+def is_karpenter_event(event: dict, namespace: str) -> bool:
+    """Karpenter's, about a Node, a NodeClaim, a NodePool or a burst pod."""
+    about = event.get("kind") in ("Node", "NodeClaim", "NodePool") or (
+        event.get("kind") == "Pod" and event.get("object_namespace") in (namespace, None))
+    source = str(event.get("source") or "").lower()
+    return about and ("karpenter" in source or event.get("reason") in KARPENTER_REASONS)
+
+
 def feature_gates(container: dict) -> tuple[dict[str, bool], Optional[str]]:
     """Karpenter's feature gates as its controller container starts with them: the chart renders
     ``settings.featureGates`` into the ``FEATURE_GATES`` env var (``Name=true,...``); a
@@ -420,9 +468,10 @@ def karpenter_summary(pod_or_template: dict, name: Optional[str] = None, ready: 
 def _types() -> dict[str, Any]:
     from lightkube.generic_resource import create_global_resource
     from lightkube.resources.apps_v1 import Deployment, ReplicaSet
-    from lightkube.resources.core_v1 import ConfigMap, Node, Pod
+    from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
 
     return {"Pod": Pod, "Node": Node, "ConfigMap": ConfigMap, "Deployment": Deployment,
+            "Event": Event,
             "ReplicaSet": ReplicaSet,
             "NodePool": create_global_resource("karpenter.sh", "v1", "NodePool", "nodepools"),
             "NodeClaim": create_global_resource("karpenter.sh", "v1", "NodeClaim", "nodeclaims"),
@@ -541,6 +590,13 @@ class Cluster:
         return sorted((nodeclaim_summary(c) for c in found
                        if ((c.get("metadata") or {}).get("labels") or {}).get(NODEPOOL_LABEL)
                        == self.s.nodepool), key=lambda c: (c["created"] or "", c["name"]))
+
+    def karpenter_events(self) -> list[dict]:
+        """Karpenter's events, every namespace (a Node's or NodeClaim's land in default), in
+        the order they last happened."""
+        found = [event_summary(e) for e in self.list("Event", "*") or []]
+        return sorted((e for e in found if is_karpenter_event(e, self.s.namespace)),
+                      key=lambda e: (e["last"] or "", e["key"]))
 
     def hybrid_neighbours(self, hybrid_nodes: Iterable[str]) -> list[dict]:
         found = []
@@ -1418,6 +1474,107 @@ class Runner:
         if not done:
             raise Aborted(f"the scale-in to {target}: not settled after {s.timeout:g} s")
 
+    def watch(self, scenario: str) -> None:
+        """After the last scale-in: the situation (which cloud nodes' burst pods would fit in
+        the hybrid nodes' free room, worked out at report time from what is recorded here),
+        then ``--watch`` seconds of Karpenter's decisions — every NodeClaim and node that goes,
+        every burst pod that goes or appears and where, every event of Karpenter's."""
+        ctx, s, cluster = self.ctx, self.s, self.cluster
+        if s.watch <= 0:
+            self.record(WATCH_SKIPPED, scenario=scenario, reason="--watch 0")
+            return
+        every = max(s.interval, min(WATCH_EVERY, s.watch))
+        nodes = cluster.nodes()
+        work = cluster.workload()
+        pods = cluster.summaries(work["all"])
+        claims = cluster.nodeclaims() or []
+        pool = cluster.get("NodePool", s.nodepool)
+        disruption = ((pool or {}).get("spec") or {}).get("disruption") or {}
+        events = cluster.karpenter_events()
+        hybrid = [n["name"] for n in nodes if n["place"] == "hybrid"]
+        started = iso(ctx.clock())
+        self.record(WATCH_STARTED, scenario=scenario, seconds=s.watch, every=every, at=started,
+                    nodes=nodes, pods=pods, nodeclaims=claims,
+                    hybrid_neighbours=cluster.hybrid_neighbours(hybrid),
+                    deployment=deployment_summary(work["deployment"]),
+                    nodepool={"name": s.nodepool, "found": pool is not None,
+                              "consolidation_policy": disruption.get("consolidationPolicy"),
+                              "consolidate_after": disruption.get("consolidateAfter"),
+                              "budgets": disruption.get("budgets")},
+                    events=events)
+        ctx.progress(f"scenario {scenario}: watching Karpenter for {s.watch:g} s (does it move "
+                     "cloud pods onto the hybrid nodes' free room?)")
+        seen_claims = {c["name"]: c for c in claims}
+        seen_nodes = {n["name"]: n for n in nodes}
+        seen_pods = {p["name"]: p for p in pods}
+        seen_events = {e["key"]: e for e in events}
+        changes: list[dict] = []
+        start = ctx.monotonic()
+        last_progress = 0.0
+        while True:
+            ctx.sleep(every)
+            at = iso(ctx.clock())
+            now_claims = {c["name"]: c for c in cluster.nodeclaims() or []}
+            for name, claim in seen_claims.items():
+                if name not in now_claims:
+                    changes.append({"at": at, "what": "nodeclaim deleted", "name": name,
+                                    "node": claim.get("node")})
+                elif now_claims[name]["deleting"] and not claim["deleting"]:
+                    changes.append({"at": at, "what": "nodeclaim deleting", "name": name,
+                                    "node": now_claims[name].get("node")})
+            for name, claim in now_claims.items():
+                if name not in seen_claims:
+                    changes.append({"at": at, "what": "nodeclaim created", "name": name,
+                                    "node": claim.get("node")})
+            now_nodes = {n["name"]: n for n in cluster.nodes()}
+            for name, node in seen_nodes.items():
+                if name not in now_nodes:
+                    changes.append({"at": at, "what": "node gone", "name": name,
+                                    "place": node["place"]})
+            for name, node in now_nodes.items():
+                if name not in seen_nodes:
+                    changes.append({"at": at, "what": "node appeared", "name": name,
+                                    "place": node["place"]})
+            now_pods = {p["name"]: p for p in cluster.summaries()}
+            for name, pod in seen_pods.items():
+                now = now_pods.get(name)
+                if now is None:
+                    if active(pod):
+                        changes.append({"at": at, "what": "pod gone", "name": name,
+                                        "node": pod["node"], "place": pod["place"],
+                                        "disruption_target": pod["disruption_target"]})
+                elif active(pod) and not active(now):
+                    changes.append({"at": at, "what": "pod terminating", "name": name,
+                                    "node": now["node"], "place": now["place"],
+                                    "disruption_target": now["disruption_target"]})
+                elif now["node"] and now["node"] != pod["node"]:
+                    changes.append({"at": at, "what": "pod bound", "name": name,
+                                    "node": now["node"], "place": now["place"]})
+            for name, pod in now_pods.items():
+                if name not in seen_pods:
+                    changes.append({"at": at, "what": "pod created", "name": name,
+                                    "node": pod["node"], "place": pod["place"]})
+            for event in cluster.karpenter_events():
+                before = seen_events.get(event["key"])
+                if before is None or (before["count"], before["last"]) != (event["count"], event["last"]):
+                    changes.append({"at": at, "what": "event", **event})
+                seen_events[event["key"]] = event
+            seen_claims, seen_nodes = now_claims, now_nodes
+            seen_pods = now_pods
+            elapsed = ctx.monotonic() - start
+            if elapsed >= s.watch:
+                break
+            if elapsed - last_progress >= 30:
+                last_progress = elapsed
+                ctx.progress(f"  {elapsed:.0f} s: {len(now_claims)} NodeClaim(s), "
+                             f"{len([c for c in changes if c['what'] != 'event'])} change(s), "
+                             f"{len([c for c in changes if c['what'] == 'event'])} event(s)")
+        self.record(WATCH_DONE, scenario=scenario, started=started, ended=iso(ctx.clock()),
+                    watched=round(ctx.monotonic() - start, 3), changes=changes,
+                    nodes=sorted(seen_nodes.values(), key=lambda n: n["name"]),
+                    nodeclaims=list(seen_claims.values()),
+                    pods=sorted(seen_pods.values(), key=lambda p: p["name"]))
+
     def run_scenario(self, scenario: str) -> None:
         s, ctx = self.s, self.ctx
         try:
@@ -1450,6 +1607,7 @@ class Runner:
             self.record(ABORTED, scenario=scenario, reason=str(stopped))
             ctx.progress(f"scenario {scenario}: stopped: {stopped}")
             return
+        self.watch(scenario)
         self.record(DONE, scenario=scenario)
 
 
@@ -1621,6 +1779,8 @@ class ScenarioResult:
     aborted: Optional[str] = None
     nodeclaim_s: Optional[float] = None
     ready_s: Optional[float] = None
+    #: The consolidation watch's answer (consolidation_answer), None when not reached.
+    consolidation: Optional[dict] = None
 
     @property
     def states(self) -> list[tuple[str, int, int]]:
@@ -1746,6 +1906,189 @@ def _rule_check(scenario: str, rows: list[StepRow], snapshots: dict[int, list[di
     if not facts:
         return Check(name, SKIP, "no scale-in measured")
     return Check(name, PASS, "; ".join(facts))
+
+
+# --- the consolidation watch (pure) ---------------------------------------------------------------
+
+EXPECTATION = ("Karpenter disrupts no cloud node whose burst pods would fit in the hybrid "
+               "nodes' free room: it does not manage hybrid nodes (no NodeClaim), though it "
+               "counts them as capacity when simulating consolidation (REFERENCE §4)")
+
+
+#: Under WhenEmpty, Karpenter's consolidation methods skip non-empty nodes without an event
+#: (kubernetes-sigs/karpenter, disruption/consolidation.go ShouldDisrupt); only Emptiness acts.
+WHEN_EMPTY_NOTE = ("with consolidationPolicy WhenEmpty Karpenter considers only empty nodes and "
+                   "says nothing about the others (no Unconsolidatable event), so this shows the "
+                   "policy at work; whether its consolidation simulation would use the hybrid "
+                   "room (REFERENCE §4: it counts hybrid nodes as capacity) is put to the test "
+                   "only under WhenEmptyOrUnderutilized")
+
+
+def hybrid_room(situation: dict) -> dict:
+    """From the watch's starting situation: the free burst-pod slots on each hybrid node (what
+    fits by allocatable less the other pods' requests, as ``capacity``, less the burst pods
+    already there), and for each cloud node whether its burst pods would all fit in them (the
+    burst pods are alike, so counting slots is the bin packing)."""
+    found = capacity(situation)
+    pods = [p for p in situation.get("pods") or [] if active(p)]
+    request = found["request_cpu_m"] or 0
+    hybrid, room = [], 0
+    for row in found["nodes"]:
+        on = len([p for p in pods if p.get("node") == row["node"]])
+        free = max(row["fit"] - on, 0) if row["eligible"] else 0
+        hybrid.append({"node": row["node"], "eligible": row["eligible"], "fit": row["fit"],
+                       "burst_pods": on, "free_slots": free,
+                       "free_cpu_m": row["free_cpu_m"] - on * request})
+        room += free
+    claims = {c.get("node"): c["name"] for c in situation.get("nodeclaims") or [] if c.get("node")}
+    cloud = []
+    for node in situation.get("nodes") or []:
+        if node["place"] != "cloud":
+            continue
+        mine = sorted(p["name"] for p in pods if p.get("node") == node["name"])
+        cloud.append({"node": node["name"], "nodeclaim": claims.get(node["name"]), "pods": mine,
+                      "fits": bool(mine) and len(mine) <= room})
+    return {"request_cpu_m": found["request_cpu_m"], "hybrid": hybrid, "room": room,
+            "cloud": cloud}
+
+
+def consolidation_answer(started: Optional[dict], done: Optional[dict],
+                         skipped: Optional[dict]) -> Optional[dict]:
+    """The answer to the question for one scenario, with its evidence (a dict: the report's
+    section, its JSON and the check read it)."""
+    if skipped is not None:
+        return {"status": SKIP, "answer": f"not watched ({skipped.get('reason') or '--watch 0'})"}
+    if started is None:
+        return None
+    room = hybrid_room(started)
+    policy = started.get("nodepool") or {}
+    base = {"expectation": EXPECTATION, "room": room, "seconds": started.get("seconds"),
+            "consolidation_policy": policy.get("consolidation_policy"),
+            "consolidate_after": policy.get("consolidate_after"),
+            "note": WHEN_EMPTY_NOTE if policy.get("consolidation_policy") == "WhenEmpty" else None}
+    if done is None:
+        return {**base, "status": FAIL, "answer": "the watch did not finish (not recorded)",
+                "disrupted": [], "events": [], "moved": [], "created": []}
+    changes = done.get("changes") or []
+    by_claim = {c["name"]: c.get("node") for c in started.get("nodeclaims") or []}
+    by_claim.update({c["name"]: c.get("node") for c in changes
+                     if c["what"].startswith("nodeclaim") and c.get("node")})
+    cloud = {c["node"]: c for c in room["cloud"]}
+    events = [c for c in changes if c["what"] == "event"]
+    # A disruption: its NodeClaim deleted (or deleting), its node gone, or Karpenter saying
+    # DisruptionTerminating about either.
+    disrupted: dict[str, dict] = {}
+
+    def mark(node: Optional[str], why: str, at: str, reason: Optional[str] = None) -> None:
+        if node:
+            entry = disrupted.setdefault(node, {"node": node, "evidence": [], "reasons": [],
+                                                "at": at})
+            if why not in entry["evidence"]:
+                entry["evidence"].append(why)
+            if reason and reason not in entry["reasons"]:
+                entry["reasons"].append(reason)
+
+    for c in changes:
+        if c["what"] in ("nodeclaim deleted", "nodeclaim deleting"):
+            mark(c.get("node") or by_claim.get(c["name"]), f"NodeClaim {c['name']} "
+                 f"{c['what'].split()[1]} at {c['at']}", c["at"])
+        elif c["what"] == "node gone" and c.get("place") == "cloud":
+            mark(c["name"], f"node gone at {c['at']}", c["at"])
+        elif c["what"] == "event" and c.get("reason") == "DisruptionTerminating":
+            node = c["object"] if c.get("kind") == "Node" else by_claim.get(c.get("object"))
+            message = str(c.get("message") or "")
+            why = (message.split(": ", 1)[1] if message.startswith("Disrupting ") and ": " in message
+                   else message)
+            mark(node, f"{c['kind']} {c['object']}: {c['reason']} \"{message}\"", c["at"],
+                 f"{c['reason']} ({why})")
+    gone = [c for c in changes if c["what"] in ("pod gone", "pod terminating")]
+    gone = list({c["name"]: c for c in reversed(gone)}.values())[::-1]
+    final = {p["name"]: p for p in done.get("pods") or []}
+    created = [{**c, "node": (final.get(c["name"]) or {}).get("node") or c.get("node"),
+                "place": (final.get(c["name"]) or {}).get("place") or c.get("place")}
+               for c in changes if c["what"] == "pod created"]
+    rows = []
+    for node, entry in sorted(disrupted.items()):
+        info = cloud.get(node) or {"node": node, "pods": [], "fits": False, "nodeclaim": None}
+        left = [c for c in gone if c.get("node") == node]
+        rows.append({**entry, "nodeclaim": info.get("nodeclaim"), "pods": info["pods"],
+                     "fits": info["fits"], "pods_gone": left,
+                     "evicted": [c["name"] for c in left if c.get("disruption_target")]})
+    moved_to = sorted({c["node"] for c in created if c.get("node")})
+    answer = {**base, "disrupted": rows, "events": events, "moved": gone, "created": created,
+              "changes": len(changes)}
+    offending = [r for r in rows if r["fits"]]
+    candidates = [c for c in room["cloud"] if c["fits"]]
+    seen = _watch_evidence(answer)
+    if offending:
+        parts = []
+        for r in offending:
+            to = sorted({c["node"] for c in created if c.get("node") and c.get("place") == "hybrid"})
+            parts.append(f"Karpenter disrupted {r['node']}"
+                         + (f" (NodeClaim {r['nodeclaim']})" if r.get("nodeclaim") else "")
+                         + (f", {'; '.join(r['reasons'])}" if r["reasons"] else "")
+                         + f", which held {', '.join(r['pods'])} — they fit in the hybrid nodes' "
+                         f"{room['room']} free slot(s) — and its pods moved to "
+                         + (", ".join(to) or "no node yet"))
+        return {**answer, "status": FAIL, "answer": "; ".join(parts), "seen": seen,
+                "moved_to": moved_to}
+    if not candidates:
+        held = [c for c in room["cloud"] if c["pods"]]
+        why = ("no cloud node held burst pods after the last scale-in" if not held else
+               "no cloud node's burst pods fit in the hybrid nodes' free room ("
+               + ", ".join(f"{c['node']}: {len(c['pods'])}" for c in held)
+               + f" against {room['room']} free slot(s))")
+        return {**answer, "status": SKIP, "answer": f"the question did not arise: {why}",
+                "seen": seen, "moved_to": moved_to}
+    names = ", ".join(f"{c['node']} ({len(c['pods'])} burst pod(s): {', '.join(c['pods'])})"
+                      for c in candidates)
+    return {**answer, "status": PASS,
+            "answer": f"no disruption of a cloud node whose pods fit on hybrid: {names} could "
+                      f"have moved into the hybrid nodes' {room['room']} free slot(s) and stayed "
+                      f"for {done.get('watched'):g} s",
+            "seen": seen, "moved_to": moved_to}
+
+
+def _watch_evidence(answer: dict) -> str:
+    parts = []
+    for r in answer["disrupted"]:
+        parts.append(f"{r['node']} disrupted ({'held ' + ', '.join(r['pods']) if r['pods'] else 'no burst pod: empty'}; "
+                     + "; ".join(r["evidence"]) + ")")
+    reasons: dict[str, int] = {}
+    for e in answer["events"]:
+        reasons[e.get("reason") or "?"] = reasons.get(e.get("reason") or "?", 0) + 1
+    parts.append("Karpenter's events: " + (", ".join(f"{k} × {v}" for k, v in sorted(reasons.items()))
+                                           or "none"))
+    if answer["moved"]:
+        parts.append("pods gone: " + ", ".join(f"{c['name']} from {c.get('node')}"
+                                               + (" (evicted)" if c.get("disruption_target") else "")
+                                               for c in answer["moved"]))
+    if answer["created"]:
+        parts.append("pods created: " + ", ".join(f"{c['name']} on {c.get('node') or 'no node'}"
+                                                  for c in answer["created"]))
+    if not answer["moved"] and not answer["created"]:
+        parts.append("no burst pod moved")
+    policy = answer.get("consolidation_policy")
+    if policy:
+        parts.append(f"NodePool consolidationPolicy {policy}"
+                     + (f", consolidateAfter {answer['consolidate_after']}" if answer.get("consolidate_after") else ""))
+    return "; ".join(parts)
+
+
+def consolidation_check(scenario: str, answer: dict) -> Check:
+    command = ("kubectl get events -A --field-selector source=karpenter -o wide; "
+               "kubectl get nodeclaims -o wide")
+    if answer["status"] == SKIP and "seen" not in answer:
+        return Check(check_name(scenario, C_CONSOLIDATION), SKIP, answer["answer"])
+    seen = answer["answer"] + (f" — {answer['seen']}" if answer.get("seen") else "")
+    if answer["status"] == PASS and answer.get("note"):
+        seen += f" (note: {answer['note']})"
+    fix = ""
+    if answer["status"] == FAIL:
+        fix = ("expected: " + EXPECTATION + ". Read the NodePool's disruption settings (the lab "
+               "sets consolidationPolicy WhenEmpty) and Karpenter's log "
+               "(`kubectl -n kube-system logs deploy/karpenter | grep -i disrupt`)")
+    return Check(check_name(scenario, C_CONSOLIDATION), answer["status"], seen, fix, command)
 
 
 def _scenario_events(events: list[dict], scenario: str) -> list[dict]:
@@ -1880,6 +2223,11 @@ def analyse_scenario(scenario: str, events: list[dict], settings: dict) -> Scena
                 + ("; " + "; ".join(f"{r.before} → {r.after}: {r.explanation}" for r in explained)
                    if explained else "")))
         result.checks.append(_rule_check(scenario, result.rows, snapshots, settled))
+    result.consolidation = consolidation_answer(next(iter(kinds(WATCH_STARTED)), None),
+                                                next(iter(kinds(WATCH_DONE)), None),
+                                                next(iter(kinds(WATCH_SKIPPED)), None))
+    if result.consolidation is not None:
+        result.checks.append(consolidation_check(scenario, result.consolidation))
     completed = next(iter(kinds(DONE)), None) is not None
     result.checks.append(Check(check_name(scenario, C_COMPLETED), PASS if completed else FAIL,
                                " → ".join(map(str, settings.get("sequence") or []))
@@ -2097,7 +2445,8 @@ def _result_json(result: ScenarioResult) -> dict:
                        "removed": r.removed, "evicted": r.evicted,
                        "forecast": r.forecast, "forecast_error": r.forecast_error,
                        "verdict": r.verdict, "explanation": r.explanation, "done": r.done}
-                      for r in result.rows]}
+                      for r in result.rows],
+            "consolidation": result.consolidation}
 
 
 def _scenario_section(result: ScenarioResult, settings: dict) -> str:
@@ -2131,7 +2480,61 @@ def _scenario_section(result: ScenarioResult, settings: dict) -> str:
               f"| scale to 15 → all 15 Ready | {_fmt(result.ready_s)} | 37–38 s |", ""]
     if result.aborted:
         lines += [f"Stopped: {result.aborted}", ""]
+    lines += _consolidation_lines(result)
     return "\n".join(lines)
+
+
+_ANSWER_WORD = {PASS: "as expected", FAIL: "**NOT as expected**", SKIP: "not answered"}
+
+
+def _consolidation_lines(result: ScenarioResult) -> list[str]:
+    answer = result.consolidation
+    if answer is None:
+        return []
+    lines = [f"### Consolidation and hybrid capacity (scenario {result.scenario})", ""]
+    if "room" not in answer:
+        return lines + [answer["answer"][:1].upper() + answer["answer"][1:] + ".", ""]
+    room = answer["room"]
+    lines += [f"Expected: {answer['expectation']}.", "",
+              f"Answer ({_ANSWER_WORD[answer['status']]}): {answer['answer']}.", "",
+              f"Watched {answer.get('seconds'):g} s after the last scale-in"
+              + (f"; NodePool consolidationPolicy {answer['consolidation_policy']}"
+                 if answer.get("consolidation_policy") else "")
+              + (f", consolidateAfter {answer['consolidate_after']}" if answer.get("consolidate_after") else "")
+              + "." + (f" Note: {answer['note']}." if answer.get("note") else ""), "",
+              "| hybrid node | burst pods that fit | burst pods on it | free slots |",
+              "|---|---|---|---|"]
+    for h in room["hybrid"]:
+        lines.append(f"| {h['node']} | {h['fit']} | {h['burst_pods']} | {h['free_slots']} |")
+    lines += ["", "| cloud node | NodeClaim | burst pods at the start | fit on the hybrid room | disrupted |",
+              "|---|---|---|---|---|"]
+    disrupted = {r["node"]: r for r in answer.get("disrupted") or []}
+    for c in room["cloud"]:
+        d = disrupted.get(c["node"])
+        lines.append(f"| {c['node']} | {c.get('nodeclaim') or '—'} | {', '.join(c['pods']) or '—'} | "
+                     f"{'yes' if c['fits'] else 'no' if c['pods'] else '— (empty)'} | "
+                     f"{'; '.join(d['evidence']) if d else 'no'} |")
+    lines.append("")
+    events = answer.get("events") or []
+    if events:
+        lines += ["Karpenter's events during the watch:", ""]
+        lines += [f"- {e['at']}: {e.get('kind')} {e.get('object')} — {e.get('reason')}: "
+                  f"{e.get('message')}" + (f" (× {e['count']})" if (e.get("count") or 1) > 1 else "")
+                  for e in events]
+        lines.append("")
+    else:
+        lines += ["Karpenter's events during the watch: none.", ""]
+    moved = answer.get("moved") or []
+    created = answer.get("created") or []
+    if moved or created:
+        lines += ["Pods that moved: "
+                  + (", ".join(f"{c['name']} left {c.get('node')}" + (" (evicted)" if c.get("disruption_target") else "")
+                               for c in moved) or "none left")
+                  + "; " + (", ".join(f"{c['name']} started on {c.get('node') or 'no node'} ({c.get('place') or '?'})"
+                                       for c in created) or "none created"), ""]
+    else:
+        lines += ["No burst pod moved during the watch.", ""]
+    return lines
 
 
 def _fmt(value: Optional[float]) -> str:
@@ -2144,11 +2547,12 @@ def _comparison_section(results: list[ScenarioResult], settings: dict) -> str:
     lines = ["## Across scenarios", "",
              "Removed by each scale-in (hybrid / cloud), what was left (a cloud node left empty "
              "is one Karpenter can consolidate), and the timings.", "",
-             "| scenario | " + " | ".join(steps) + " | first NodeClaim | all Ready |",
-             "|---|" + "---|" * (len(steps) + 2)]
+             "| scenario | " + " | ".join(steps) + " | first NodeClaim | all Ready | "
+             "consolidation and hybrid capacity |",
+             "|---|" + "---|" * (len(steps) + 3)]
     for r in results:
         if r.refused:
-            lines.append(f"| {r.scenario} | " + " | ".join("not measured" for _ in steps) + " | — | — |")
+            lines.append(f"| {r.scenario} | " + " | ".join("not measured" for _ in steps) + " | — | — | — |")
             continue
         cells = []
         for row in [row for row in r.rows if row.after < row.before]:
@@ -2157,6 +2561,9 @@ def _comparison_section(results: list[ScenarioResult], settings: dict) -> str:
             cells.append(f"{h} / {c} (left: {row.hybrid[1]} hybrid, {row.cloud[1]} cloud on "
                          f"{row.cloud_nodes} node{'' if row.cloud_nodes == 1 else 's'})")
         cells += ["—"] * (len(steps) - len(cells))
-        lines.append(f"| {r.scenario} | " + " | ".join(cells) + f" | {_fmt(r.nodeclaim_s)} | {_fmt(r.ready_s)} |")
+        answer = r.consolidation
+        watch = (f"{_ANSWER_WORD[answer['status']]}: {answer['answer']}" if answer else "not watched")
+        lines.append(f"| {r.scenario} | " + " | ".join(cells) + f" | {_fmt(r.nodeclaim_s)} | "
+                     f"{_fmt(r.ready_s)} | {watch.replace('|', '/')} |")
     lines.append("")
     return "\n".join(lines)

@@ -37,8 +37,8 @@ import pytest
 from rehearse import burst, cli, predict
 from rehearse.record import read_events
 from rehearse.report import FAIL, PASS
-from tests.kube_emulator import (CLUSTERPOLICIES, CONFIGMAPS, DEPLOYMENTS, NODECLAIMS, NODEPOOLS,
-                                 NODES, PODS, REPLICASETS, Emulator)
+from tests.kube_emulator import (CLUSTERPOLICIES, CONFIGMAPS, DEPLOYMENTS, EVENTS, NODECLAIMS,
+                                 NODEPOOLS, NODES, PODS, REPLICASETS, Emulator)
 
 FAKE_PULUMI = Path(__file__).resolve().parent / "fake_pulumi.py"
 FIXTURES = Path(__file__).parent / "fixtures" / "rehearse"
@@ -81,6 +81,10 @@ class Faults:
     rank_delay: float = 20.0
     #: Karpenter can launch nothing (an exhausted limit, no capacity in the zone).
     no_launch: bool = False
+    #: Once the Deployment is back at 3 after a burst, Karpenter consolidates a cloud node whose
+    #: pods fit in the hybrid nodes' free room 30 s after it sees it (what the lab expects it
+    #: never to do): events, evictions, the ReplicaSet's replacements land on hybrid nodes.
+    consolidate_onto_hybrid: bool = False
 
 
 @dataclass
@@ -105,6 +109,8 @@ class SimNode:
     ready: Optional[float] = None
     empty_since: Optional[float] = None
     claim: Optional[str] = None
+    underused_since: Optional[float] = None
+    disrupting: bool = False
 
 
 class Cluster:
@@ -309,7 +315,7 @@ class Cluster:
         for pod in pending:
             candidates = [n for n in self.nodes.values() if n.ready is not None and n.place == "hybrid"]
             candidates += [n for n in self.nodes.values() if n.ready is not None and n.place == "cloud"
-                           and (pod.nominated in (None, n.name))]
+                           and not n.disrupting and (pod.nominated in (None, n.name))]
             target = next((n for n in candidates if self.used_m(n.name) + REQUEST_M <= 3920), None)
             if target is None:
                 if pod.unschedulable_since is None:
@@ -354,6 +360,8 @@ class Cluster:
             elif node.empty_since is None:
                 node.empty_since = self.t
                 self.later(30.0, lambda node=node: self.consolidate(node))
+        if self.faults.consolidate_onto_hybrid:
+            self.consolidate_onto_hybrid()
         # Ranking (the gate): a minute apart, the emptiest node most negative.
         if self.gate_works and self.next_rank is not None and self.t >= self.next_rank:
             self.next_rank = self.t + 60.0
@@ -392,9 +400,52 @@ class Cluster:
 
         self.later(32.0, registered)
 
-    def consolidate(self, node: SimNode) -> None:
+    def event(self, kind: str, name: str, reason: str, message: str) -> None:
+        """An Event of Karpenter's, where the API server puts a cluster-scoped object's."""
+        self.counter += 1
+        self.server.put(EVENTS, "default", f"{name}.{self.counter:x}", {
+            "involvedObject": {"kind": kind, "name": name,
+                               "apiVersion": "karpenter.sh/v1" if kind == "NodeClaim" else "v1"},
+            "reason": reason, "message": message, "type": "Normal", "count": 1,
+            "source": {"component": "karpenter"},
+            "firstTimestamp": stamp(self.t), "lastTimestamp": stamp(self.t)})
+
+    def hybrid_slots(self) -> int:
+        return sum(max((3920 - self.used_m(n.name)) // REQUEST_M, 0)
+                   for n in self.nodes.values() if n.place == "hybrid")
+
+    def consolidate_onto_hybrid(self) -> None:
+        if len(self.replicas_seen) < 2 or self.replicas_seen[-1] != 3:
+            return
+        for node in list(self.nodes.values()):
+            if node.place != "cloud" or node.ready is None or node.disrupting:
+                continue
+            pods = [p for p in self.live() if p.node == node.name]
+            if not pods or len(pods) > self.hybrid_slots():
+                node.underused_since = None
+                continue
+            if node.underused_since is None:
+                node.underused_since = self.t
+                self.later(30.0, lambda: None)
+            elif self.t - node.underused_since >= 30.0 - 1e-9:
+                node.disrupting = True
+                self.event("Node", node.name, "DisruptionTerminating", "Disrupting Node: Underutilized")
+                self.event("NodeClaim", node.claim, "DisruptionTerminating",
+                           "Disrupting NodeClaim: Underutilized")
+                for pod in pods:
+                    self.delete(pod, disruption=True)
+                    self.log.append((self.t, f"Karpenter evicts {pod.name} to consolidate {node.name}"))
+                self.later(GRACE_S + 1.0, lambda node=node: self.consolidate(node, None))
+
+    def consolidate(self, node: SimNode, reason: Optional[str] = "Empty") -> None:
+        """Deletes the node and its NodeClaim; ``reason``: announce it first (None: announced
+        when the disruption began)."""
         if node.name not in self.nodes or any(p.node == node.name for p in self.pods.values()):
             return
+        if reason:
+            self.event("Node", node.name, "DisruptionTerminating", f"Disrupting Node: {reason}")
+            self.event("NodeClaim", node.claim, "DisruptionTerminating",
+                       f"Disrupting NodeClaim: {reason}")
         del self.nodes[node.name]
         self.server.delete(NODES, None, node.name)
         self.server.delete(NODECLAIMS, None, node.claim)
@@ -510,7 +561,7 @@ def plant_scenario(server: Emulator, scenario: str, faults: Faults) -> None:
 
 
 def plant(server: Emulator, cluster: Cluster, faults: Faults, scenario: str) -> None:
-    server.declare(NODECLAIMS, NODEPOOLS, CLUSTERPOLICIES, REPLICASETS)
+    server.declare(NODECLAIMS, NODEPOOLS, CLUSTERPOLICIES, REPLICASETS, EVENTS)
     server.access_reviews(cluster.authorize)
     for name, place in (("hybrid-1", "hybrid"), ("hybrid-2", "hybrid"), ("system-1", "system")):
         server.put(NODES, None, name, node_object(name, place))
@@ -968,6 +1019,125 @@ def test_a_scale_up_that_never_finishes_stops_the_sequence_and_says_so(lab_for):
     assert lab.server.get(DEPLOYMENTS, NS, "burst")["spec"]["replicas"] == 3, "put back at 3"
 
 
+# --- consolidation and hybrid capacity (the watch after the last scale-in) ----------------------------------
+
+def _consolidation(report: dict, scenario: str) -> dict:
+    return report["demo2"]["scenarios"][scenario]["consolidation"]
+
+
+def test_the_watch_answers_that_karpenter_leaves_a_cloud_node_whose_pods_fit_on_hybrid(lab_for):
+    """A ends at 3 with one pod on a cloud node and six free slots on the hybrid nodes: the
+    question arises. The played Karpenter (WhenEmpty) only removes the other, empty node."""
+    lab = lab_for(scenario="A")
+    assert lab.run() == 0, lab.markdown()
+    report = lab.report()
+    answer = _consolidation(report, "A")
+    assert answer["status"] == PASS
+    [candidate] = [c for c in answer["room"]["cloud"] if c["fits"]]
+    [empty] = [c for c in answer["room"]["cloud"] if not c["pods"]]
+    assert len(candidate["pods"]) == 1 and answer["room"]["room"] == 6
+    assert [h["free_slots"] for h in answer["room"]["hybrid"]] == [2, 4]
+    # The evidence: the empty node went (its events say Empty), the candidate stayed.
+    assert [r["node"] for r in answer["disrupted"]] == [empty["node"]]
+    assert {e["message"] for e in answer["events"]} == {"Disrupting Node: Empty",
+                                                         "Disrupting NodeClaim: Empty"}
+    assert answer["moved"] == [] and answer["created"] == []
+    check = _checks(report)[_name("A", burst.C_CONSOLIDATION)]
+    assert check["seen"].startswith("no disruption of a cloud node whose pods fit on hybrid: "
+                                    f"{candidate['node']} (1 burst pod(s)")
+    assert "Karpenter's events: DisruptionTerminating × 2" in check["seen"]
+    assert "NodePool consolidationPolicy WhenEmpty" in check["seen"]
+    # Under WhenEmpty the PASS shows the policy at work, and the report says so.
+    assert "(note: with consolidationPolicy WhenEmpty Karpenter considers only empty nodes" in check["seen"]
+    text = lab.markdown()
+    assert "### Consolidation and hybrid capacity (scenario A)" in text
+    assert "Answer (as expected): no disruption of a cloud node whose pods fit on hybrid" in text
+    assert "Expected: Karpenter disrupts no cloud node" in text
+    assert "No burst pod moved during the watch." in text
+    # The watch polled Karpenter's events cluster-wide and took its 180 s of the clock.
+    done = next(e for e in lab.events() if e["kind"] == burst.WATCH_DONE)
+    assert done["watched"] == pytest.approx(180.0)
+
+
+def test_a_karpenter_that_consolidates_onto_hybrid_room_is_caught(lab_for):
+    lab = lab_for(scenario="A", faults=Faults(consolidate_onto_hybrid=True))
+    assert lab.run("--watch", "120") == 1
+    report = lab.report()
+    answer = _consolidation(report, "A")
+    assert answer["status"] == FAIL
+    [candidate] = [c for c in answer["room"]["cloud"] if c["fits"]]
+    [pod] = candidate["pods"]
+    [bad] = [r for r in answer["disrupted"] if r["fits"]]
+    assert bad["node"] == candidate["node"]
+    assert [c["name"] for c in answer["moved"]] == [pod]
+    [created] = answer["created"]
+    assert created["place"] == "hybrid" and answer["moved_to"] == [created["node"]]
+    check = _checks(report)[_name("A", burst.C_CONSOLIDATION)]
+    assert check["status"] == FAIL
+    assert check["seen"].startswith(f"Karpenter disrupted {candidate['node']} (NodeClaim "
+                                    f"{candidate['nodeclaim']}), DisruptionTerminating "
+                                    "(Underutilized), which held")
+    assert f"which held {pod} — they fit in the hybrid nodes' 6 free slot(s) — and its pods " \
+           f"moved to {created['node']}" in check["seen"]
+    assert f"pods gone: {pod} from {candidate['node']}" in check["seen"]
+    assert "expected: Karpenter disrupts no cloud node" in check["fix"]
+    assert "Answer (**NOT as expected**): Karpenter disrupted" in lab.markdown()
+    # Everything else in the run still passes: the watch is the only failure.
+    assert [c["name"] for c in report["checks"] if c["status"] == FAIL] == \
+        [_name("A", burst.C_CONSOLIDATION)]
+
+
+def test_watch_0_skips_the_watch_and_the_report_says_so(lab_for):
+    lab = lab_for(scenario="A")
+    assert lab.run("--watch", "0") == 0, lab.markdown()
+    report = lab.report()
+    check = _checks(report)[_name("A", burst.C_CONSOLIDATION)]
+    assert check["status"] == "SKIP" and check["seen"] == "not watched (--watch 0)"
+    assert "### Consolidation and hybrid capacity (scenario A)\n\nNot watched (--watch 0)." in lab.markdown()
+    kinds = {e["kind"] for e in lab.events()}
+    assert burst.WATCH_SKIPPED in kinds and burst.WATCH_STARTED not in kinds
+
+
+def test_in_b_the_question_does_not_arise_and_the_report_says_why(lab_for):
+    """B ends at 3 with every pod on a hybrid node: no cloud node holds pods to move."""
+    lab = lab_for(scenario="B")
+    assert lab.run("--watch", "60") == 0, lab.markdown()
+    check = _checks(lab.report())[_name("B", burst.C_CONSOLIDATION)]
+    assert check["status"] == "SKIP"
+    assert check["seen"].startswith("the question did not arise: no cloud node held burst pods "
+                                    "after the last scale-in")
+    assert "Disrupting Node: Empty" in lab.markdown()
+
+
+def test_hybrid_room_counts_free_slots_beside_the_other_pods():
+    situation = {"deployment": {"found": True, "tolerations": [
+                     {"key": burst.HYBRID_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
+                     "containers": [{"resources": {"requests": {"cpu": "900m"}}}],
+                     "init_containers": []},
+                 "nodes": [burst.node_summary({**node_object(n, p), "metadata": {
+                     **node_object(n, p)["metadata"], "name": n}}, POOL)
+                           for n, p in (("hybrid-1", "hybrid"), ("hybrid-2", "hybrid"),
+                                        ("cloud-1", "cloud"), ("cloud-2", "cloud"))],
+                 "hybrid_neighbours": [neighbour_summary_of("other", "hybrid-2", "2000m")],
+                 "nodeclaims": [{"name": "claim-1", "node": "cloud-1"}],
+                 "pods": [{"name": f"p{i}", "node": n, "phase": "Running", "deleting": False}
+                          for i, n in enumerate(["hybrid-1"] * 3 + ["cloud-1"] * 2 + ["cloud-2"] * 3)]}
+    room = burst.hybrid_room(situation)
+    # hybrid-1: 4 fit, 3 there -> 1; hybrid-2: (3920 - 2000) // 900 = 2 fit -> 2. Room 3.
+    assert [(h["node"], h["fit"], h["free_slots"]) for h in room["hybrid"]] == \
+        [("hybrid-1", 4, 1), ("hybrid-2", 2, 2)]
+    assert room["room"] == 3
+    assert [(c["node"], c["nodeclaim"], c["fits"]) for c in room["cloud"]] == \
+        [("cloud-1", "claim-1", True), ("cloud-2", None, True)]
+    situation["pods"].append({"name": "p9", "node": "cloud-2", "phase": "Running", "deleting": False})
+    assert [c["fits"] for c in burst.hybrid_room(situation)["cloud"]] == [True, False]
+
+
+def neighbour_summary_of(name: str, node: str, cpu: str) -> dict:
+    return burst.neighbour_summary({**neighbour(name, "default", node, cpu),
+                                    "metadata": {"name": name, "namespace": "default"}})
+
+
 # --- the scenario is put back ------------------------------------------------------------------------------
 
 def test_an_interrupt_in_the_middle_puts_the_scenario_back(lab_for):
@@ -1079,6 +1249,17 @@ def test_a_recorded_a_b_c_run_replays_to_its_report(tmp_path):
     assert text.index("## Across scenarios") < text.index("## Checklist")
     assert "| C | 0 / 3 (left: 8 hybrid, 4 cloud on 1 node) |" in text
     assert "| B | 0 / 3 (left: 8 hybrid, 4 cloud on 2 nodes) |" in text
+    # The consolidation watch: A ends with a pod on a cloud node and room on the hybrid nodes,
+    # and Karpenter leaves it; B and C end with every pod on a hybrid node.
+    checks = {c.name: c for c in report.checks}
+    assert checks[_name("A", burst.C_CONSOLIDATION)].status == PASS
+    assert "could have moved into the hybrid nodes' 6 free slot(s) and stayed for 180 s" in \
+        checks[_name("A", burst.C_CONSOLIDATION)].seen
+    for s in "BC":
+        assert checks[_name(s, burst.C_CONSOLIDATION)].status == "SKIP"
+        assert "the question did not arise" in checks[_name(s, burst.C_CONSOLIDATION)].seen
+    assert "consolidation and hybrid capacity |" in text
+    assert text.count("### Consolidation and hybrid capacity (scenario") == 3
     # `rehearse report` rewrites the report and the chart from the events alone.
     folder = tmp_path / "run"
     folder.mkdir()

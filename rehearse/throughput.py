@@ -451,9 +451,15 @@ def parse_iperf(text: Optional[str], seconds_asked: Optional[int] = None) -> dic
     test_start = (doc.get("start") or {}).get("test_start") or {}
     asked = seconds_asked or test_start.get("duration")
     intervals = len(doc.get("intervals") or [])
+    # What the path's MTU looked like to TCP: the MSS iperf3 saw, and the path MTU the kernel
+    # reported per stream (``pmtu``, Linux, iperf3 3.11 and later).
+    pmtus = {s.get("pmtu") for i in doc.get("intervals") or [] for s in i.get("streams") or []
+             if s.get("pmtu")}
     base = {"intervals": intervals, "seconds_asked": asked,
             "streams": test_start.get("num_streams"),
-            "version": (doc.get("start") or {}).get("version")}
+            "version": (doc.get("start") or {}).get("version"),
+            "tcp_mss": (doc.get("start") or {}).get("tcp_mss_default"),
+            "pmtu": max(pmtus) if pmtus else None}
     if doc.get("error"):
         return {**base, "status": "failed", "why": str(doc["error"])}
     end = doc.get("end") or {}
@@ -546,7 +552,8 @@ def analyse(events: list[dict[str, Any]]) -> Report:
                     name, PASS, f"{parsed['receiver_gbps']:g} Gbit/s received, "
                     f"{parsed['sender_gbps']:g} sent, {parsed['retransmits']} retransmits over "
                     f"{parsed['seconds']:g} s, {parsed['streams']} streams ({r.get('client_node')} → "
-                    f"{r.get('server_node')}, server pod IP {r.get('server_ip')})", "",
+                    f"{r.get('server_node')}, server pod IP {r.get('server_ip')}; TCP MSS "
+                    f"{parsed.get('tcp_mss') or '?'}, path MTU {parsed.get('pmtu') or '?'})", "",
                     f"kubectl -n {ns} logs {r['client_pod']}"))
                 report.measurements += [
                     Measurement(f"{prefix}{direction} (sender)", parsed["sender_gbps"], "Gbit/s",

@@ -23,7 +23,7 @@ from rehearse import record as rec
 from rehearse.connection import Kube
 from rehearse.report import FAIL, PASS
 from tests.kube_checks import pod_problems
-from tests.kube_emulator import CONFIGMAPS, LEASES, NODES, PODS, emulator  # noqa: F401 fixture
+from tests.kube_emulator import CONFIGMAPS, LEASES, NODES, emulator  # noqa: F401 fixture
 
 SAMPLES = Path(__file__).resolve().parent / "fixtures" / "rehearse" / "iperf3"
 FAKE_PULUMI = Path(__file__).resolve().parent / "fake_pulumi.py"
@@ -47,6 +47,8 @@ def test_a_good_run_gives_both_figures_and_the_retransmits():
     assert parsed["retransmits"] == 31 and parsed["seconds"] == 10.0
     assert parsed["streams"] == 4 and parsed["intervals"] == 10
     assert parsed["version"] == "iperf 3.16"
+    # The path as TCP saw it: Cilium's 8450 less 52 bytes of IP and TCP headers with options.
+    assert (parsed["tcp_mss"], parsed["pmtu"]) == (8398, 8450)
 
 
 def test_a_failed_run_is_reported_as_failed_not_as_a_number():
@@ -168,6 +170,17 @@ class Kubelet:
                     if key[0].plural == "pods" and not kmock.objects[key].deleted]
         return self.emulator.do(read)
 
+    def _update(self, name: str, pod: dict) -> None:
+        """Writes the played pod unless the tool deleted it meanwhile (checked and written on
+        the emulator's thread, so a deleted pod is not brought back)."""
+        def write(kmock: Any) -> None:
+            key = next((k for k in list(kmock.objects.keys())
+                        if k[0].plural == "pods" and k[1:] == (NS, name)), None)
+            if key is not None and not kmock.objects[key].deleted:
+                kmock.objects[key] = pod
+
+        self.emulator.do(write)
+
     def _run(self) -> None:
         done: set[str] = set()
         while not self._stop.is_set():
@@ -189,8 +202,7 @@ class Kubelet:
                 else:
                     self.emulator.log(NS, name, self.logs(args, on_hybrid))
                     status = {"phase": self.client_phase}
-                self.emulator.put(PODS, NS, name, {**pod, "spec": {**spec, "nodeName": node},
-                                                   "status": status})
+                self._update(name, {**pod, "spec": {**spec, "nodeName": node}, "status": status})
             time.sleep(0.02)
 
 
@@ -274,6 +286,8 @@ def test_a_run_measures_both_ways_records_the_gateway_and_removes_its_pods(emula
     numbers = measured(report)
     assert numbers["cloud → hybrid (receiver)"] == 4.74 and numbers["cloud → hybrid (sender)"] == 4.76
     assert numbers["hybrid → cloud (receiver)"] == 4.19 and numbers["hybrid → cloud retransmits"] == 48
+    seen = {c["name"]: c["seen"] for c in report["checks"]}
+    assert "TCP MSS 8398, path MTU 8450" in seen["cloud → hybrid measured"]
     notes = "\n".join(report["notes"])
     assert "MTU in force: 8450 (cilium-config ConfigMap" in notes
     assert f"leader: {GW_NODES[1]} (m6i.large)" in notes and "instance type m6i.large" in notes

@@ -58,6 +58,8 @@ SERVER_START_SECONDS = 180
 #: Beyond the test's duration: connecting, the end exchange, the pod's exit.
 CLIENT_MARGIN_SECONDS = 60
 POLL_SECONDS = 2.0
+#: After a switch: the node group's old nodes leave and the Lease moves to a new node.
+GATEWAY_SETTLE_SECONDS = 600
 
 #: (direction, where the server runs, where the client runs). iperf3's client sends.
 DIRECTIONS = (("cloud → hybrid", True), ("hybrid → cloud", False))
@@ -341,15 +343,32 @@ def read_gateway(ctx: Any) -> dict:
     return found
 
 
+def _settled(gateway: dict, instance_type: str) -> bool:
+    nodes = gateway.get("nodes") or []
+    return (bool(nodes) and all(n.get("instance_type") == instance_type for n in nodes)
+            and gateway.get("leader_instance_type") == instance_type)
+
+
 def measure(ctx: Any, record: Any, pods: Pods, instance_type: Optional[str], seconds: int,
             streams: int, image: str) -> None:
-    record(GATEWAY, instance_type=instance_type, **read_gateway(ctx))
+    gateway = read_gateway(ctx)
+    if instance_type and not _settled(gateway, instance_type):
+        # `pulumi up` returns once the node group is updated; the old nodes may still drain
+        # and the Lease move: wait (bounded) for every gateway node and the leader on the type.
+        ctx.progress(f"waiting up to {GATEWAY_SETTLE_SECONDS} s for the gateway on {instance_type}")
+        deadline = ctx.monotonic() + GATEWAY_SETTLE_SECONDS
+        while not _settled(gateway, instance_type) and ctx.monotonic() < deadline:
+            ctx.sleep(POLL_SECONDS)
+            gateway = read_gateway(ctx)
+    record(GATEWAY, instance_type=instance_type, when="before", **gateway)
     try:
         for direction, server_on_hybrid in DIRECTIONS:
             measure_direction(ctx, record, pods, direction, server_on_hybrid, instance_type,
                               seconds, streams, image)
     finally:
         pods.delete_all()
+    # A leader that changed during the measurement (a failover) is said beside the numbers.
+    record(GATEWAY, instance_type=instance_type, when="after", **read_gateway(ctx))
 
 
 def collect(ctx: Any, record: Any) -> None:
@@ -512,7 +531,17 @@ def analyse(events: list[dict[str, Any]]) -> Report:
         report.notes.append(
             f"MTU in force: {mtu['mtu']} ({mtu['source']}" + (f": {mtu['why']}" if mtu.get("why") else "")
             + f"); a Transit Gateway carries at most {TGW_MAX_PACKET}-byte packets (REFERENCE §9).")
-    for gw in rec.every(events, GATEWAY):
+    gateways = list(rec.every(events, GATEWAY))
+    for gw in gateways:
+        if gw.get("when") == "after":
+            before = next((g for g in gateways if g.get("when") == "before"
+                           and g.get("instance_type") == gw.get("instance_type")), {})
+            if before.get("leader") != gw.get("leader"):
+                report.notes.append(
+                    (f"[{gw['instance_type']}] " if gw.get("instance_type") else "")
+                    + f"the leader changed during the measurement: {before.get('leader')} → "
+                    f"{gw.get('leader')} (a failover: the figures span it)")
+            continue
         types = sorted({n.get("instance_type") or "unknown" for n in gw.get("nodes") or []})
         report.notes.append(
             (f"[{gw['instance_type']}] " if gw.get("instance_type") else "")
@@ -572,6 +601,18 @@ def analyse(events: list[dict[str, Any]]) -> Report:
                                                        "Gbit/s", note=parsed["status"]))
         if instance_type:
             report.table.append(row)
+            gw = next((g for g in gateways if g.get("when") == "before"
+                       and g.get("instance_type") == instance_type), None)
+            if gw is not None:
+                types = sorted({n.get("instance_type") or "unknown" for n in gw.get("nodes") or []})
+                on_type = _settled(gw, instance_type)
+                report.checks.append(Check(
+                    f"gateway on {instance_type}", PASS if on_type else FAIL,
+                    f"gateway nodes {', '.join(types) or 'none'}, leader "
+                    f"{gw.get('leader') or 'unknown'} ({gw.get('leader_instance_type') or '?'})",
+                    f"the node group did not finish replacing its nodes in "
+                    f"{GATEWAY_SETTLE_SECONDS} s: the figures for {instance_type} are not its own",
+                    "kubectl get nodes -l hybrid-gateway-node=true -L node.kubernetes.io/instance-type"))
 
     created = [e["name"] for e in rec.every(events, POD_CREATED)]
     deleted = {e["name"] for e in rec.every(events, POD_DELETED) if e.get("ok")}

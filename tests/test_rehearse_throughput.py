@@ -453,6 +453,8 @@ def test_instance_types_are_switched_measured_compared_and_restored(emulator, ru
     assert json.loads(state.read_text())["stacks"]["lab"]["config"][throughput.CONFIG_KEY] == "m6i.large"
     assert statuses(report)[throughput.CHECK_RESTORED] == PASS
     assert statuses(report)["cloud → hybrid measured (c6in.xlarge)"] == PASS
+    assert statuses(report)["gateway on c6in.xlarge"] == PASS
+    assert statuses(report)["gateway on m6in.large"] == PASS
     assert measured(report)["m6in.large: hybrid → cloud (receiver)"] == 4.19
     assert [row["instance_type"] for row in report["comparison"]] == ["c6in.xlarge", "m6in.large"]
     notes = "\n".join(report["notes"])
@@ -509,3 +511,32 @@ def test_events_replay_to_the_same_report(emulator, run):
         code, folder, report, out, err = run()
     again = throughput.analyse(rec.read_events(folder))
     assert again.to_json() == report
+
+
+def test_a_gateway_still_on_the_old_type_fails_its_check(emulator, run, fake_pulumi, monkeypatch):
+    """`pulumi up` returned but the nodes were not replaced (here: nothing relabels them)."""
+    plant(emulator)
+    monkeypatch.setattr(throughput, "GATEWAY_SETTLE_SECONDS", 0.1)
+    with Kubelet(emulator, samples()):
+        code, folder, report, out, err = run("-t", "10", "--instance-types", "c6in.xlarge")
+    assert code == 1, out + err
+    check = {c["name"]: c for c in report["checks"]}["gateway on c6in.xlarge"]
+    assert check["status"] == FAIL and check["seen"].startswith("gateway nodes m6i.large, leader")
+    assert statuses(report)[throughput.CHECK_RESTORED] == PASS
+
+
+def test_a_leader_change_during_the_measurement_is_noted(emulator, run, monkeypatch):
+    plant(emulator)
+    real = throughput.measure_direction
+
+    def failover_midway(ctx, record, pods, direction, *args):
+        real(ctx, record, pods, direction, *args)
+        emulator.put(LEASES, "eks-hybrid-nodes-gateway", "hybrid-gateway-leader", {"spec": {
+            "holderIdentity": f"{GW_NODES[0]}_0c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f"}})
+
+    monkeypatch.setattr(throughput, "measure_direction", failover_midway)
+    with Kubelet(emulator, samples()):
+        code, folder, report, out, err = run("-t", "10")
+    assert code == 0, out + err
+    assert (f"the leader changed during the measurement: {GW_NODES[1]} → {GW_NODES[0]}"
+            in "\n".join(report["notes"]))

@@ -574,6 +574,10 @@ def analyse(events: list[dict[str, Any]]) -> Report:
             r = found[-1]
             parsed = ({"status": "failed", "why": r["error"]} if r.get("error") else
                       parse_iperf(r.get("log"), r.get("seconds_asked") or seconds_asked))
+            if parsed["status"] == "unreadable" and r.get("client_phase") not in ("Succeeded", "Failed"):
+                # iperf3 --json writes its JSON at the end: a client still running has none.
+                parsed = {**parsed, "status": "partial",
+                          "why": f"the client pod did not finish (phase {r.get('client_phase')})"}
             row[direction] = parsed
             prefix = f"{instance_type}: " if instance_type else ""
             if parsed["status"] == "ok":

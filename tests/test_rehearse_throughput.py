@@ -540,3 +540,15 @@ def test_a_leader_change_during_the_measurement_is_noted(emulator, run, monkeypa
     assert code == 0, out + err
     assert (f"the leader changed during the measurement: {GW_NODES[1]} → {GW_NODES[0]}"
             in "\n".join(report["notes"]))
+
+
+def test_a_client_that_does_not_finish_is_partial(emulator, run, monkeypatch):
+    plant(emulator)
+    monkeypatch.setattr(throughput, "CLIENT_MARGIN_SECONDS", 0)
+    monkeypatch.setattr(throughput, "SERVER_START_SECONDS", 0.3)
+    with Kubelet(emulator, lambda args, on_hybrid: "", client_phase="Running"):
+        code, folder, report, out, err = run("-t", "1")
+    assert code == 1, out + err
+    seen = {c["name"]: c["seen"] for c in report["checks"]}
+    assert seen["cloud → hybrid measured"] == "partial: the client pod did not finish (phase Running)"
+    assert statuses(report)[throughput.CHECK_PODS_REMOVED] == PASS

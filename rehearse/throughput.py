@@ -587,7 +587,9 @@ def analyse(events: list[dict[str, Any]]) -> Report:
                     f"{parsed['seconds']:g} s, {parsed['streams']} streams ({r.get('client_node')} → "
                     f"{r.get('server_node')}, server pod IP {r.get('server_ip')}; TCP MSS "
                     f"{parsed.get('tcp_mss') or '?'}, path MTU {parsed.get('pmtu') or '?'})", "",
-                    f"kubectl -n {ns} logs {r['client_pod']}"))
+                    # The pods are gone: the client's JSON is kept in events.jsonl.
+                    f"jq -r 'select(.kind==\"{RESULT}\" and .client_pod==\"{r['client_pod']}\")"
+                    f" | .log' events.jsonl"))
                 report.measurements += [
                     Measurement(f"{prefix}{direction} (sender)", parsed["sender_gbps"], "Gbit/s",
                                 "never measured in seed 002 §7"),

@@ -25,6 +25,7 @@ COMMANDS = {
     "failover": "rehearse.failover",
     "verify burst": "rehearse.burst_verify",
     "burst": "rehearse.burst",
+    "gateway-throughput": "rehearse.throughput",
 }
 
 
@@ -76,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(burst)
     module.add_arguments(burst)
+
+    module = _module("gateway-throughput")
+    throughput = commands.add_parser("gateway-throughput", help=module.TITLE,
+                                     description=module.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(throughput)
+    module.add_arguments(throughput)
 
     predict = importlib.import_module("rehearse.predict")
     predict.add_arguments(commands.add_parser("predict", help=predict.TITLE,

@@ -1,4 +1,4 @@
-"""`python -m rehearse`: verify gateway|gpu|burst, failover, burst, predict, report.
+"""`python -m rehearse`: verify gateway|gpu|burst, failover, burst, hostnet, predict, report.
 
 Exit codes: 0 every check passed; 1 a check failed; 2 the run could not be made (one line, no
 traceback)."""
@@ -25,6 +25,7 @@ COMMANDS = {
     "failover": "rehearse.failover",
     "verify burst": "rehearse.burst_verify",
     "burst": "rehearse.burst",
+    "hostnet": "rehearse.hostnet",
 }
 
 
@@ -76,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(burst)
     module.add_arguments(burst)
+
+    module = _module("hostnet")
+    hostnet = commands.add_parser("hostnet", help=module.TITLE, description=module.__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(hostnet)
+    module.add_arguments(hostnet)
 
     predict = importlib.import_module("rehearse.predict")
     predict.add_arguments(commands.add_parser("predict", help=predict.TITLE,

@@ -294,9 +294,28 @@ def collect(ctx: Any, record: Any) -> None:
 
 
 def _create(ctx: Any, manifest: dict) -> None:
-    from lightkube import codecs
+    """Creates ``manifest``; a refusal (an existing namespace, an admission policy) stops the run
+    with one line, after the finally block has removed what was made."""
+    from lightkube import ApiError, codecs
 
-    ctx.kube.client.create(codecs.from_dict(manifest))
+    kind, name = manifest["kind"], manifest["metadata"]["name"]
+    try:
+        ctx.kube.client.create(codecs.from_dict(manifest))
+    except Exception as error:  # noqa: BLE001 lightkube's ApiError, or httpx's for a non-JSON answer
+        if isinstance(error, ApiError):
+            code, message = getattr(error.status, "code", None), getattr(error.status, "message", None)
+        elif type(error).__name__ == "HTTPStatusError":
+            code, message = error.response.status_code, error.response.text[:300]
+        else:
+            raise
+        if code == 409 and kind == "Namespace":
+            raise RunError(f"namespace {NAMESPACE} already exists (a run still going, or one whose "
+                           f"cleanup failed): see `kubectl get all -n {NAMESPACE}`, then "
+                           f"`kubectl delete namespace {NAMESPACE}`") from None
+        if code in (400, 403, 409, 422):
+            raise RunError(f"the cluster refused {kind} {name} (HTTP {code}): "
+                           f"{message or error}") from None
+        raise
 
 
 def _wait(ctx: Any, record: Any, names: list[str], done: Callable[[dict], bool], timeout: float,

@@ -413,6 +413,15 @@ def test_a_failure_in_the_middle_leaves_no_pod_or_namespace(scene, emulator, err
     assert not (scene.tmp / "runs").exists() or not any((scene.tmp / "runs").iterdir())
 
 
+def test_a_namespace_left_from_another_run_is_not_taken_over(scene, emulator, capsys):  # noqa: F811
+    scene.plant()
+    emulator.put(NAMESPACES, None, hostnet.NAMESPACE, {"metadata": {"labels": {"someone": "else"}}})
+    assert scene.run().code == 2
+    assert "already exists" in capsys.readouterr().err
+    assert not deletes(emulator)
+    assert emulator.get(NAMESPACES, None, hostnet.NAMESPACE) is not None
+
+
 def test_a_server_that_never_runs_is_reported_and_removed(scene, emulator, monkeypatch):  # noqa: F811
     monkeypatch.setattr(Scene, "play", lambda self: None)
     run = scene.run("--timeout", "10")

@@ -377,18 +377,32 @@ def _cleanup(ctx: Any, record: Any, pods: list[str], namespace: bool, timeout: f
         except Exception as error:  # noqa: BLE001
             (deleted if not_found(error) else failed).append(f"namespace/{NAMESPACE}")
         started = ctx.monotonic()
+        interrupted: Optional[BaseException] = None
         while True:
             try:
                 client.get(Namespace, NAMESPACE)
-            except Exception as error:  # noqa: BLE001
-                if not_found(error):
-                    break
-                raise
+            except KeyboardInterrupt as stop:
+                gone, interrupted = False, stop
+                break
+            except Exception as error:  # noqa: BLE001 anything but a 404 leaves it unknown
+                gone = not_found(error)
+                break
             if ctx.monotonic() - started >= min(timeout, 60.0):
                 gone = False
                 break
-            ctx.sleep(POLL_SECONDS)
-    record(CLEANUP, deleted=deleted, failed=failed, namespaceGone=gone)
+            try:
+                ctx.sleep(POLL_SECONDS)
+            except KeyboardInterrupt as stop:
+                # The deletions are made: a second Ctrl-C only stops the waiting.
+                gone, interrupted = False, stop
+                break
+        record(CLEANUP, deleted=deleted, failed=failed, namespaceGone=gone)
+        if interrupted is not None:
+            ctx.progress(f"stopped waiting for namespace {NAMESPACE} to go: "
+                         f"`kubectl get namespace {NAMESPACE}`")
+            raise interrupted
+    else:
+        record(CLEANUP, deleted=deleted, failed=failed, namespaceGone=gone)
     if failed or not gone:
         ctx.progress(f"left behind: {', '.join(failed) or 'namespace ' + NAMESPACE + ' (terminating)'}; "
                      f"remove with `kubectl delete namespace {NAMESPACE}`")

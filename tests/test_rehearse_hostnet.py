@@ -382,6 +382,18 @@ def test_the_pods_get_exactly_the_least_privilege_that_works(scene):
         assert container["image"] == hostnet.BUSYBOX and "@sha256:" in container["image"]
         assert "ports" not in container  # no hostPort: the host network needs none
     assert "-p 9443" in created[hostnet.SERVER]["spec"]["containers"][0]["command"][-1]
+    # The host-network pods land on the probed hybrid node (by name) and tolerate its taint;
+    # the cloud client keeps off hybrid nodes.
+    for name in (hostnet.SERVER, hostnet.HOST_CLIENT):
+        spec = created[name]["spec"]
+        [term] = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert term == {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [HYBRID]}]}
+        assert spec["tolerations"] == [hostnet.HYBRID_TOLERATION]
+    [term] = created[hostnet.CLOUD_CLIENT]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": "eks.amazonaws.com/compute-type", "operator": "NotIn",
+                                         "values": ["hybrid"]}]
+    assert "tolerations" not in created[hostnet.CLOUD_CLIENT]["spec"]
 
 
 def test_the_default_port_is_the_one_the_hybrid_hosts_admit_from_the_vpc():
@@ -411,6 +423,24 @@ def test_a_failure_in_the_middle_leaves_no_pod_or_namespace(scene, emulator, err
     for name in (hostnet.SERVER, hostnet.HOST_CLIENT, hostnet.CLOUD_CLIENT):
         assert emulator.get(PODS, hostnet.NAMESPACE, name) is None
     assert not (scene.tmp / "runs").exists() or not any((scene.tmp / "runs").iterdir())
+
+
+def test_a_second_interrupt_while_the_namespace_goes_still_leaves_the_deletions_made(scene, emulator, monkeypatch):  # noqa: F811
+    """Ctrl-C once (mid-run), and again while the cleanup waits for the namespace to go."""
+    from lightkube import Client
+
+    scene.fail_with = KeyboardInterrupt()
+    real_get = Client.get
+
+    def get(self, resource, name=None, **kwargs):
+        if resource.__name__ == "Namespace":
+            raise KeyboardInterrupt()
+        return real_get(self, resource, name, **kwargs)
+
+    monkeypatch.setattr(Client, "get", get)
+    assert scene.run().code == 2
+    assert REMOVED <= deletes(emulator)
+    assert any("stopped waiting" in p for p in scene.progress)
 
 
 def test_a_namespace_left_from_another_run_is_not_taken_over(scene, emulator, capsys):  # noqa: F811

@@ -1,4 +1,4 @@
-"""`python -m rehearse`: verify gateway|gpu|burst, failover, burst, predict, report.
+"""`python -m rehearse`: verify gateway|gpu|burst, failover, burst, hostnet, predict, report.
 
 Exit codes: 0 every check passed; 1 a check failed; 2 the run could not be made (one line, no
 traceback)."""
@@ -26,6 +26,7 @@ COMMANDS = {
     "verify burst": "rehearse.burst_verify",
     "burst": "rehearse.burst",
     "gateway-throughput": "rehearse.throughput",
+    "hostnet": "rehearse.hostnet",
 }
 
 
@@ -84,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(throughput)
     module.add_arguments(throughput)
+
+    module = _module("hostnet")
+    hostnet = commands.add_parser("hostnet", help=module.TITLE, description=module.__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(hostnet)
+    module.add_arguments(hostnet)
 
     predict = importlib.import_module("rehearse.predict")
     predict.add_arguments(commands.add_parser("predict", help=predict.TITLE,

@@ -203,7 +203,7 @@ class Kubelet:
                     self.emulator.log(NS, name, self.logs(args, on_hybrid))
                     status = {"phase": self.client_phase}
                 self._update(name, {**pod, "spec": {**spec, "nodeName": node}, "status": status})
-            time.sleep(0.02)
+            time.sleep(0.05)
 
 
 def samples(c2h: str = GOOD_C2H, h2c: str = GOOD_H2C) -> Callable[[list[str], bool], str]:
@@ -230,7 +230,7 @@ def run(emulator, tmp_path, monkeypatch, loopback_only, capsys):
     """Runs `python -m rehearse gateway-throughput` in-process against the emulator:
     (exit code, run folder or None, report.json or None, stdout, stderr)."""
     monkeypatch.setattr(cli, "_connect", lambda args, outputs: Kube.connect(emulator.endpoint))
-    monkeypatch.setattr(throughput, "POLL_SECONDS", 0.02)
+    monkeypatch.setattr(throughput, "POLL_SECONDS", 0.05)
     outputs = tmp_path / "lab.json"
     outputs.write_text(json.dumps({
         "region": "ap-northeast-2", "kubeconfig": "{}", "layers": ["network", "cluster", "demo"],

@@ -106,3 +106,22 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def install(tmp_path, monkeypatch, state: dict):
+    """Puts this fake first on PATH for the test, answering from ``state``; returns (state
+    file, call log) — the log holds one JSON argument list a line."""
+    import pathlib
+
+    bin_dir = pathlib.Path(tmp_path) / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "pulumi"
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{pathlib.Path(__file__).resolve()}" "$@"\n')
+    exe.chmod(0o755)
+    state_file, log = pathlib.Path(tmp_path) / "state.json", pathlib.Path(tmp_path) / "calls.log"
+    state_file.write_text(json.dumps(state))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_PULUMI_STATE", str(state_file))
+    monkeypatch.setenv("FAKE_PULUMI_LOG", str(log))
+    monkeypatch.setenv("PULUMI_HOME", str(pathlib.Path(tmp_path) / "pulumi-home"))
+    return state_file, log

@@ -19,3 +19,22 @@ def forbid_network(monkeypatch: pytest.MonkeyPatch, what: str = "create()") -> N
     monkeypatch.setattr(socket, "create_connection", reached_out)
     monkeypatch.setattr(boto3, "client", reached_out)
     monkeypatch.setattr(boto3.session, "Session", reached_out)
+
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def loopback_connect(connect):
+    """``socket.socket.connect`` that fails the test for any address but this machine's (a
+    Unix socket path is local too): the rehearsal tests talk to the emulator and moto only."""
+    def guarded(sock, address, *args):
+        host = address[0] if isinstance(address, tuple) else address
+        if isinstance(host, str) and host not in LOOPBACK and "/" not in host:
+            raise AssertionError(f"the test reached out to {address!r}")
+        return connect(sock, address, *args)
+
+    return guarded
+
+
+def forbid_non_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket.socket, "connect", loopback_connect(socket.socket.connect))

@@ -22,12 +22,11 @@ import datetime
 import functools
 import json
 import math
-import os
 import socket
 import struct
 import sys
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 from unittest import mock
@@ -37,10 +36,11 @@ import pytest
 from rehearse import burst, cli, predict
 from rehearse.record import read_events
 from rehearse.report import FAIL, PASS
+from tests import fake_pulumi as fake_pulumi_cli
+from tests.offline_guard import loopback_connect
 from tests.kube_emulator import (CLUSTERPOLICIES, CONFIGMAPS, DEPLOYMENTS, EVENTS, NODECLAIMS,
                                  NODEPOOLS, NODES, PODS, REPLICASETS, Emulator)
 
-FAKE_PULUMI = Path(__file__).resolve().parent / "fake_pulumi.py"
 FIXTURES = Path(__file__).parent / "fixtures" / "rehearse"
 UTC = datetime.timezone.utc
 #: The simulated "now" when a run starts (the cluster's clock is this machine's).
@@ -701,13 +701,7 @@ def lab_session(tmp_path: Path, scenario: str = "A", faults: Optional[Faults] = 
     from rehearse.context import Context
 
     faults = faults or Faults()
-    real_connect = socket.socket.connect
-
-    def loopback_only(sock, address, *args):
-        host = address[0] if isinstance(address, tuple) else address
-        if isinstance(host, str) and host not in ("127.0.0.1", "localhost", "::1") and "/" not in host:
-            raise AssertionError(f"the test reached out to {address}")
-        return real_connect(sock, address, *args)
+    loopback_only = loopback_connect(socket.socket.connect)
 
     server = Emulator()
     try:
@@ -1172,21 +1166,10 @@ def test_a_restore_that_fails_says_how_to_do_it_by_hand(lab_for, capsys):
 
 @pytest.fixture
 def fake_pulumi(tmp_path, monkeypatch):
-    """A `pulumi` on PATH that answers from a state file (as tests/test_rehearse_frame.py)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    exe = bin_dir / "pulumi"
-    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_PULUMI}" "$@"\n')
-    exe.chmod(0o755)
-    state, log = tmp_path / "state.json", tmp_path / "calls.log"
-    state.write_text(json.dumps({"selected": "dev", "stacks": {"dev": {
+    """A `pulumi` on PATH that answers from a state file; returns (state path, log path)."""
+    return fake_pulumi_cli.install(tmp_path, monkeypatch, {"selected": "dev", "stacks": {"dev": {
         "outputs": {"demo2": {"namespace": NS, "scenario": "A"}},
-        "config": {burst.SCENARIO_KEY: "A"}}}}))
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_PULUMI_STATE", str(state))
-    monkeypatch.setenv("FAKE_PULUMI_LOG", str(log))
-    monkeypatch.setenv("PULUMI_HOME", str(tmp_path / "pulumi-home"))
-    return state, log
+        "config": {burst.SCENARIO_KEY: "A"}}}})
 
 
 def test_a_failure_in_the_middle_restores_the_scenario_through_the_automation_api(

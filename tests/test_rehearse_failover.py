@@ -32,6 +32,7 @@ import pytest
 from rehearse import cli, failover, leader as leaders, probes as probe_logs
 from rehearse.record import iso, parse_time, read_events
 from rehearse.report import FAIL, PASS
+from tests.offline_guard import loopback_connect
 from tests.kube_emulator import (LEASES, NODES, PODS, VTEP_CONFIGS, Emulator,
                                  emulator)  # noqa: F401 (the fixture)
 
@@ -213,13 +214,7 @@ def lab_session(scenario: Scenario, workdir: Path) -> Iterator[Lab]:
     from rehearse.connection import Kube
     from rehearse.context import Context
 
-    real_connect = socket.socket.connect
-
-    def loopback_only(sock, address, *args):
-        host = address[0] if isinstance(address, tuple) else address
-        if isinstance(host, str) and host not in ("127.0.0.1", "localhost", "::1") and "/" not in host:
-            raise AssertionError(f"the test reached out to {address}")
-        return real_connect(sock, address, *args)
+    loopback_only = loopback_connect(socket.socket.connect)
 
     env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
            "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION,

@@ -4,7 +4,6 @@ report, and the exit codes — 2 with one line when the run cannot be made."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import subprocess
@@ -13,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from rehearse import cli, outputs, record
+from rehearse import outputs, record
 from rehearse.connection import Kube, endpoint_from_stack_kubeconfig
 from rehearse.errors import RunError
 from rehearse.report import FAIL, PASS, Check, Measurement, Report
+from tests import fake_pulumi as fake_pulumi_cli
 from tests.conftest import PROJECT_DIR
 from tests.fake_kube_api import CLUSTER, REGION, api, assert_authorized, fake_aws, pki  # noqa: F401
 
-FAKE_PULUMI = Path(__file__).resolve().parent / "fake_pulumi.py"
 
 
 # --- stack outputs ----------------------------------------------------------------------------
@@ -28,20 +27,9 @@ FAKE_PULUMI = Path(__file__).resolve().parent / "fake_pulumi.py"
 @pytest.fixture
 def fake_pulumi(tmp_path, monkeypatch):
     """A `pulumi` on PATH that answers from a state file; returns (state path, log path)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    exe = bin_dir / "pulumi"
-    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_PULUMI}" "$@"\n')
-    exe.chmod(0o755)
-    state, log = tmp_path / "state.json", tmp_path / "calls.log"
-    state.write_text(json.dumps({"selected": "dev", "stacks": {"dev": {
+    return fake_pulumi_cli.install(tmp_path, monkeypatch, {"selected": "dev", "stacks": {"dev": {
         "outputs": {"region": REGION, "kubeconfig": "{\"secret\": true}", "layers": ["network"]},
-        "secrets": ["kubeconfig"]}}}))
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_PULUMI_STATE", str(state))
-    monkeypatch.setenv("FAKE_PULUMI_LOG", str(log))
-    monkeypatch.setenv("PULUMI_HOME", str(tmp_path / "pulumi-home"))
-    return state, log
+        "secrets": ["kubeconfig"]}}})
 
 
 def calls(log: Path) -> list[list[str]]:

@@ -19,7 +19,6 @@ import copy
 import datetime
 import json
 import shutil
-import socket
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from moto.ec2.models.route_tables import Route
 from rehearse import cli, gateway
 from rehearse.connection import Kube
 from rehearse.record import iso, read_events, utc_now
+from tests.offline_guard import forbid_non_loopback
 from tests.kube_emulator import (CONFIGMAPS, DAEMONSETS, LEASES, NODES, PODS, VTEP_CONFIGS,
                                  VTEP_CONFIGS_V2ALPHA1)
 from tests.kube_emulator import emulator  # noqa: F401 (fixture)
@@ -280,15 +280,7 @@ class Run:
 @pytest.fixture
 def loopback_only(monkeypatch):
     """Any connection to an address other than this machine's fails the test."""
-    connect = socket.socket.connect
-
-    def guarded(sock, address):
-        host = address[0] if isinstance(address, tuple) else address
-        if host not in ("127.0.0.1", "::1", "localhost"):
-            raise AssertionError(f"the test reached out to {address!r}")
-        return connect(sock, address)
-
-    monkeypatch.setattr(socket.socket, "connect", guarded)
+    forbid_non_loopback(monkeypatch)
 
 
 @pytest.fixture

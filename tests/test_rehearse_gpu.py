@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import json
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from rehearse import cli, gpu
 from rehearse import record as rec
 from rehearse.connection import Kube
 from rehearse.report import FAIL, PASS, SKIP
+from tests.offline_guard import forbid_non_loopback
 from tests.kube_checks import as_object
 from tests.kube_emulator import DEPLOYMENTS, EVENTS, NODES, PODS, emulator  # noqa: F401 fixture
 
@@ -212,15 +212,8 @@ def plant(emulator, *, gpu_allocatable: Optional[str] = "1", server: Optional[di
 
 @pytest.fixture
 def loopback_only(monkeypatch):
-    """Fails the test if anything connects to an address that is not loopback."""
-    connect = socket.socket.connect
-
-    def guarded(self, address):
-        if isinstance(address, tuple) and address[0] not in ("127.0.0.1", "::1", "localhost"):
-            raise AssertionError(f"connected to {address}")
-        return connect(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", guarded)
+    """Any connection to an address other than this machine's fails the test."""
+    forbid_non_loopback(monkeypatch)
 
 
 @pytest.fixture

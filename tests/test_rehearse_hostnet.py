@@ -14,11 +14,9 @@ import datetime
 import functools
 import json
 import shutil
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
-from unittest import mock
 
 import pytest
 
@@ -26,6 +24,7 @@ from rehearse import cli, hostnet
 from rehearse.connection import Kube
 from rehearse.record import read_events
 from tests import kube_emulator
+from tests.offline_guard import forbid_non_loopback
 from tests.kube_emulator import NODES, PODS
 from tests.kube_emulator import emulator  # noqa: F401 (fixture)
 
@@ -135,7 +134,7 @@ class Scene:
 
     def _echo_logs(self, token: str) -> None:
         for index, pod in enumerate(ECHO_PODS):
-            lines = [self._stamp(0) + f' 10.0.1.20 - - [01/Dec/2026:09:00:00 +0000] "GET / HTTP/1.1" 200 615 "-" "kube-probe/1.33" "-"']
+            lines = [self._stamp(0) + ' 10.0.1.20 - - [01/Dec/2026:09:00:00 +0000] "GET / HTTP/1.1" 200 615 "-" "kube-probe/1.33" "-"']
             if self.reached:
                 # The pod probe always lands on the first pod; the Service spreads.
                 for i in range(3):
@@ -238,15 +237,8 @@ class Run:
 
 @pytest.fixture
 def loopback_only(monkeypatch):
-    connect = socket.socket.connect
-
-    def guarded(sock, address):
-        host = address[0] if isinstance(address, tuple) else address
-        if host not in ("127.0.0.1", "::1", "localhost"):
-            raise AssertionError(f"the test reached out to {address!r}")
-        return connect(sock, address)
-
-    monkeypatch.setattr(socket.socket, "connect", guarded)
+    """Any connection to an address other than this machine's fails the test."""
+    forbid_non_loopback(monkeypatch)
 
 
 def namespaces_as_a_resource(monkeypatch) -> None:

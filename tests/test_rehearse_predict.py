@@ -34,7 +34,6 @@ import pytest
 
 from rehearse import cli, predict
 from rehearse.connection import Kube
-from rehearse.errors import RunError
 from rehearse.predict import (Forecast, Victim, decide, deletion_cost, forecast, less, log2_bucket,
                               parse_time, pod_facts)
 from tests.kube_emulator import DEPLOYMENTS, PODS, REPLICASETS, emulator  # noqa: F401 fixture

@@ -8,8 +8,6 @@ Automation API and the fake `pulumi`, and the pods' spec against Pod Security "r
 from __future__ import annotations
 
 import json
-import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -22,11 +20,12 @@ from rehearse import cli, throughput
 from rehearse import record as rec
 from rehearse.connection import Kube
 from rehearse.report import FAIL, PASS
+from tests import fake_pulumi as fake_pulumi_cli
+from tests.offline_guard import forbid_non_loopback
 from tests.kube_checks import pod_problems
 from tests.kube_emulator import CONFIGMAPS, LEASES, NODES, emulator  # noqa: F401 fixture
 
 SAMPLES = Path(__file__).resolve().parent / "fixtures" / "rehearse" / "iperf3"
-FAKE_PULUMI = Path(__file__).resolve().parent / "fake_pulumi.py"
 NS = "demo-gateway"
 GOOD_C2H = (SAMPLES / "good-cloud-to-hybrid.json").read_text()
 GOOD_H2C = (SAMPLES / "good-hybrid-to-cloud.json").read_text()
@@ -213,16 +212,8 @@ def samples(c2h: str = GOOD_C2H, h2c: str = GOOD_H2C) -> Callable[[list[str], bo
 
 @pytest.fixture
 def loopback_only(monkeypatch):
-    import socket
-
-    connect = socket.socket.connect
-
-    def guarded(self, address):
-        if isinstance(address, tuple) and address[0] not in ("127.0.0.1", "::1", "localhost"):
-            raise AssertionError(f"connected to {address}")
-        return connect(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", guarded)
+    """Any connection to an address other than this machine's fails the test."""
+    forbid_non_loopback(monkeypatch)
 
 
 @pytest.fixture
@@ -396,21 +387,10 @@ def test_a_stack_without_the_demo_layer_cannot_run(emulator, run, tmp_path):
 
 @pytest.fixture
 def fake_pulumi(tmp_path, monkeypatch):
-    """A `pulumi` on PATH that answers from a state file (as tests/test_rehearse_burst.py)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    exe = bin_dir / "pulumi"
-    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_PULUMI}" "$@"\n')
-    exe.chmod(0o755)
-    state, log = tmp_path / "state.json", tmp_path / "calls.log"
-    state.write_text(json.dumps({"selected": "lab", "stacks": {"lab": {
+    """A `pulumi` on PATH that answers from a state file; returns (state path, log path)."""
+    return fake_pulumi_cli.install(tmp_path, monkeypatch, {"selected": "lab", "stacks": {"lab": {
         "outputs": {"demo1": {"namespace": NS}},
-        "config": {throughput.CONFIG_KEY: "m6i.large"}}}}))
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_PULUMI_STATE", str(state))
-    monkeypatch.setenv("FAKE_PULUMI_LOG", str(log))
-    monkeypatch.setenv("PULUMI_HOME", str(tmp_path / "pulumi-home"))
-    return state, log
+        "config": {throughput.CONFIG_KEY: "m6i.large"}}}})
 
 
 def _calls(log: Path) -> list[list[str]]:

@@ -68,29 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
         _common(sub)
         module.add_arguments(sub)
 
-    module = _module("failover")
-    failover = commands.add_parser("failover", help=module.TITLE, description=module.__doc__)
-    _common(failover)
-    module.add_arguments(failover)
-
-    module = _module("burst")
-    burst = commands.add_parser("burst", help=module.TITLE, description=module.__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    _common(burst)
-    module.add_arguments(burst)
-
-    module = _module("gateway-throughput")
-    throughput = commands.add_parser("gateway-throughput", help=module.TITLE,
-                                     description=module.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    _common(throughput)
-    module.add_arguments(throughput)
-
-    module = _module("hostnet")
-    hostnet = commands.add_parser("hostnet", help=module.TITLE, description=module.__doc__,
+    for command in ("failover", "burst", "gateway-throughput", "hostnet"):
+        module = _module(command)
+        sub = commands.add_parser(command, help=module.TITLE, description=module.__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-    _common(hostnet)
-    module.add_arguments(hostnet)
+        _common(sub)
+        module.add_arguments(sub)
 
     predict = importlib.import_module("rehearse.predict")
     predict.add_arguments(commands.add_parser("predict", help=predict.TITLE,

@@ -33,14 +33,14 @@ The collector records what it saw (events.jsonl); the analysis is pure over thos
 from __future__ import annotations
 
 import argparse
-import datetime
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from rehearse import record as rec
+from rehearse.arguments import seconds
 from rehearse.errors import RunError
+from rehearse.stack import config_value, open_stack
 from rehearse.record import RUN_STARTED, every, first, iso, parse_time
 from rehearse.report import FAIL, PASS, SKIP, Check, Measurement, Report
 
@@ -156,19 +156,6 @@ M_READY = "scale to 15 → all 15 Ready"
 
 # --- arguments --------------------------------------------------------------------------------
 
-def _seconds(low: float):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{text} s: must be at least {low:g} seconds")
-        return value
-
-    return parse
-
-
 def _scenario(text: str) -> str:
     if text.upper() not in SCENARIOS:
         raise argparse.ArgumentTypeError(f"{text!r}: a scenario is A, B or C")
@@ -176,9 +163,9 @@ def _scenario(text: str) -> str:
 
 
 def _common_arguments(group: Any) -> None:
-    group.add_argument("--interval", type=_seconds(0.1), default=DEFAULTS["interval"], metavar="S",
+    group.add_argument("--interval", type=seconds(0.1), default=DEFAULTS["interval"], metavar="S",
                        help="poll the cluster every S seconds (default 0.5)")
-    group.add_argument("--within", type=_seconds(0.0), default=DEFAULTS["within"], metavar="S",
+    group.add_argument("--within", type=seconds(0.0), default=DEFAULTS["within"], metavar="S",
                        help="pods bound to hybrid nodes must carry Kyverno's cost within S "
                             "seconds (default 15; in A the run watches S seconds that nobody "
                             "writes one)")
@@ -195,17 +182,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "burstScenario with `pulumi up` (default: the stack's current one, "
                             "no switch); the original is put back at the end")
     _common_arguments(group)
-    group.add_argument("--timeout", type=_seconds(1.0), default=DEFAULTS["timeout"], metavar="S",
+    group.add_argument("--timeout", type=seconds(1.0), default=DEFAULTS["timeout"], metavar="S",
                        help="give up a wait (rollout, NodeClaims gone, 15 Ready, a scale-in) "
                             "after S seconds and record it (default 300)")
-    group.add_argument("--rank-timeout", type=_seconds(0.0), default=DEFAULTS["rank_timeout"],
+    group.add_argument("--rank-timeout", type=seconds(0.0), default=DEFAULTS["rank_timeout"],
                        metavar="S",
                        help="scenario C: wait up to S seconds for Karpenter to rank the cloud "
                             "pods before the first scale-in (it re-ranks at most once a minute; "
                             "default 150)")
-    group.add_argument("--pause", type=_seconds(0.0), default=DEFAULTS["pause"], metavar="S",
+    group.add_argument("--pause", type=seconds(0.0), default=DEFAULTS["pause"], metavar="S",
                        help="wait S seconds between steps, as a presenter would (default 5)")
-    group.add_argument("--watch", type=_seconds(0.0), default=DEFAULTS["watch"], metavar="S",
+    group.add_argument("--watch", type=seconds(0.0), default=DEFAULTS["watch"], metavar="S",
                        help="after the last scale-in, watch Karpenter for S seconds: does it "
                             "disrupt a cloud node whose pods would fit on the hybrid nodes' free "
                             "room? (NodeClaims, pods, its events; default 180, 0 skips it)")
@@ -1159,19 +1146,6 @@ def capacity_check(observed: dict, settings: dict) -> Check:
 
 # --- switching scenarios: the Pulumi Automation API ---------------------------------------------
 
-def open_stack(stack_name: str, work_dir: Path) -> Any:
-    """The stack through the Automation API (it runs the `pulumi` CLI). Tests replace this."""
-    from pulumi import automation
-
-    return automation.select_stack(stack_name=stack_name, work_dir=str(work_dir))
-
-
-def _config_value(value: str) -> Any:
-    from pulumi.automation import ConfigValue
-
-    return ConfigValue(value=value)
-
-
 def _pulumi_error(error: BaseException) -> str:
     from rehearse.outputs import _first_line
 
@@ -1225,7 +1199,7 @@ class Switcher:
         started = self.ctx.monotonic()
         self.changed = True
         try:
-            self.stack.set_config(SCENARIO_KEY, _config_value(scenario))
+            self.stack.set_config(SCENARIO_KEY, config_value(scenario))
             self._up(f"burstScenario {scenario}")
         except (KeyboardInterrupt, RunError):
             raise
@@ -1239,7 +1213,7 @@ class Switcher:
         if self.original is None:
             self.stack.remove_config(SCENARIO_KEY)
         else:
-            self.stack.set_config(SCENARIO_KEY, _config_value(self.original))
+            self.stack.set_config(SCENARIO_KEY, config_value(self.original))
         self._up(f"burstScenario back to {self.original or 'the default'}")
         return {"ok": True, "seconds": round(self.ctx.monotonic() - started, 1)}
 
@@ -2465,7 +2439,7 @@ def _scenario_section(result: ScenarioResult, settings: dict) -> str:
         lines.append(f"**{r.before} → {r.after}** removed: "
                      + (", ".join(_victim_text(p) for p in r.removed) or "nothing"))
         if r.evicted:
-            lines.append(f"  Evicted by Karpenter (DisruptionTarget, not the scale-in's choice): "
+            lines.append("  Evicted by Karpenter (DisruptionTarget, not the scale-in's choice): "
                          + ", ".join(_victim_text(p) + f" — {p['disruption_target'].get('reason')}"
                                      for p in r.evicted))
         if r.forecast is not None:

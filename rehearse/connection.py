@@ -12,7 +12,7 @@ import base64
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from rehearse.errors import RunError
 

@@ -23,6 +23,7 @@ from typing import Any, Iterable, Optional
 
 from rehearse import leader as leaders
 from rehearse import probes as probe_logs
+from rehearse.arguments import seconds
 from rehearse.errors import RunError
 from rehearse.record import every, first, iso, parse_time
 from rehearse.report import FAIL, PASS, Check, Measurement, Report
@@ -45,38 +46,24 @@ DOCUMENTED = "AWS documents 3–5 s"
 DEFAULTS = {"interval": 0.5, "observe": 30.0, "timeout": 60.0, "threshold": 10.0, "baseline": 20.0}
 
 
-def _seconds(low: float, high: Optional[float] = None):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-        if value < low or (high is not None and value > high):
-            bound = f"between {low:g} and {high:g}" if high is not None else f"at least {low:g}"
-            raise argparse.ArgumentTypeError(f"{text} s: must be {bound} seconds")
-        return value
-
-    return parse
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("failover")
-    group.add_argument("--threshold", type=_seconds(0.1), default=DEFAULTS["threshold"],
+    group.add_argument("--threshold", type=seconds(0.1), default=DEFAULTS["threshold"],
                        metavar="S",
                        help="PASS when every gap between two successful probes is at most S "
                             "seconds (default 10: AWS documents 3-5 s and the probers measure "
                             "to about 3 s during an outage; the gateway's e2e test allows 30)")
-    group.add_argument("--interval", type=_seconds(0.1, 1.0), default=DEFAULTS["interval"],
+    group.add_argument("--interval", type=seconds(0.1, 1.0), default=DEFAULTS["interval"],
                        metavar="S",
                        help="poll the Lease, route tables and VTEP config every S seconds, "
                             "0.1-1 (default 0.5, as the gateway's e2e test probes)")
-    group.add_argument("--observe", type=_seconds(0.0), default=DEFAULTS["observe"], metavar="S",
+    group.add_argument("--observe", type=seconds(0.0), default=DEFAULTS["observe"], metavar="S",
                        help="keep watching S seconds after the failover completes "
                             "(default 30, as the gateway's e2e test)")
-    group.add_argument("--timeout", type=_seconds(1.0), default=DEFAULTS["timeout"], metavar="S",
+    group.add_argument("--timeout", type=seconds(1.0), default=DEFAULTS["timeout"], metavar="S",
                        help="stop waiting for the new leader, routes and VTEP config after S "
                             "seconds and record a timeout (default 60)")
-    group.add_argument("--baseline", type=_seconds(5.0), default=DEFAULTS["baseline"],
+    group.add_argument("--baseline", type=seconds(5.0), default=DEFAULTS["baseline"],
                        metavar="S",
                        help="the baseline is the probers' last S seconds of logs (default 20); "
                             f"it needs {MIN_BASELINE_SUCCESSES} successful probes per path each way")
@@ -768,7 +755,7 @@ def _routes(run: _Run, report: Report, commands: dict[str, str],
         command=commands["route"]))
     note = (f"switched between {lows:.1f} and {switch:.1f} s after the deletion (the slowest of "
             f"{len(run.tables)} table(s); polled every {run.interval:g} s)"
-            if switch is not None else f"not seen on the new leader's ENI in every table")
+            if switch is not None else "not seen on the new leader's ENI in every table")
     report.measurements.append(Measurement("route switch (first poll seeing the new ENI)",
                                            _round(switch), "s", DOCUMENTED, note))
 
@@ -828,7 +815,7 @@ def _gaps(run: _Run, report: Report, commands: dict[str, str], deleted: datetime
             if event is None:
                 status, seen = FAIL, f"the {prober} logs were not read after the failover"
             elif gap.seconds is None:
-                status, seen = FAIL, (f"fewer than two successful probes: no gap can be measured"
+                status, seen = FAIL, ("fewer than two successful probes: no gap can be measured"
                                       + (f" ({event['error']})" if event.get("error") else ""))
             elif not covered:
                 status, seen = FAIL, (f"the {prober} log stops at {_clock(gap.last_probe)}, before "

@@ -21,6 +21,7 @@ import ipaddress
 from typing import Any, Optional
 
 from rehearse import probes as probe_logs
+from rehearse.errors import status_code
 from rehearse.leader import holder_host, instance_id_of, not_found
 from rehearse.record import RUN_STARTED, every, first, parse_time
 from rehearse.report import FAIL, PASS, SKIP, Check, Report
@@ -106,11 +107,6 @@ def _selector(text: str) -> dict[str, str]:
 def _labels_match(labels: Optional[dict], selector: dict[str, str]) -> bool:
     labels = labels or {}
     return all(labels.get(k) == v for k, v in selector.items())
-
-
-def _status_code(error: BaseException) -> Optional[int]:
-    response = getattr(error, "response", None)
-    return getattr(response, "status_code", None)
 
 
 def _node_view(node: dict) -> dict:
@@ -241,7 +237,7 @@ def collect(ctx: Any, record: Any) -> None:
                     since=int(window) + 1)]
                 error = None
             except not_found as failure:
-                lines, error = [], f"HTTP {_status_code(failure)}"
+                lines, error = [], f"HTTP {status_code(failure)}"
             record(PROBER_LOG, direction=direction, prober=name, pod=pod["name"],
                    container=container, sinceSeconds=int(window) + 1,
                    lines=lines[-MAX_LINES:], error=error)

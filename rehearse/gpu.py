@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 from rehearse import record as rec
-from rehearse.errors import RunError
+from rehearse.errors import RunError, first_line, status_code
 from rehearse.report import FAIL, PASS, SKIP, Check, Measurement, Report
 
 TITLE = "check demo 3: vLLM on the hybrid GPU host, called from the cloud"
@@ -194,7 +194,7 @@ def collect(ctx: Any, record: Any) -> None:
             if not _is_http_error(error):
                 raise
             record(CLIENT_LOG, pod=name, container=container, since_seconds=since_seconds,
-                   lines=[], error=_first_line(error))
+                   lines=[], error=first_line(error))
             continue
         record(CLIENT_LOG, pod=name, container=container, since_seconds=since_seconds,
                lines=lines)
@@ -239,27 +239,14 @@ def _get_or_none(client: Any, resource: Any, name: str, namespace: str) -> Any:
     try:
         return client.get(resource, name, namespace=namespace)
     except Exception as error:  # noqa: BLE001 lightkube's ApiError, or httpx's for a bare 404
-        if _status_code(error) == 404:
+        if status_code(error) == 404:
             return None
         raise
 
 
-def _status_code(error: BaseException) -> Optional[int]:
-    status = getattr(error, "status", None)
-    if getattr(status, "code", None):
-        return int(status.code)
-    response = getattr(error, "response", None)
-    return getattr(response, "status_code", None)
-
-
 def _is_http_error(error: BaseException) -> bool:
-    code = _status_code(error)
+    code = status_code(error)
     return code is not None and 400 <= code < 600
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def node_summary(node: dict) -> dict:

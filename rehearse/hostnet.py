@@ -568,8 +568,8 @@ def _check_to_host(run: _Run) -> Check:
             f"{node_ip}:{port} (host network of {node}): {ok} ok, {failed} FAIL")
     sources = httpd_sources(run.lines(SERVER), f"hostnet-{token}")
     if not sources:
-        fix = (f"the hybrid hosts' security group admits from the cloud VPC only TCP 10250 and 9443 "
-               f"(components/hybrid_hosts.py): run again with `--port 9443`" if port != PORT else
+        fix = ("the hybrid hosts' security group admits from the cloud VPC only TCP 10250 and 9443 "
+               "(components/hybrid_hosts.py): run again with `--port 9443`" if port != PORT else
                "the cloud route tables must send the remote node CIDR to the Transit Gateway, and the "
                "hybrid hosts' security group admit TCP 9443 from the cloud VPC "
                "(components/hybrid_hosts.py); is another host-network process on the node using the "

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from rehearse import record as rec
-from rehearse.errors import RunError
+from rehearse.errors import RunError, first_line, status_code
+from rehearse.stack import config_value, open_stack
 from rehearse.report import FAIL, PASS, Check, Measurement, Report
 
 TITLE = "measure the gateway's throughput, pod to pod, each way"
@@ -154,31 +155,6 @@ def client_args(server_ip: str, seconds: int, streams: int) -> list[str]:
 # --- the collector --------------------------------------------------------------------------
 
 
-def open_stack(stack_name: str, work_dir: Path) -> Any:
-    """The stack through the Automation API (it runs the `pulumi` CLI). Tests replace this."""
-    from pulumi import automation
-
-    return automation.select_stack(stack_name=stack_name, work_dir=str(work_dir))
-
-
-def _config_value(value: str) -> Any:
-    from pulumi.automation import ConfigValue
-
-    return ConfigValue(value=value)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
-
-
-def _status_code(error: BaseException) -> Optional[int]:
-    status = getattr(error, "status", None)
-    if getattr(status, "code", None):
-        return int(status.code)
-    return getattr(getattr(error, "response", None), "status_code", None)
-
-
 class Pods:
     """Creates the measurement pods and remembers them, to delete every one by name."""
 
@@ -210,9 +186,9 @@ class Pods:
                 self.ctx.kube.client.delete(Pod, name, namespace=self.ns, grace_period=0)
                 self.record(POD_DELETED, name=name, ok=True)
             except Exception as error:  # noqa: BLE001 recorded; the next pod is still deleted
-                gone = _status_code(error) == 404
+                gone = status_code(error) == 404
                 self.record(POD_DELETED, name=name, ok=gone,
-                            **({} if gone else {"error": _first_line(error)}))
+                            **({} if gone else {"error": first_line(error)}))
 
     def read(self, name: str) -> Optional[dict]:
         from lightkube.resources.core_v1 import Pod
@@ -220,7 +196,7 @@ class Pods:
         try:
             return self.ctx.kube.client.get(Pod, name, namespace=self.ns).to_dict()
         except Exception as error:  # noqa: BLE001 lightkube's ApiError
-            if _status_code(error) == 404:
+            if status_code(error) == 404:
                 return None
             raise
 
@@ -288,9 +264,9 @@ def measure_direction(ctx: Any, record: Any, pods: Pods, direction: str, server_
     try:
         log = "".join(ctx.kube.client.log(client, namespace=pods.ns, container="iperf3"))
     except Exception as error:  # noqa: BLE001 a container that never started answers 400
-        if _status_code(error) is None:
+        if status_code(error) is None:
             raise
-        record(RESULT, **result, log=None, error=f"no log from the client: {_first_line(error)} "
+        record(RESULT, **result, log=None, error=f"no log from the client: {first_line(error)} "
                f"({_why(finished)})")
         return
     record(RESULT, **result, log=log)
@@ -303,7 +279,7 @@ def read_mtu(ctx: Any) -> dict:
         cm = ctx.kube.client.get(ConfigMap, "cilium-config", namespace="kube-system")
     except Exception as error:  # noqa: BLE001 not found, or not allowed to read it
         return {"mtu": LAB_MTU, "source": "configured, not observed",
-                "why": _first_line(error)}
+                "why": first_line(error)}
     value = (cm.data or {}).get("mtu")
     if value:
         return {"mtu": int(value), "source": "cilium-config ConfigMap (kube-system), key mtu"}
@@ -330,7 +306,7 @@ def read_gateway(ctx: Any) -> dict:
         host = lease.host if lease else None
         node = leader.find_node(ctx.kube, host) if host else None
     except Exception as error:  # noqa: BLE001 recorded, the measurement goes on
-        found.update(leader=None, leader_why=_first_line(error))
+        found.update(leader=None, leader_why=first_line(error))
         return found
     if node is None:
         found.update(leader=None, holder=lease.holder if lease else None,
@@ -403,12 +379,12 @@ def _measure_each(ctx: Any, record: Any, pods: Pods, types: list[str], seconds: 
         raise RunError("--instance-types needs the pulumi CLI (the Automation API runs it)") from None
     except Exception as error:  # noqa: BLE001 automation's CommandError
         raise RunError(f"pulumi could not select the stack {ctx.outputs.stack}: "
-                       f"{_first_line(error)}") from None
+                       f"{first_line(error)}") from None
     try:
         original: Optional[str] = str(stack.get_config(CONFIG_KEY).value)
     except Exception as error:  # noqa: BLE001 not set: the project's default
         if "not found" not in str(error):
-            raise RunError(f"pulumi could not read {CONFIG_KEY}: {_first_line(error)}") from None
+            raise RunError(f"pulumi could not read {CONFIG_KEY}: {first_line(error)}") from None
         original = None
     record(ORIGINAL, value=original)
 
@@ -422,12 +398,12 @@ def _measure_each(ctx: Any, record: Any, pods: Pods, types: list[str], seconds: 
             started = ctx.monotonic()
             changed = True
             try:
-                stack.set_config(CONFIG_KEY, _config_value(instance_type))
+                stack.set_config(CONFIG_KEY, config_value(instance_type))
                 up(f"gatewayInstanceType {instance_type}")
             except (KeyboardInterrupt, RunError):
                 raise
             except Exception as error:  # noqa: BLE001 a refused update: recorded, next type
-                record(SWITCHED, instance_type=instance_type, ok=False, error=_first_line(error),
+                record(SWITCHED, instance_type=instance_type, ok=False, error=first_line(error),
                        seconds=round(ctx.monotonic() - started, 1))
                 continue
             record(SWITCHED, instance_type=instance_type, ok=True,
@@ -441,12 +417,12 @@ def _measure_each(ctx: Any, record: Any, pods: Pods, types: list[str], seconds: 
                 if original is None:
                     stack.remove_config(CONFIG_KEY)
                 else:
-                    stack.set_config(CONFIG_KEY, _config_value(original))
+                    stack.set_config(CONFIG_KEY, config_value(original))
                 up(f"gatewayInstanceType back to {back}")
             except Exception as error:  # noqa: BLE001 said loudly: the stack is changed
-                record(RESTORED, value=original, ok=False, error=_first_line(error))
+                record(RESTORED, value=original, ok=False, error=first_line(error))
                 raise RunError(f"could not put gatewayInstanceType back to {back}: "
-                               f"{_first_line(error)}: run `pulumi config set gatewayInstanceType "
+                               f"{first_line(error)}: run `pulumi config set gatewayInstanceType "
                                f"{original}` and `pulumi up`") from None
             record(RESTORED, value=original, ok=True)
 

@@ -49,7 +49,8 @@ RFC1918 = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12",
 class Setting:
     key: str
     type: str  # the Pulumi.yaml config type: string | integer | boolean | array
-    #: None when the default depends on the stack (``derived_default``).
+    #: For a ``derived_default`` setting, the empty string: Pulumi.yaml declares it so the CLI
+    #: does not require the key, and the program derives the value when it is empty.
     default: Any
     description: str
     #: The default as documented when it is computed from the stack name (Pulumi.yaml then
@@ -61,7 +62,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("upToLayer", "string", AVAILABLE_LAYERS[-1],
             "Build the layers up to and including this one: network, cluster, hybrid, gateway, "
             "karpenter or demo. Lowering it removes the layers above (staged teardown)."),
-    Setting("clusterName", "string", None,
+    Setting("clusterName", "string", "",
             "EKS cluster name; also the karpenter.sh/discovery tag value and the prefix of the "
             "interruption queue, the activation and the log group. Defaults to "
             "hybrid-lab-<stack> (made a valid EKS name), so two stacks in one account and "
@@ -448,7 +449,9 @@ def load_config(values: Mapping[str, str], *, stack: str, region: Optional[str],
 
     for setting in SETTINGS:
         raw = values.get(setting.key)
-        if raw is None and setting.key in DERIVED_DEFAULTS:
+        # Unset (a config from the tests) or the declared empty default (what the CLI hands
+        # the program when the stack leaves the key out): derived from the stack name.
+        if raw in (None, "") and setting.key in DERIVED_DEFAULTS:
             raw = DERIVED_DEFAULTS[setting.key](stack)
         value, problem = _parse(setting, raw)
         if problem is None:

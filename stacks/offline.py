@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
-import yaml
 from pulumi import Output
 from pulumi.dynamic import dynamic as _dynamic
 from pulumi.runtime import config as runtime_config
@@ -27,6 +26,7 @@ from pulumi.runtime import rpc, settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from stacks import pulumi_cli
 from stacks.config import PROJECT
 from stacks.fake_cloud import FakeCloud
 
@@ -323,16 +323,20 @@ def _config_string(value: Any) -> str:
 
 
 def load_stack_config(stack: str, path: Optional[Path] = None) -> dict[str, str]:
-    """The config of ``Pulumi.<stack>.yaml`` (or of ``path``) with full keys and string values."""
+    """The config ``pulumi preview`` would start the program with for ``Pulumi.<stack>.yaml``
+    (or ``path``): full keys, string values, the project's defaults applied.
+
+    The stack file is first put through the Pulumi CLI's own checks (``stacks/pulumi_cli.py``):
+    a stack the CLI would refuse raises ``CliConfigError`` with the CLI's message, as `pulumi
+    preview` stops before the program runs."""
     path = path or PROJECT_DIR / f"Pulumi.{stack}.yaml"
     if not path.exists():
         raise FileNotFoundError(f"no stack file {path}")
-    data = yaml.safe_load(path.read_text()) or {}
-    values = data.get("config") or {}
-    result = {}
+    project = pulumi_cli.load_project(PROJECT_DIR)
+    values = pulumi_cli.load_stack_file(path, project.get("name", PROJECT))
     for key, value in values.items():
-        if isinstance(value, dict) and "secure" in value:
+        if value.secure:
             raise ValueError(f"{path.name}: {key} is encrypted; the offline plan cannot read "
                              "secrets (use a plain value in a copy of the stack file)")
-        result[key if ":" in key else f"{PROJECT}:{key}"] = _config_string(value)
-    return result
+    merged = pulumi_cli.merge_config(stack, project, values)
+    return pulumi_cli.program_config(merged)

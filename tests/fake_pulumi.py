@@ -9,6 +9,13 @@ and refuses anything else with exit 255 and the call in stderr, so a new call ca
 ``up`` plays the lab's program for what the rehearsal changes: the ``demo2`` output's scenario
 and ``karpenterPodDeletionCostManagement`` follow ``eks-hybrid-lab:burstScenario`` (default A).
 A state key ``"up_fails": n`` makes the next n updates fail, as a refused update would.
+
+Before ``up`` or ``preview`` runs anything it checks the stack's config the way the real CLI
+does (``stacks/pulumi_cli.py``, ported from pulumi/pulumi ``mergeConfig``): the project is the
+``Pulumi.yaml`` of the working directory the Automation API runs it in, the stack's config is
+its ``Pulumi.<stack>.yaml`` there (if any) with the state's ``config`` set over it (what
+``config set`` would have written), and a refused config ends the command with the CLI's
+message and exit 255 — so a rehearsal test fails where the real CLI would refuse the stack.
 """
 
 from __future__ import annotations
@@ -16,7 +23,11 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import pathlib
 import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from stacks import pulumi_cli  # noqa: E402
 
 SCENARIO_KEY = "eks-hybrid-lab:burstScenario"
 
@@ -73,6 +84,12 @@ def main(argv: list[str]) -> int:
         state["stacks"][name].setdefault("config", {}).pop(key, None)
         open(state_path, "w").write(json.dumps(state))
         return 0
+    if args[:1] in (["up"], ["preview"]):
+        name = option("--stack") or state.get("selected")
+        refusal = _config_refusal(name, state["stacks"][name].get("config", {}))
+        if refusal:
+            print(f"error: {refusal}", file=sys.stderr)
+            return 255
     if args[:1] == ["up"] and "--yes" in args:
         name = option("--stack") or state.get("selected")
         stack = state["stacks"][name]
@@ -102,6 +119,24 @@ def main(argv: list[str]) -> int:
         return 0
     print(f"fake pulumi: unexpected call {argv}", file=sys.stderr)
     return 255
+
+
+def _config_refusal(stack: str, state_config: dict) -> str | None:
+    """The CLI's config check before the program runs; None when the stack passes."""
+    cwd = pathlib.Path.cwd()
+    if not (cwd / "Pulumi.yaml").exists():
+        return f"no Pulumi.yaml project file found (searching upwards from {cwd})"
+    try:
+        stack_file = cwd / f"Pulumi.{stack}.yaml"
+        project = pulumi_cli.load_project(cwd)
+        values = pulumi_cli.load_stack_file(stack_file, project.get("name", "")) if stack_file.exists() else {}
+        for key, raw in state_config.items():
+            # `pulumi config set KEY VALUE` stores text; a list or map came from --path sets.
+            values[key] = pulumi_cli.StackValue(raw) if isinstance(raw, str) else pulumi_cli.stack_value(raw)
+        pulumi_cli.merge_config(stack, project, values)
+    except pulumi_cli.CliConfigError as refused:
+        return str(refused)
+    return None
 
 
 if __name__ == "__main__":

@@ -57,7 +57,8 @@ def test_config_is_frozen():
 # One failing input per rule: (key, value, words the rule must say).
 BAD_VALUES = [
     ("upToLayer", "everything", "must be one of network, cluster, hybrid, gateway, karpenter, demo"),
-    ("clusterName", "", "1-100 characters"),
+    # Empty is the declared default ("derive it"); blank is not a name.
+    ("clusterName", " ", "1-100 characters"),
     ("clusterName", "-starts-with-hyphen", "starting with a letter or digit"),
     ("clusterName", "has.dot", "letters, digits, hyphens and underscores"),
     ("clusterName", "x" * 101, "1-100 characters"),
@@ -296,7 +297,10 @@ def test_cluster_name_defaults_to_a_valid_name_per_stack(stack, expected):
 
 
 def test_the_dev_stack_cluster_is_hybrid_lab_dev(dev_run):
-    assert "eks-hybrid-lab:clusterName" not in dev_run.config
+    # The dev stack leaves the key out; the CLI hands the program Pulumi.yaml's empty default.
+    assert "eks-hybrid-lab:clusterName" not in yaml.safe_load(
+        (PROJECT_DIR / "Pulumi.dev.yaml").read_text())["config"]
+    assert dev_run.config["eks-hybrid-lab:clusterName"] == ""
     assert dev_run.one("aws:eks/cluster:Cluster", "cluster-eks-cluster").inputs["name"] == "hybrid-lab-dev"
 
 
@@ -371,13 +375,13 @@ def test_pulumi_yaml_declares_every_setting_with_type_default_and_description():
     for setting in SETTINGS:
         entry = declared[setting.key]
         assert entry["type"] == setting.type, setting.key
+        # Every key has a default: a project key without one is required by the Pulumi CLI
+        # (tests/test_pulumi_cli.py). A stack-derived one is declared empty, and the
+        # description says what the program makes of that.
+        assert entry["default"] == setting.default, setting.key
         if setting.derived_default:
-            # Computed from the stack name by the program: a default here would be used for
-            # every stack instead. The description says what it is.
-            assert "default" not in entry, setting.key
+            assert setting.default == "", setting.key
             assert setting.derived_default in entry["description"], setting.key
-        else:
-            assert entry["default"] == setting.default, setting.key
         assert entry["description"] == setting.description, setting.key
         if setting.type == "array":
             assert entry["items"] == {"type": "string"}

@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_aws as aws
 
+from components.eks_versions import SUPPORT_TYPE
 from components.iam import Role, RoleArgs, managed_policy_arn, trust_policy
 
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
@@ -55,6 +56,9 @@ class EksClusterArgs:
     log_retention_days: int
     #: IAM roles given cluster-admin through STANDARD access entries.
     admin_role_arns: Sequence[str] = ()
+    #: What EKS does when the version leaves standard support: STANDARD upgrades it; EXTENDED
+    #: (the API's default when unset) keeps it and bills extended support.
+    support_type: str = SUPPORT_TYPE
 
 
 class EksCluster(pulumi.ComponentResource):
@@ -143,6 +147,9 @@ class EksCluster(pulumi.ComponentResource):
             # The add-ons are managed by this stack (EKS add-ons), not installed unmanaged.
             bootstrap_self_managed_addons=False,
             enabled_cluster_log_types=list(CONTROL_PLANE_LOG_TYPES),
+            # Unset, EKS defaults to EXTENDED: $0.60/h instead of $0.10/h once the version
+            # leaves standard support, for a lab nobody watches the bill of.
+            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type=args.support_type),
             encryption_config=aws.eks.ClusterEncryptionConfigArgs(
                 provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=key.arn),
                 resources=["secrets"],

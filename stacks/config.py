@@ -9,6 +9,7 @@ mistake, and nothing is created.
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import ipaddress
 import json
@@ -18,6 +19,8 @@ from typing import Any, Callable, Mapping, Optional
 
 import pulumi
 
+from components.eks_versions import (EXTENDED_SUPPORT_USD_PER_HOUR, STANDARD_SUPPORT_USD_PER_HOUR,
+                                     offered_versions, support_window)
 from ops.principals import same_role
 
 PROJECT = "eks-hybrid-lab"
@@ -29,10 +32,16 @@ LAYERS: tuple[str, ...] = ("network", "cluster", "hybrid", "gateway", "karpenter
 #: defaults to the last of them, so a stack with default settings always deploys.
 AVAILABLE_LAYERS: tuple[str, ...] = LAYERS
 
-#: Kubernetes minor versions EKS offers for new clusters (standard or extended support) as of
-#: 2026-11: 1.31 left extended support on 2026-11-26; 1.36 is the newest EKS release the docs
-#: name. The one place to move when EKS adds or retires a version.
-KUBERNETES_MINORS = range(32, 37)
+#: How long a lab may stay up: its SSM activation lasts 30 days (then the hosts cannot
+#: register again without a new activation). A version whose standard support ends within it
+#: is warned about.
+LAB_LIFETIME_DAYS = 30
+
+
+def today() -> datetime.date:
+    """The date the support windows are judged on (a seam for the tests)."""
+    return datetime.date.today()
+
 
 #: Cilium's per-node pod block (clusterPoolIPv4MaskSize): 128 pods per node. It cannot change
 #: once nodes have blocks, so it is fixed here.
@@ -69,7 +78,8 @@ SETTINGS: tuple[Setting, ...] = (
             "region do not collide.",
             derived_default="hybrid-lab-<stack>"),
     Setting("kubernetesVersion", "string", "1.35",
-            "Kubernetes version of the cluster and of nodeadm on hybrid hosts (1.<minor>)."),
+            "Kubernetes version of the cluster and of nodeadm on hybrid hosts (1.<minor>, in "
+            "EKS standard support: the cluster is created with upgradePolicy STANDARD)."),
     Setting("availabilityZoneCount", "integer", 2,
             "Availability zones for the cloud VPC's private subnets (2 or 3)."),
     Setting("cloudVpcCidr", "string", "10.0.0.0/16",
@@ -313,11 +323,24 @@ def _rule_cluster_name(value):
 
 
 def _rule_kubernetes_version(value):
-    match = re.fullmatch(r"1\.(\d+)", value)
-    if match and int(match.group(1)) in KUBERNETES_MINORS:
+    if value in offered_versions():
         return value, None
-    return None, (f"must be 1.<minor> with minor from {KUBERNETES_MINORS.start} to "
-                  f"{KUBERNETES_MINORS.stop - 1} (the versions EKS offers)")
+    return None, ("must be 1.<minor>, one of " + ", ".join(offered_versions())
+                  + " (the versions EKS offers for new clusters)")
+
+
+def _standard_support_violation(version: str, day: datetime.date) -> Optional[str]:
+    """A version whose EKS standard support is over: under upgradePolicy STANDARD (what the lab
+    sets) EKS would upgrade it at once; under EXTENDED it would bill six times as much."""
+    window = support_window(version)
+    if not window.ended_by(day):
+        return None
+    current = [v for v in offered_versions() if not support_window(v).ended_by(day)]
+    return (f"EKS standard support for {version} ended on {window.standard_ends.isoformat()} "
+            f"(docs/eks-support.md): extended support bills the control plane "
+            f"${EXTENDED_SUPPORT_USD_PER_HOUR:.2f}/h instead of ${STANDARD_SUPPORT_USD_PER_HOUR:.2f}/h, "
+            "and the lab creates clusters with upgradePolicy STANDARD; choose "
+            + " or ".join(current))
 
 
 def _rule_instance_type(value):
@@ -433,10 +456,11 @@ def _field(key: str) -> str:
 
 
 def load_config(values: Mapping[str, str], *, stack: str, region: Optional[str],
-                project: str = PROJECT) -> LabConfig:
+                project: str = PROJECT, day: Optional[datetime.date] = None) -> LabConfig:
     """Builds the validated config from raw values keyed by setting name (no namespace).
 
-    ``region`` is the ``aws:region`` setting. Raises ConfigError listing every violation.
+    ``region`` is the ``aws:region`` setting; ``day`` the date support windows are judged on
+    (today). Raises ConfigError listing every violation.
     """
     violations: list[Violation] = []
     parsed: dict[str, Any] = {}
@@ -460,6 +484,12 @@ def load_config(values: Mapping[str, str], *, stack: str, region: Optional[str],
             parsed[setting.key] = value
         else:
             violations.append(Violation(setting.key, raw, problem))
+
+    version = parsed.get("kubernetesVersion")
+    if version is not None:
+        problem = _standard_support_violation(version, day or today())
+        if problem:
+            violations.append(Violation("kubernetesVersion", version, problem))
 
     for key, other in _DISJOINT:
         if key in parsed and other in parsed and parsed[key].overlaps(parsed[other]):

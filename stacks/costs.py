@@ -15,6 +15,12 @@ from typing import Mapping, Optional
 from stacks.config import LabConfig
 
 READ_ON = "2026-11-29"
+
+#: Control-plane log volume (api, audit, authenticator) in GB a day, low and high: a quiet
+#: small cluster writes a few hundred MB a day across the log types; this one also renews about
+#: five leader Leases every one to two seconds (gateway, Karpenter, Cilium operator, controller
+#: manager, scheduler), each an audit event. Estimates (docs/eks-support.md), not measured.
+CONTROL_PLANE_LOG_GB_PER_DAY = (0.5, 2.0)
 HOURS_PER_MONTH = 730
 
 
@@ -30,7 +36,8 @@ _SEOUL_EC2 = "public ap-northeast-2 on-demand table (m5/m6i/m7i .xlarge); other 
 
 PRICES: dict[str, dict[str, Price]] = {
     "us-east-1": {
-        "eks.cluster": Price(0.10, "hour", "EKS pricing, standard support"),
+        "eks.cluster": Price(0.10, "hour", "EKS pricing, standard support (upgradePolicy STANDARD)"),
+        "logs.ingestion": Price(0.50, "gb", "CloudWatch Logs pricing, standard class ingestion"),
         "eks.hybridVcpu": Price(0.020, "vcpu-hour", "EKS Hybrid Nodes, first tier (secondary source)"),
         "natGateway": Price(0.045, "hour", "VPC pricing (plus $0.045/GB processed)"),
         "publicIpv4": Price(0.005, "hour", "VPC pricing, public IPv4 address in use"),
@@ -46,7 +53,8 @@ PRICES: dict[str, dict[str, Price]] = {
         "ec2.g6.xlarge": Price(0.8048, "hour", _US_EC2),
     },
     "ap-northeast-2": {
-        "eks.cluster": Price(0.10, "hour", "EKS pricing, standard support (one price in all regions)"),
+        "eks.cluster": Price(0.10, "hour", "EKS pricing, standard support (upgradePolicy STANDARD; one price in all regions)"),
+        "logs.ingestion": Price(0.76, "gb", "CloudWatch Logs pricing, standard class ingestion, Asia Pacific (Seoul) (estimate)"),
         "eks.hybridVcpu": Price(0.020, "vcpu-hour", "EKS Hybrid Nodes, first tier (estimate for Seoul)"),
         "natGateway": Price(0.059, "hour", "VPC pricing, Asia Pacific (estimate; plus $0.059/GB)"),
         "publicIpv4": Price(0.005, "hour", "VPC pricing, public IPv4 address in use (flat in every region)"),
@@ -105,6 +113,10 @@ class PriceBook:
     def ec2(self, instance_type: str) -> float:
         return self.hourly(f"ec2.{instance_type}")
 
+    def logs(self, gb_per_day: float) -> float:
+        """Hourly cost of ingesting ``gb_per_day`` into CloudWatch Logs."""
+        return gb_per_day / 24 * self.hourly("logs.ingestion")
+
     def ebs(self, gib: float) -> float:
         return gib * self.hourly("ebs.gp3") / HOURS_PER_MONTH
 
@@ -126,10 +138,16 @@ def estimate(cfg: LabConfig, overrides: Optional[Mapping[str, float]] = None) ->
             value = 2 * book.hourly("natGateway") + 2 * book.hourly("publicIpv4") + 2 * book.hourly("tgwAttachment")
             costs.append(_layer_cost(layer, value, value))
         elif layer == "cluster":
-            # The control plane, its KMS key, two system nodes with 30 GiB gp3 each.
+            # The control plane (standard support: the cluster's upgradePolicy), its KMS key,
+            # two system nodes with 30 GiB gp3 each, and its api/audit/authenticator logs'
+            # ingestion (their storage, 7 days of a few GB, is cents a month).
             value = (book.hourly("eks.cluster") + book.hourly("kms.key")
                      + 2 * (book.ec2(cfg.system_node_instance_type) + book.ebs(30)))
-            costs.append(_layer_cost(layer, value, value))
+            low_logs, high_logs = (book.logs(gb) for gb in CONTROL_PLANE_LOG_GB_PER_DAY)
+            costs.append(_layer_cost(
+                layer, value + low_logs, value + high_logs,
+                f"control-plane logs {CONTROL_PLANE_LOG_GB_PER_DAY[0]:g}-"
+                f"{CONTROL_PLANE_LOG_GB_PER_DAY[1]:g} GB/day"))
         elif layer == "hybrid":
             # Each host: the EC2 instance standing in for a server, its 40 GiB volume, and
             # the EKS hybrid-node fee per vCPU-hour while its Node exists.

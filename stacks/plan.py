@@ -18,6 +18,8 @@ from pathlib import Path
 from collections import Counter, defaultdict
 from typing import Optional, TextIO
 
+from components.eks_versions import (EXTENDED_SUPPORT_USD_PER_HOUR, STANDARD_SUPPORT_USD_PER_HOUR,
+                                     SUPPORT_TYPE, support_window)
 from stacks.config import LAYERS, ConfigError
 from stacks import reachability, scheduling
 from stacks.costs import READ_ON
@@ -115,6 +117,12 @@ def _render_costs(run: ProgramRun, out: TextIO) -> None:
                   f"{money(cost.low, cost.high, 24):>14} /day{note}\n")
     low, high = cost_totals(costs)
     out.write(f"  {'total':<10} {money(low, high, 1):>12} /h {money(low, high, 24):>14} /day\n")
+    if "cluster" in cfg.layers:
+        window = support_window(cfg.kubernetes_version)
+        out.write(f"  the control plane is priced at EKS standard support "
+                  f"(${book.prices.get('eks.cluster', STANDARD_SUPPORT_USD_PER_HOUR):.2f}/h): "
+                  f"upgradePolicy {SUPPORT_TYPE}, {window.describe()}; extended support would "
+                  f"be ${EXTENDED_SUPPORT_USD_PER_HOUR:.2f}/h\n")
     if book.missing:
         out.write(f"  no price for {', '.join(sorted(book.missing))}: set priceOverrides\n")
 

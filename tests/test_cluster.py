@@ -38,10 +38,10 @@ def test_remote_networks_are_the_server_lan_and_the_pod_cidr(dev_run):
 
 
 def test_cluster_identity_version_and_subnets(lab):
-    run = lab(clusterName="rehearsal-1", kubernetesVersion="1.34")
+    run = lab(clusterName="rehearsal-1", kubernetesVersion="1.36")
     eks = cluster(run)
     assert eks.inputs["name"] == "rehearsal-1"
-    assert eks.inputs["version"] == "1.34"
+    assert eks.inputs["version"] == "1.36"
     private = {s.id for s in run.of_type("aws:ec2/subnet:Subnet") if s.name.startswith("network-cloud-private-")}
     assert set(eks.inputs["vpcConfig"]["subnetIds"]) == private
 

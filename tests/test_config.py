@@ -63,8 +63,10 @@ BAD_VALUES = [
     ("clusterName", "has.dot", "letters, digits, hyphens and underscores"),
     ("clusterName", "x" * 101, "1-100 characters"),
     ("clusterName", "x" * 71, "at most 70 characters: the Karpenter interruption queue"),
-    ("kubernetesVersion", "1.29", "minor from 32 to 36"),
-    ("kubernetesVersion", "1.99", "minor from 32 to 36"),
+    ("kubernetesVersion", "1.29", "one of 1.32, 1.33, 1.34, 1.35, 1.36"),
+    ("kubernetesVersion", "1.99", "the versions EKS offers"),
+    # Offered, but past standard support (1.32 ended 2026-03-23): extended support billing.
+    ("kubernetesVersion", "1.32", "EKS standard support for 1.32 ended on 2026-03-23"),
     ("kubernetesVersion", "v1.35", "must be 1.<minor>"),
     ("kubernetesVersion", "1.35.2", "must be 1.<minor>"),
     ("availabilityZoneCount", "1", "must be 2 or 3"),
@@ -130,7 +132,7 @@ def test_every_setting_has_a_failing_input():
 
 GOOD_VALUES = [
     ("clusterName", "a"), ("clusterName", "Lab_2-x"), ("clusterName", "9" * 70),
-    ("kubernetesVersion", "1.32"), ("kubernetesVersion", "1.36"),
+    ("kubernetesVersion", "1.35"), ("kubernetesVersion", "1.36"),
     ("hybridNodeInstanceType", "m7i-flex.large"), ("gatewayInstanceType", "u-6tb1.metal"),
     ("gpuInstanceType", "p4d.24xlarge"), ("systemNodeInstanceType", "m8g.metal-24xl"),
     ("karpenterVersion", "1.15.1"), ("cloudVpcCidr", "192.168.10.0/24"),

@@ -25,7 +25,7 @@ def demo_objects(run: ProgramRun) -> list[dict]:
     return [as_object(r) for r in run.registrations if r.type in CORE_KINDS]
 
 
-@pytest.mark.parametrize("overrides", [{}, {"gpuEnabled": True, "kubernetesVersion": "1.32"},
+@pytest.mark.parametrize("overrides", [{}, {"gpuEnabled": True, "kubernetesVersion": "1.36"},
                                        {"kubernetesVersion": "1.36", "burstScenario": "C"}])
 def test_core_objects_validate_strictly_for_the_cluster_version(lab, overrides):
     run = lab(**overrides)

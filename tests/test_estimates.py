@@ -27,8 +27,10 @@ def test_one_config_recomputed_by_hand_from_the_table():
     layer_costs, book = costs.estimate(cfg())
     assert not book.missing
     low, high = costs.totals(layer_costs)
-    assert low == pytest.approx(network + cluster + hybrid + gateway, abs=1e-3)
-    assert high == pytest.approx(network + cluster + hybrid + gateway + burst, abs=1e-3)
+    # Control-plane logs: 0.5 GB a day at the quiet end, 2 GB at the busy end.
+    logs_low, logs_high = 0.5 / 24 * p["logs.ingestion"], 2.0 / 24 * p["logs.ingestion"]
+    assert low == pytest.approx(network + cluster + logs_low + hybrid + gateway, abs=1e-3)
+    assert high == pytest.approx(network + cluster + logs_high + hybrid + gateway + burst, abs=1e-3)
     # About 1.50 USD an hour in Seoul with nothing bursting.
     assert 1.3 < low < 1.7
 

@@ -11,7 +11,9 @@ import pulumi_kubernetes as k8s
 from components.eks_addons import eks_addon
 from components.eks_cluster import EksCluster, EksClusterArgs, kubeconfig
 from components.node_group import ManagedNodeGroup, ManagedNodeGroupArgs
-from stacks.config import LabConfig
+from components.eks_versions import offered_versions, support_window
+from stacks import config as lab_config
+from stacks.config import LAB_LIFETIME_DAYS, LabConfig
 from stacks.layers.base import Layer
 from stacks.layers.network import NetworkLayer
 
@@ -49,6 +51,19 @@ class ClusterLayer(Layer):
                 "endpointAccess is private: `pulumi up` creates the Kubernetes resources through "
                 "the private endpoint, so it must run from a machine that reaches the cloud VPC "
                 f"({cfg.cloud_vpc_cidr}), e.g. over a VPN or from an instance inside it.")
+
+        window = support_window(cfg.kubernetes_version)
+        day = lab_config.today()
+        if window.ends_within(day, LAB_LIFETIME_DAYS):
+            newer = [v for v in offered_versions()
+                     if not support_window(v).ends_within(day, LAB_LIFETIME_DAYS)]
+            pulumi.log.warn(
+                f"kubernetesVersion {cfg.kubernetes_version}: EKS standard support ends "
+                f"{window.standard_ends.isoformat()}, while this lab may still be up (its SSM "
+                f"activation lasts {LAB_LIFETIME_DAYS} days). The cluster's upgradePolicy is "
+                "STANDARD, so EKS then upgrades the control plane by itself, mid-rehearsal, "
+                "instead of billing extended support. To rehearse on a version that stays put: "
+                f"pulumi config set kubernetesVersion {newer[0] if newer else '<newer>'}")
 
         self.eks = EksCluster(self.child_name("eks"), EksClusterArgs(
             cluster_name=cfg.cluster_name,

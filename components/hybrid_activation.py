@@ -14,6 +14,13 @@ from components.cleanup.ssm_registrations import SsmRegistrationCleanup
 from components.expiry import Expiry
 
 
+#: SSM accepts an activation expiry at most 30 days after *its* clock. The expiry is computed
+#: from the deployer's clock, which may run a little fast: an expiry an hour short of the limit
+#: still passes with a clock up to an hour ahead.
+SSM_MAX_VALID_DAYS = 30
+CLOCK_MARGIN_MINUTES = 60
+
+
 @dataclass(frozen=True)
 class HybridActivationArgs:
     #: The IAM role the registered machines act as (its name, as SSM wants it).
@@ -46,8 +53,11 @@ class HybridActivation(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         # Fixed at creation: an expiry computed from "now" on every run would replace the
         # activation, and with it every host, at each preview.
+        if not 0 < args.valid_days <= SSM_MAX_VALID_DAYS:
+            raise ValueError(f"valid_days must be 1 to {SSM_MAX_VALID_DAYS} (SSM's limit), "
+                             f"got {args.valid_days}")
         self.expiry = Expiry(f"{name}-expiry", days=args.valid_days, generation=args.generation,
-                             opts=child)
+                             margin_minutes=CLOCK_MARGIN_MINUTES, opts=child)
         self.expires_at = self.expiry.expires_at
         self.activation = aws.ssm.Activation(
             f"{name}-ssm",

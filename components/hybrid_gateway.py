@@ -21,6 +21,7 @@ import pulumi_kubernetes as k8s
 from components.cleanup.gateway_routes import GatewayRouteCleanup
 from components.iam import Role, RoleArgs, trust_policy
 from components.node_group import ManagedNodeGroup, ManagedNodeGroupArgs, Taint
+from components.propagation import POD_IDENTITY_SETTLE_SECONDS, PropagationWait
 
 #: VXLAN between the gateway and the hybrid nodes.
 VXLAN_PORT = 8472
@@ -175,6 +176,8 @@ class HybridNodesGatewayArgs:
 class HybridNodesGateway(pulumi.ComponentResource):
     role: Role
     pod_identity: aws.eks.PodIdentityAssociation
+    #: Created once the association has had time to take effect; the release waits for it.
+    pod_identity_ready: PropagationWait
     route_cleanup: GatewayRouteCleanup
     release: k8s.helm.v3.Release
     namespace: str = NAMESPACE
@@ -200,6 +203,11 @@ class HybridNodesGateway(pulumi.ComponentResource):
             role_arn=self.role.arn,
             opts=pulumi.ResourceOptions(parent=self, depends_on=self.role.attachments),
         )
+        # The gateway's pods get credentials only if the association has taken effect when
+        # they are created (components/propagation.py).
+        self.pod_identity_ready = PropagationWait(
+            f"{name}-pod-identity-ready", trigger=self.pod_identity.association_id,
+            seconds=POD_IDENTITY_SETTLE_SECONDS, opts=child)
 
         # Deleted after the release (which depends on it) and before the route tables and the
         # cluster (its inputs): removes the routes and VTEP config the leader wrote.
@@ -226,7 +234,7 @@ class HybridNodesGateway(pulumi.ComponentResource):
                 lambda ids: gateway_values(args.vpc_cidr, args.pod_cidrs, ids)),
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[*args.wait_for, self.pod_identity, self.route_cleanup],
+                depends_on=[*args.wait_for, self.pod_identity_ready, self.route_cleanup],
             ),
         )
         self.register_outputs({"releaseName": self.release.name, "roleArn": self.role.arn})

@@ -18,6 +18,7 @@ import pulumi_kubernetes as k8s
 
 from components.cleanup.karpenter_leftovers import KarpenterLeftoverCleanup
 from components.iam import Role, RoleArgs, managed_policy_arn, trust_policy
+from components.propagation import POD_IDENTITY_SETTLE_SECONDS, PropagationWait
 
 CRD_CHART = "oci://public.ecr.aws/karpenter/karpenter-crd"
 CHART = "oci://public.ecr.aws/karpenter/karpenter"
@@ -215,6 +216,8 @@ class Karpenter(pulumi.ComponentResource):
     controller_role: Role
     queue: aws.sqs.Queue
     cleanup: KarpenterLeftoverCleanup
+    #: Created once the controller's association has had time to take effect.
+    pod_identity_ready: PropagationWait
     crds: k8s.helm.v3.Release
     controller: k8s.helm.v3.Release
     values: Mapping[str, Any]
@@ -274,6 +277,11 @@ class Karpenter(pulumi.ComponentResource):
             f"{name}-pod-identity", cluster_name=args.cluster_name_output, namespace=NAMESPACE,
             service_account=SERVICE_ACCOUNT, role_arn=self.controller_role.arn,
             opts=pulumi.ResourceOptions(parent=self, depends_on=self.controller_role.attachments))
+        # The controller's pods get credentials only if the association has taken effect when
+        # they are created (components/propagation.py).
+        self.pod_identity_ready = PropagationWait(
+            f"{name}-pod-identity-ready", trigger=pod_identity.association_id,
+            seconds=POD_IDENTITY_SETTLE_SECONDS, opts=child)
 
         # Deleted after the controller (which depends on it): terminates whatever instances,
         # launch templates and instance profiles escaped the finalizers, before the node role,
@@ -296,7 +304,8 @@ class Karpenter(pulumi.ComponentResource):
             # The CRDs come from the CRD chart.
             skip_crds=True,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[
-                self.crds, pod_identity, node_access, self.cleanup, *rules, *args.wait_for]),
+                self.crds, self.pod_identity_ready, node_access, self.cleanup, *rules,
+                *args.wait_for]),
         )
         self.register_outputs({"nodeRoleName": self.node_role.role_name,
                                "queueName": self.queue.name})

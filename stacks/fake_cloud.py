@@ -151,6 +151,9 @@ class FakeCloud(pulumi.runtime.Mocks):
         props = {k: rpc.unwrap_rpc_secret(v) for k, v in inputs.items() if k != "__provider"}
         if props.get("createdAt") == "":
             props["createdAt"] = FROZEN_NOW
+        if hasattr(provider, "sleep"):
+            # A propagation wait: nothing propagates offline, and the plan must not wait.
+            provider.sleep = lambda _seconds: None
         result = provider.create(props)
         return result.id, {**props, **(result.outs or {}), "__provider": inputs["__provider"]}
 
@@ -210,6 +213,12 @@ class FakeCloud(pulumi.runtime.Mocks):
         if typ == "aws:eks/nodeGroup:NodeGroup":
             return {"nodeGroupName": f"{name}-{_hex(name, length=8)}", "status": "ACTIVE",
                     "arn": f"arn:aws:eks:{self.region}:{self.account_id}:nodegroup/{name}"}
+        if typ == "aws:eks/podIdentityAssociation:PodIdentityAssociation":
+            # EKS: "a-" and 17 characters; the ARN names the cluster.
+            association = f"a-{_hex(name, 'association', length=17)}"
+            return {"associationId": association,
+                    "associationArn": f"arn:aws:eks:{self.region}:{self.account_id}:"
+                                      f"podidentityassociation/{state.get('clusterName')}/{association}"}
         if typ == "aws:ssm/activation:Activation":
             return {"activationCode": f"{_hex(name, 'code', length=20)}", "expired": False,
                     "registrationCount": 0}

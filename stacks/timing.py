@@ -57,6 +57,7 @@ DURATIONS: dict[str, Duration] = {
     "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass": Duration(2, 30, "deletion waits for its instance profiles"),
     DEPLOYMENT: Duration(30, 20, "pods scheduled, small images pulled, ready (estimate)"),
     SERVICE: Duration(12, 5, "pulumi-kubernetes waits until the Endpoints target a pod, then 10 s for them to settle (provider/pkg/await/service.go); the pods are their Deployment's"),
+    "pulumi-python:dynamic/wait:Propagation": Duration(30, 1, "components/propagation.py: 30 s for a Pod Identity association to take effect (EKS API reference: 'several seconds'; eksctl #7709: 15 s)"),
     "pulumi-python:dynamic/cleanup:SsmRegistrations": Duration(1, 15, "deregistration calls"),
     "pulumi-python:dynamic/cleanup:HybridNodeObjects": Duration(1, 15, "Kubernetes API calls"),
     "pulumi-python:dynamic/cleanup:GatewayRoutes": Duration(1, 15, "route and Kubernetes API calls"),

@@ -124,7 +124,8 @@ def test_helm_values_match_the_config(lab, overrides):
 
 def test_release_waits_for_cilium_identity_nodes_and_its_cleanup(dev_run):
     deps = {dev_run.by_urn[u].name for u in release(dev_run).explicit_dependencies}
-    assert {"hybrid-cilium-release", "gateway-gateway-pod-identity", "gateway-nodes-group-ng",
+    # The association through its propagation wait (tests/test_pod_identity_wait.py).
+    assert {"hybrid-cilium-release", "gateway-gateway-pod-identity-ready", "gateway-nodes-group-ng",
             "gateway-gateway-route-cleanup", "cluster-eks-pod-identity-agent"} <= deps
 
 

@@ -137,6 +137,31 @@ def test_expiry_is_fixed_at_creation_and_renewed_by_generation():
     assert renewed.changes and renewed.replaces == ["generation"]
 
 
+def test_the_activation_expiry_leaves_a_margin_below_ssms_30_days(dev_run):
+    """SSM refuses an expiry more than 30 days after its own clock; the expiry is computed from
+    the deployer's. With the margin, a clock up to an hour fast still passes."""
+    from components.hybrid_activation import CLOCK_MARGIN_MINUTES
+
+    [expiry] = dev_run.of_type("pulumi-python:dynamic/time:Expiry")
+    assert expiry.inputs["days"] == 30 and expiry.inputs["marginMinutes"] == CLOCK_MARGIN_MINUTES == 60
+    fast = datetime.timedelta(minutes=59)
+    aws_now = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.timezone.utc)
+    local = (aws_now + fast).strftime("%Y-%m-%dT%H:%M:%SZ")
+    created = ExpiryProvider().create({"days": 30, "generation": 1, "createdAt": local,
+                                       "marginMinutes": expiry.inputs["marginMinutes"]})
+    expires = datetime.datetime.strptime(created.outs["expiresAt"], "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=datetime.timezone.utc)
+    assert expires - aws_now <= datetime.timedelta(days=30), "SSM would refuse this expiry"
+    assert expires - aws_now > datetime.timedelta(days=29, hours=23), "the margin is small"
+
+
+def test_a_margin_change_does_not_replace_an_activation_in_place():
+    provider = ExpiryProvider()
+    created = provider.create({"days": 30, "generation": 1, "createdAt": "", "marginMinutes": 0})
+    later = provider.diff(created.id, created.outs, {"days": 30, "generation": 1, "marginMinutes": 60})
+    assert not later.changes and not later.replaces
+
+
 def test_expired_activation_warns_with_the_setting_that_renews_it(monkeypatch):
     from stacks.layers import hybrid
     warnings = []

@@ -22,7 +22,7 @@ import hashlib, importlib, json, pkgutil, sys
 sys.path.insert(0, {project!r})
 import pulumi.dynamic
 from pulumi.dynamic.dynamic import serialize_provider
-import components.cleanup, components.expiry
+import components.cleanup, components.expiry, components.propagation
 for module in pkgutil.iter_modules(components.cleanup.__path__):
     importlib.import_module("components.cleanup." + module.name)
 

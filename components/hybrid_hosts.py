@@ -8,6 +8,7 @@ nodes; this is for rehearsal only.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
@@ -15,7 +16,8 @@ import pulumi
 import pulumi_aws as aws
 
 from components.cleanup.node_objects import NodeObjectCleanup
-from components.hybrid_user_data import NODEADM_ARCH, HostBootstrap, render_user_data
+from components.hybrid_user_data import (NODEADM_ARCH, HostBootstrap, boot_generation,
+                                         render_user_data)
 from components.instance_types import architecture
 
 #: Admission webhooks served from pods on hybrid nodes (controller-runtime's default port).
@@ -51,7 +53,7 @@ class HybridHostsArgs:
     activation_code: pulumi.Input[str]
     hosts: Sequence[HostSpec]
     #: Labels that mark the hosts as this stack's; with ``<label_prefix>host`` and
-    #: ``<label_prefix>activation`` they select each host's Node object and nothing else.
+    #: ``<label_prefix>generation`` they select each host's Node object and nothing else.
     identity_labels: Mapping[str, str] = field(default_factory=dict)
     label_prefix: str = "eks-hybrid-lab.io/"
     #: What a host needs to join and, at delete, what must outlive it: routes to the cluster and
@@ -62,10 +64,12 @@ class HybridHostsArgs:
 class HybridHosts(pulumi.ComponentResource):
     security_group: aws.ec2.SecurityGroup
     instances: dict[str, aws.ec2.Instance]
-    #: One per host: deleted after its host, it deletes the host's Node object (hybrid nodes
-    #: are billed per vCPU while it exists) — also when only that host goes (the GPU host
-    #: switched off) or is replaced (a new activation).
+    #: One per host generation: deleted after its host, it deletes that generation's Node
+    #: object (hybrid nodes are billed per vCPU while it exists) and SSM registration — also
+    #: when only that host goes (the GPU host switched off) or is replaced (see below).
     node_cleanups: dict[str, NodeObjectCleanup]
+    #: Per host, the ``<label_prefix>generation`` label value its Node carries (boot_generation).
+    generations: dict[str, pulumi.Output[str]]
 
     def __init__(self, name: str, args: HybridHostsArgs,
                  opts: Optional[pulumi.ResourceOptions] = None):
@@ -104,19 +108,45 @@ class HybridHosts(pulumi.ComponentResource):
         amis: dict[str, pulumi.Output[str]] = {}
         self.instances = {}
         self.node_cleanups = {}
-        host_key, activation_key = f"{args.label_prefix}host", f"{args.label_prefix}activation"
+        self.generations = {}
+        host_key, generation_key = f"{args.label_prefix}host", f"{args.label_prefix}generation"
         for host in args.hosts:
             identity = {**args.identity_labels, host_key: host.name}
+            arch = architecture(host.instance_type)
+
+            def bootstrap(cluster_name: str, activation_id: str, activation_code: str,
+                          host: HostSpec = host, arch: str = arch,
+                          identity: Mapping[str, str] = identity) -> HostBootstrap:
+                return HostBootstrap(
+                    cluster_name=cluster_name, region=args.region,
+                    kubernetes_version=args.kubernetes_version,
+                    activation_id=activation_id, activation_code=activation_code,
+                    architecture=arch, node_labels={**host.node_labels, **identity},
+                    node_taints=host.node_taints, gpu=host.gpu)
+
+            # A host generation: what the host boots with, so exactly what replaces the
+            # instance — its user data (user_data_replace_on_change) and its subnet (ForceNew) —
+            # gives its Node a new label value. A replaced host registers a new Node (named
+            # after its new mi-… registration) while the old one stays NotReady and billed; the
+            # old generation's cleanup selects the old label value and so the old Node only.
+            # The activation code stays out: it is secret, and it changes only with the
+            # activation id, which is in. (The activation id also used to be a label of its
+            # own; the generation covers it, and a Node without that label is out of reach of
+            # the selectors cleanups stored before generations existed.)
+            generation = pulumi.Output.all(args.cluster_name, args.activation_id,
+                                           args.subnet_id).apply(
+                lambda values, bootstrap=bootstrap: boot_generation(
+                    bootstrap(values[0], values[1], ""), subnet_id=values[2]))
+            self.generations[host.name] = generation
             selector = pulumi.Output.concat(
                 ",".join(f"{k}={v}" for k, v in identity.items()),
-                f",{activation_key}=", args.activation_id)
+                f",{generation_key}=", generation)
             self.node_cleanups[host.name] = NodeObjectCleanup(
                 f"{name}-{host.name}-node",
                 cluster_name=args.cluster_name, region=args.region,
                 endpoint=args.cluster_endpoint,
                 certificate_authority=args.cluster_certificate_authority,
-                label_selector=selector, opts=child)
-            arch = architecture(host.instance_type)
+                label_selector=selector, activation_id=args.activation_id, opts=child)
             if arch not in amis:
                 amis[arch] = aws.ssm.get_parameter_output(
                     name=UBUNTU_AMI_PARAMETER.format(arch=NODEADM_ARCH[arch]),
@@ -124,15 +154,11 @@ class HybridHosts(pulumi.ComponentResource):
                 ).value
             ami = amis[arch]
 
-            def user_data(values, host=host, arch=arch, identity=identity) -> str:
-                cluster_name, activation_id, activation_code = values
-                return render_user_data(HostBootstrap(
-                    cluster_name=cluster_name, region=args.region,
-                    kubernetes_version=args.kubernetes_version,
-                    activation_id=activation_id, activation_code=activation_code,
-                    architecture=arch,
-                    node_labels={**host.node_labels, **identity, activation_key: activation_id},
-                    node_taints=host.node_taints, gpu=host.gpu))
+            def user_data(values, bootstrap=bootstrap) -> str:
+                cluster_name, activation_id, activation_code, generation = values
+                booted = bootstrap(cluster_name, activation_id, activation_code)
+                return render_user_data(dataclasses.replace(
+                    booted, node_labels={**booted.node_labels, generation_key: generation}))
 
             self.instances[host.name] = aws.ec2.Instance(
                 f"{name}-{host.name}",
@@ -149,9 +175,15 @@ class HybridHosts(pulumi.ComponentResource):
                     delete_on_termination=True),
                 # Holds the activation code, so it is a secret (the code is one).
                 user_data=pulumi.Output.all(args.cluster_name, args.activation_id,
-                                            args.activation_code).apply(user_data),
+                                            args.activation_code, generation).apply(user_data),
                 # A host registers with the activation in its user data, once: a new
-                # activation (or a new join script) needs a new host.
+                # activation (or a new join script) needs a new host. Its Node cleanup is
+                # replaced with it (its selector holds the generation): Pulumi creates the new
+                # cleanup, then the new host (it depends on the cleanup), and only after every
+                # create deletes the old host and then the old cleanup — deletes of replaced
+                # resources run last, dependents first (pulumi/pulumi
+                # pkg/resource/deploy/deployment_executor.go performPostSteps,
+                # step_generator.go GenerateDeletes and ScheduleDeletes).
                 user_data_replace_on_change=True,
                 tags={"Name": f"{name}-{host.name}"},
                 opts=pulumi.ResourceOptions(
@@ -166,4 +198,5 @@ class HybridHosts(pulumi.ComponentResource):
         self.register_outputs({
             "securityGroupId": sg_id,
             "instanceIds": {k: i.id for k, i in self.instances.items()},
+            "generations": dict(self.generations),
         })

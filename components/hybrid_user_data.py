@@ -7,6 +7,8 @@ dict and dumped as YAML, so values are quoted correctly whatever they hold.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +22,9 @@ _PLACEHOLDER = re.compile(r"{{ (\w+) }}")
 _SHELL_SAFE = re.compile(r"[A-Za-z0-9_.:/-]+")
 
 NODEADM_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
+#: Hex digits of a boot generation (48 bits: a collision between two generations of one host
+#: is not a practical concern, and the value fits a label next to others).
+GENERATION_DIGITS = 12
 
 
 @dataclass(frozen=True)
@@ -78,3 +83,21 @@ def render_user_data(host: HostBootstrap) -> str:
         "node_config": yaml.safe_dump(node_config(host), sort_keys=False).rstrip(),
         "gpu_setup": gpu_setup,
     })
+
+
+def boot_generation(host: HostBootstrap, **placement: str) -> str:
+    """A short hash of what ``host`` boots with: its user data as rendered — the templates'
+    bytes, cluster, region, Kubernetes version, architecture, labels, taints, GPU setup and the
+    activation id — with the activation code left out (it is secret, and it changes only with
+    the activation id), plus ``placement`` (other inputs that replace the instance, such as
+    its subnet).
+
+    Whatever changes the user data replaces the instance (``user_data_replace_on_change``), so
+    a new hash means a new host, which registers a new Node; the hash goes into the Node's
+    labels, so each generation's Node can be told from the next one's. ``host.node_labels`` must
+    not hold the hash itself (it would depend on itself).
+    """
+    digest = hashlib.sha256(render_user_data(dataclasses.replace(host, activation_code="")).encode())
+    for key, value in sorted(placement.items()):
+        digest.update(f"\0{key}={value}".encode())
+    return digest.hexdigest()[:GENERATION_DIGITS]

@@ -19,12 +19,15 @@ from tests.fake_kube_api import (CLUSTER, FAKE_AWS_ENV, REGION, FakeApiServer, P
                                  assert_authorized)
 from tests.fake_kube_api import api, fake_aws, other_pki, pki  # noqa: F401 (fixtures)
 from tests.fake_kube_api import no_eks  # noqa: F401 (fixture)
+from tests.fake_ssm import FakeSsm, install
 from tests.offline_guard import forbid_network
 from tests.pickled_provider import result_of, run_pickled
 
 pytestmark = pytest.mark.usefixtures("no_eks")
 
 SELECTOR = "eks-hybrid-lab.io/stack=eks-hybrid-lab.dev"
+ACTIVATION = "3f1c2a7e-5b8d-4c21-9e0f-6a7b8c9d0e1f"
+OTHER_ACTIVATION = "9d8c7b6a-0f1e-4d2c-8b3a-1e2f3a4b5c6d"
 HYBRID = {"eks.amazonaws.com/compute-type": "hybrid"}
 OURS = {"eks-hybrid-lab.io/stack": "eks-hybrid-lab.dev"}
 THEIRS = {"eks-hybrid-lab.io/stack": "eks-hybrid-lab.prod"}
@@ -41,9 +44,16 @@ def provider() -> NodeObjectCleanupProvider:
     return p
 
 
+@pytest.fixture(autouse=True)
+def ssm(monkeypatch) -> FakeSsm:
+    """SSM for the cleanup: no registrations unless a test plants them."""
+    return install(monkeypatch, REGION)
+
+
 def props_for(api: FakeApiServer, pki: Pki, selector: str = SELECTOR) -> dict[str, str]:
     return {"clusterName": CLUSTER, "region": REGION, "endpoint": api.url,
-            "certificateAuthority": pki.ca_b64, "labelSelector": selector}
+            "certificateAuthority": pki.ca_b64, "labelSelector": selector,
+            "activationId": ACTIVATION}
 
 
 def plant_mixed(api: FakeApiServer) -> None:
@@ -195,7 +205,8 @@ def test_unreachable_server_fails_with_kubectl_hint(pki, provider):
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     props = {"clusterName": CLUSTER, "region": REGION, "endpoint": f"https://127.0.0.1:{port}",
-             "certificateAuthority": pki.ca_b64, "labelSelector": SELECTOR}
+             "certificateAuthority": pki.ca_b64, "labelSelector": SELECTOR,
+             "activationId": ACTIVATION}
     with pytest.raises(Exception, match="kubectl delete node -l"):
         provider.delete("x", props)
 
@@ -209,7 +220,9 @@ def test_create_is_pure_and_diff_replaces_only_on_identity(api, pki, provider, m
     assert api.requests == []
 
     olds = {**props, "__provider": "code"}
-    for key, value in [("clusterName", "other"), ("labelSelector", "a=b")]:
+    # A new activation is another set of registrations (and so of nodes) to clean up.
+    for key, value in [("clusterName", "other"), ("labelSelector", "a=b"),
+                       ("activationId", OTHER_ACTIVATION)]:
         diff = provider.diff(created.id, olds, {**olds, key: value})
         assert diff.changes and diff.replaces == [key]
     for key, value in [("endpoint", "https://example.invalid"), ("certificateAuthority", "Q0E="),
@@ -225,11 +238,47 @@ def test_create_is_pure_and_diff_replaces_only_on_identity(api, pki, provider, m
 
 
 def test_pickled_provider_deletes_in_a_fresh_process(api, pki, provider):
-    plant_mixed(api)
+    api.nodes.update({"mi-0a1b2c3d4e5f60001": {**HYBRID, **OURS},
+                      "mi-0a1b2c3d4e5f60002": {**HYBRID, **OURS},
+                      "mi-0ccc": {**HYBRID, **THEIRS},
+                      "ip-10-0-1-5.ec2.internal": {"eks.amazonaws.com/compute-type": "ec2"}})
+    # SSM in the child is a Stubber (ordered: the nodes are listed by name): the first registered
+    # through this activation and deregistered, the other no longer registered.
+    def describe(name: str) -> dict:
+        return {"Filters": [{"Key": "InstanceIds", "Values": [name]},
+                            {"Key": "ActivationIds", "Values": [ACTIVATION]}]}
+    prelude = f"""
+        import atexit, boto3
+        from botocore.stub import Stubber
+        client = boto3.client("ssm", region_name={REGION!r}, endpoint_url="http://127.0.0.1:9")
+        stubber = Stubber(client)
+        stubber.add_response("describe_instance_information", {{"InstanceInformationList": [
+            {{"InstanceId": "mi-0a1b2c3d4e5f60001", "ActivationId": {ACTIVATION!r}}}]}}, {describe("mi-0a1b2c3d4e5f60001")!r})
+        stubber.add_response("deregister_managed_instance", {{}}, {{"InstanceId": "mi-0a1b2c3d4e5f60001"}})
+        stubber.add_response("describe_instance_information", {{"InstanceInformationList": []}},
+                             {describe("mi-0a1b2c3d4e5f60002")!r})
+        stubber.activate()
+        real_client = boto3.client
+
+        def client_for(service, *args, **kwargs):
+            if service != "ssm":
+                return real_client(service, *args, **kwargs)
+            assert kwargs.get("region_name") == {REGION!r}, kwargs
+            return client
+
+        boto3.client = client_for
+
+        def no_pending_responses():
+            stubber.assert_no_pending_responses()
+            print("NO PENDING RESPONSES")
+
+        atexit.register(no_pending_responses)
+    """
     done = run_pickled(provider, "delete", f"node-objects-{CLUSTER}", props_for(api, pki),
-                       env=FAKE_AWS_ENV, timeout=30)
+                       prelude=prelude, env=FAKE_AWS_ENV, timeout=30)
     assert result_of(done) is None
-    assert sorted(api.deleted) == ["mi-0aaa", "mi-0bbb"]
+    assert "NO PENDING RESPONSES" in done.stdout.splitlines(), done.stderr
+    assert sorted(api.deleted) == ["mi-0a1b2c3d4e5f60001", "mi-0a1b2c3d4e5f60002"]
     assert sorted(api.nodes) == ["ip-10-0-1-5.ec2.internal", "mi-0ccc"]
     assert_authorized(api)
 
@@ -241,15 +290,15 @@ def test_resource_registers_public_outputs(tmp_path):
         "from components.cleanup.node_objects import NodeObjectCleanup\n"
         "res = NodeObjectCleanup('nodes', cluster_name='c', region='r',\n"
         "    endpoint='https://e', certificate_authority=pulumi.Output.secret('Q0E='),\n"
-        "    label_selector='k=v')\n"
+        "    label_selector='k=v', activation_id='act')\n"
         "pulumi.export('out', pulumi.Output.all(res.clusterName, res.region, res.endpoint,\n"
-        "    res.certificateAuthority, res.labelSelector))\n")
+        "    res.certificateAuthority, res.labelSelector, res.activationId))\n")
     run = run_program({"aws:region": REGION}, program=program)
     [reg] = run.of_type("pulumi-python:dynamic/cleanup:HybridNodeObjects")
     assert reg.name == "nodes"
     assert reg.inputs["certificateAuthority"] == "Q0E="
     assert not isinstance(reg.inputs["__provider"], Secret)
-    assert run.outputs["out"] == ["c", "r", "https://e", "Q0E=", "k=v"]
+    assert run.outputs["out"] == ["c", "r", "https://e", "Q0E=", "k=v", "act"]
 
 
 def test_a_cluster_deleted_outside_pulumi_leaves_nothing_to_clean(pki, provider, monkeypatch):
@@ -258,7 +307,8 @@ def test_a_cluster_deleted_outside_pulumi_leaves_nothing_to_clean(pki, provider,
     monkeypatch.setattr(provider, "_cluster_is_gone", lambda name, region: asked.append(name) or True)
     provider.attempts = 1
     props = {"clusterName": CLUSTER, "region": "ap-northeast-2", "endpoint": "https://127.0.0.1:9",
-             "certificateAuthority": pki.ca_b64, "labelSelector": SELECTOR}
+             "certificateAuthority": pki.ca_b64, "labelSelector": SELECTOR,
+             "activationId": ACTIVATION}
     provider.delete("id", props)
     assert asked == [CLUSTER]
 
@@ -284,3 +334,114 @@ def test_cluster_is_gone_only_when_eks_says_not_found(provider, monkeypatch, ans
     monkeypatch.setattr(boto3, "client", lambda *a, **k: eks)
     assert provider._cluster_is_gone("lab", "ap-northeast-2") is gone
     stubber.assert_no_pending_responses()
+
+
+# --- the SSM registrations of the selected nodes ---------------------------------------------
+
+GEN_OLD = {"eks-hybrid-lab.io/host": "node-0", "eks-hybrid-lab.io/generation": "0123456789ab"}
+GEN_NEW = {"eks-hybrid-lab.io/host": "node-0", "eks-hybrid-lab.io/generation": "ba9876543210"}
+# Managed instance ids as SSM writes them (mi- and 17 hex digits; botocore checks the length).
+MI_A, MI_B, MI_C = "mi-0a1b2c3d4e5f60001", "mi-0a1b2c3d4e5f60002", "mi-0a1b2c3d4e5f60003"
+MI_OLD, MI_NEW = "mi-0a1b2c3d4e5f6000a", "mi-0a1b2c3d4e5f6000b"
+OLD_SELECTOR = ("eks-hybrid-lab.io/stack=eks-hybrid-lab.dev,eks-hybrid-lab.io/host=node-0,"
+                "eks-hybrid-lab.io/generation=0123456789ab")
+
+
+def plant_registered(api: FakeApiServer) -> None:
+    """plant_mixed with managed-instance names."""
+    api.nodes.update({MI_A: {**HYBRID, **OURS}, MI_B: {**HYBRID, **OURS},
+                      MI_C: {**HYBRID, **THEIRS},
+                      "ip-10-0-1-5.ec2.internal": {"eks.amazonaws.com/compute-type": "ec2"}})
+
+
+def test_old_generations_cleanup_removes_only_the_old_node_and_registration(api, pki, provider,
+                                                                             ssm):
+    # A replaced host: create-before-delete leaves the old generation's cleanup to run once
+    # the new host exists and may have joined, through the same activation.
+    api.plant(MI_OLD, **HYBRID, **OURS, **GEN_OLD)
+    api.plant(MI_NEW, **HYBRID, **OURS, **GEN_NEW)
+    ssm.registrations.update({MI_OLD: ACTIVATION, MI_NEW: ACTIVATION})
+    provider.delete("x", props_for(api, pki, selector=OLD_SELECTOR))
+
+    assert api.deleted == [MI_OLD] and sorted(api.nodes) == [MI_NEW]
+    assert ssm.deregistered == [MI_OLD] and ssm.registrations == {MI_NEW: ACTIVATION}
+    assert ssm.of("DescribeInstanceInformation") == [
+        {"Filters": [{"Key": "InstanceIds", "Values": [MI_OLD]},
+                     {"Key": "ActivationIds", "Values": [ACTIVATION]}]}]
+
+
+def test_registration_is_gone_before_its_node(api, pki, provider, ssm):
+    plant_registered(api)
+    ssm.registrations.update({MI_A: ACTIVATION, MI_B: ACTIVATION})
+    ssm.watch = lambda: sorted(api.nodes)
+    provider.delete("x", props_for(api, pki))
+
+    assert sorted(ssm.deregistered) == [MI_A, MI_B]
+    for operation, params, nodes in ssm.calls:
+        if operation == "DeregisterManagedInstance":
+            assert params["InstanceId"] in nodes, "the Node went before its registration"
+    assert sorted(api.deleted) == [MI_A, MI_B] and ssm.registrations == {}
+
+
+def test_registration_of_another_activation_is_left_but_the_node_goes(api, pki, provider, ssm):
+    plant_registered(api)
+    # MI_C is another stack's node: not selected, so SSM is not even asked about it.
+    ssm.registrations.update({MI_A: OTHER_ACTIVATION, MI_C: ACTIVATION})
+    provider.delete("x", props_for(api, pki))
+
+    assert ssm.deregistered == []
+    assert {p["Filters"][0]["Values"][0] for p in ssm.of("DescribeInstanceInformation")} == \
+        {MI_A, MI_B}
+    assert sorted(api.deleted) == [MI_A, MI_B]
+
+
+def test_registration_already_gone_is_success(api, pki, provider, ssm):
+    plant_registered(api)
+    # SSM answers InvalidInstanceId for an instance it no longer knows; mi-0bbb is listed as
+    # registered but is deregistered (by the activation's cleanup, say) before we get to it.
+    ssm.failures[("DescribeInstanceInformation", MI_A)] = ["InvalidInstanceId"]
+    ssm.registrations[MI_B] = ACTIVATION
+    ssm.failures[("DeregisterManagedInstance", MI_B)] = ["InvalidInstanceId"]
+    provider.delete("x", props_for(api, pki))
+    assert sorted(api.deleted) == [MI_A, MI_B]
+
+
+def test_node_not_named_after_a_registration_is_not_looked_up(api, pki, provider, ssm):
+    api.plant("onprem-host-1", **HYBRID, **OURS)
+    provider.delete("x", props_for(api, pki))
+    assert api.deleted == ["onprem-host-1"] and ssm.calls == []
+
+
+def test_throttled_ssm_is_retried(api, pki, provider, ssm):
+    api.plant(MI_A, **HYBRID, **OURS)
+    ssm.registrations[MI_A] = ACTIVATION
+    ssm.failures[("DescribeInstanceInformation", MI_A)] = ["ThrottlingException"]
+    ssm.failures[("DeregisterManagedInstance", MI_A)] = ["InternalServerError"]
+    provider.delete("x", props_for(api, pki))
+    assert ssm.deregistered == [MI_A, MI_A] and api.deleted == [MI_A]
+
+
+def test_ssm_failure_keeps_the_node_and_says_how_to_finish(api, pki, provider, ssm):
+    plant_registered(api)
+    ssm.registrations.update({MI_A: ACTIVATION, MI_B: ACTIVATION})
+    ssm.failures[("DeregisterManagedInstance", MI_A)] = ["AccessDeniedException"] * 10
+    with pytest.raises(Exception) as raised:
+        provider.delete("x", props_for(api, pki))
+
+    message = str(raised.value)
+    assert MI_A in message and "AccessDeniedException" in message and MI_B not in message
+    assert ACTIVATION in message and REGION in message
+    assert "aws ssm deregister-managed-instance" in message and "kubectl delete node" in message
+    # MI_B is done; MI_A keeps its Node, so a retried delete finds it again.
+    assert api.deleted == [MI_B] and MI_A in api.nodes
+    assert ssm.registrations == {MI_A: ACTIVATION}
+    assert ssm.deregistered.count(MI_A) == 1, "access denied is not worth retrying"
+
+    ssm.failures.clear()
+    provider.delete("x", props_for(api, pki))
+    assert MI_A not in api.nodes and ssm.registrations == {}
+
+
+def test_create_refuses_a_missing_activation(api, pki, provider):
+    with pytest.raises(ValueError, match="activationId"):
+        provider.create({**props_for(api, pki), "activationId": ""})

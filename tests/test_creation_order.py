@@ -129,9 +129,10 @@ def test_catches_a_cleanup_that_talks_to_the_cluster_without_waiting_for_it(dev_
     run = _with(dev_run, dataclasses.replace(cleanup, dependencies=[], property_dependencies={}))
     problems = creation_order_problems(run)
     assert {p.split(" ")[0] for p in problems} == {"hybrid-hosts-node-0-node"}
-    # The cluster name and the scope rule; the activation id is inside the label selector, a
-    # longer string, which the model does not read as a reference.
-    assert len(problems) == 2
+    # The cluster name, the activation id (an input of its own since the cleanup deregisters
+    # the activation's managed instances; it was only inside the label selector before) and
+    # the scope rule.
+    assert len(problems) == 3
 
 
 # --- what is not a reference -------------------------------------------------------------------

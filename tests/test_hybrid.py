@@ -4,6 +4,7 @@ on-prem hosts, Cilium, the GPU host, and the dependencies that make destroy comp
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 
 import jsonschema
@@ -250,22 +251,39 @@ def test_each_host_has_a_node_cleanup_selecting_exactly_its_node(lab):
     run = lab(gpuEnabled=True)
     activation = one(run, ACTIVATION)
     eks = one(run, "aws:eks/cluster:Cluster")
+    [lan] = [s for s in run.of_type("aws:ec2/subnet:Subnet") if s.name == "network-onprem-private-0"]
     cleanups = {c.name: c for c in run.of_type(NODE_CLEANUP)}
     assert set(cleanups) == {f"{h}-node" for h in hosts(run)}
+    generations = set()
     for name, host in hosts(run).items():
         cleanup = cleanups[f"{name}-node"]
         assert cleanup.inputs["clusterName"] == run.lab_config.cluster_name
         assert cleanup.inputs["endpoint"] == eks.outputs["endpoint"]
+        # Its SSM registration is deregistered only if it joined through this activation.
+        assert cleanup.inputs["activationId"] == activation.id
+        assert cleanup.inputs["region"] == "ap-northeast-2"
         selector = dict(term.split("=") for term in cleanup.inputs["labelSelector"].split(","))
-        # This stack, this host, this activation: a replaced host's Node goes with the old
-        # cleanup, and the new host's Node is not selected by it.
+        # This stack, this host, this host generation: a replaced host's Node goes with the old
+        # generation's cleanup, and the new host's Node is not selected by it. (This asserted
+        # an activation label before; the generation covers the activation id.)
+        generation = selector.pop("eks-hybrid-lab.io/generation")
         assert selector == {"eks-hybrid-lab.io/stack": "eks-hybrid-lab.dev",
-                            "eks-hybrid-lab.io/host": name.removeprefix("hybrid-hosts-"),
-                            "eks-hybrid-lab.io/activation": activation.id}
-        flags = host.inputs["userData"].value.split("--node-labels=", 1)[1].split("\n", 1)[0]
+                            "eks-hybrid-lab.io/host": name.removeprefix("hybrid-hosts-")}
+        script = host.inputs["userData"].value
+        flags = script.split("--node-labels=", 1)[1].split("\n", 1)[0]
         node_labels = dict(term.split("=") for term in flags.split(","))
-        assert selector.items() <= node_labels.items(), "the host must carry what selects it"
+        assert {**selector, "eks-hybrid-lab.io/generation": generation}.items() <= \
+            node_labels.items(), "the host must carry what selects it"
+        # The generation is what the host boots with: its user data without the activation
+        # code and without the generation label itself, and its subnet.
+        booted = script.replace(f",eks-hybrid-lab.io/generation={generation}", "").replace(
+            f"activationCode: {activation.outputs['activationCode']}", "activationCode: ''")
+        digest = hashlib.sha256(booted.encode())
+        digest.update(f"\0subnet_id={lan.id}".encode())
+        assert generation == digest.hexdigest()[:12]
+        generations.add(generation)
         assert cleanup.urn in host.explicit_dependencies
+    assert len(generations) == len(hosts(run))
     assert run.outputs["hybridNodeSelector"] == "eks-hybrid-lab.io/stack=eks-hybrid-lab.dev"
 
 

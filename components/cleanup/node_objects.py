@@ -1,4 +1,5 @@
-"""Deletes the Kubernetes ``Node`` objects of this stack's hybrid hosts when they go away.
+"""Deletes the Kubernetes ``Node`` objects of this stack's hybrid hosts when they go away, and
+the SSM registrations they joined with.
 
 EKS bills a hybrid node per vCPU-hour for as long as its ``Node`` object exists, not while the
 machine runs. When the stack is lowered below the hybrid layer (the cluster stays) or a host is
@@ -6,6 +7,18 @@ replaced, the EC2 host is terminated but its ``Node`` stays behind, NotReady, an
 Nothing in Pulumi owns those objects (the kubelet created them), so this dynamic resource removes
 them in its ``delete``. The hosts depend on it and it depends on the cluster and the access
 entries, so at destroy it runs after the hosts are gone and while the API server still answers.
+
+There is one per host *generation*: its selector holds the generation label (a hash of what the
+host boots with), so a replaced host replaces its cleanup too. Pulumi creates the new cleanup
+and the new host first and deletes the old host and then the old cleanup at the end of the
+update; by then the new host may have registered its Node, which carries the new generation's
+label and so is not selected. nodeadm names a Node after the host's SSM managed instance
+(``mi-…``); a replaced host leaves that registration behind too, still counting against the
+activation's registration limit, and the stack-wide SSM cleanup runs only when the activation
+goes. So before deleting a Node, ``delete`` deregisters the managed instance of the same name —
+only if SSM says it registered through this stack's activation. A host whose Node never
+registered (nodeadm failed after the SSM agent registered) leaves a registration this cleanup
+cannot find: the activation's own cleanup deregisters it at destroy.
 
 It acts only on nodes selected by this stack's label *and* labelled as hybrid compute: other
 stacks' hybrid nodes and the cloud nodes of the same cluster are never touched.
@@ -18,15 +31,19 @@ from typing import Any, Optional
 import pulumi
 import pulumi.dynamic
 
+from components.cleanup.aws_calls import AwsCalls
 from components.cleanup.kubernetes_api import KubernetesApi, public_certificate_authority
 from components.cleanup.self_contained import self_contained
 
 
 @self_contained
-class NodeObjectCleanupProvider(KubernetesApi, pulumi.dynamic.ResourceProvider):
-    """Dynamic provider: ``create`` records where the nodes live, ``delete`` removes them.
+class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.ResourceProvider):
+    """Dynamic provider: ``create`` records where the nodes live, ``delete`` deregisters and
+    removes them.
 
-    The API plumbing (token, CA-pinned opener, retried calls) comes from ``KubernetesApi``.
+    The API plumbing (token, CA-pinned opener, retried calls) comes from ``KubernetesApi``, the
+    retried SSM calls from ``AwsCalls``; both read ``attempts`` and ``retry_base_seconds``, and
+    ``KubernetesApi``'s come first.
     """
 
     # Nothing secret is captured by the provider or stored in its outputs.
@@ -42,7 +59,8 @@ class NodeObjectCleanupProvider(KubernetesApi, pulumi.dynamic.ResourceProvider):
 
     def check_props(self, props: dict[str, Any]) -> dict[str, str]:
         # An empty selector matches every node of the cluster: refuse it outright.
-        keys = ("clusterName", "region", "endpoint", "certificateAuthority", "labelSelector")
+        keys = ("clusterName", "region", "endpoint", "certificateAuthority", "labelSelector",
+                "activationId")
         missing = [key for key in keys
                    if not isinstance(props.get(key), str) or not props[key].strip()]
         if missing:
@@ -60,9 +78,10 @@ class NodeObjectCleanupProvider(KubernetesApi, pulumi.dynamic.ResourceProvider):
 
     def diff(self, _id: str, olds: dict[str, Any],
              news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
-        # A different cluster or selector means a different set of nodes to clean up; the old
-        # resource's delete must still clean up the old set. The rest only says how to reach it.
-        replace_keys = ("clusterName", "labelSelector")
+        # A different cluster, selector or activation means a different set of nodes and
+        # registrations to clean up; the old resource's delete must still clean up the old set.
+        # The rest only says how to reach it.
+        replace_keys = ("clusterName", "labelSelector", "activationId")
         update_keys = ("endpoint", "certificateAuthority", "region")
         replaces = [key for key in replace_keys if olds.get(key) != news.get(key)]
         changed = [key for key in replace_keys + update_keys if olds.get(key) != news.get(key)]
@@ -82,6 +101,12 @@ class NodeObjectCleanupProvider(KubernetesApi, pulumi.dynamic.ResourceProvider):
         props = self.check_props(props)
         selector = props["labelSelector"]
         left: Optional[list[str]] = None
+        # Nodes whose registration is settled (deregistered, or not this activation's), and
+        # those whose deregistration failed: their Node is kept, so that the retried delete (the
+        # next `pulumi up` or `destroy`) lists them again and retries.
+        settled: set[str] = set()
+        registered: dict[str, str] = {}
+        ssm: list[Any] = []
         try:
             token = self._bearer_token(props["clusterName"], props["region"])
             opener = self._opener(props["certificateAuthority"])
@@ -89,8 +114,16 @@ class NodeObjectCleanupProvider(KubernetesApi, pulumi.dynamic.ResourceProvider):
             left = self._list_hybrid_nodes(opener, props, token)
             while left:
                 for name in left:
-                    self._delete_node(opener, props, token, name)
-                left = self._list_hybrid_nodes(opener, props, token)
+                    if name not in settled and name not in registered:
+                        why = self._deregister(ssm, props, name)
+                        if why is None:
+                            settled.add(name)
+                        else:
+                            registered[name] = why
+                    if name in settled:
+                        self._delete_node(opener, props, token, name)
+                left = [n for n in self._list_hybrid_nodes(opener, props, token)
+                        if n not in registered]
                 if not left:
                     break
                 # Nodes with finalizers linger a moment, and a kubelet that was still alive
@@ -108,6 +141,47 @@ class NodeObjectCleanupProvider(KubernetesApi, pulumi.dynamic.ResourceProvider):
                 f"{props['clusterName']} at {props['endpoint']}: {error}. "
                 f"Nodes left: {nodes}. They are billed while they exist; remove them by hand "
                 f"with: kubectl delete node -l {selector}") from error
+        if registered:
+            region, activation = props["region"], props["activationId"]
+            lines = [f"Could not deregister the SSM managed instances of these hybrid Nodes "
+                     f"(activation {activation}, {region}); their Node objects were kept, so "
+                     "the next `pulumi up` or `pulumi destroy` retries. A registration counts "
+                     "against the activation's limit, and the Node is billed while it exists."]
+            lines += [f"  {name}: {why}" for name, why in sorted(registered.items())]
+            lines.append(f"Or by hand, for each: aws ssm deregister-managed-instance --region "
+                         f"{region} --instance-id <mi-id> && kubectl delete node <mi-id>")
+            raise Exception("\n".join(lines))
+
+    def _deregister(self, ssm: list[Any], props: dict[str, str], name: str) -> Optional[str]:
+        """Deregisters the SSM managed instance ``name`` if it registered through this stack's
+        activation. None once it is not (or no longer) registered through it, else why not.
+
+        ``ssm`` caches the client (built on first use: most deletes find nothing to do)."""
+        import re
+
+        # nodeadm names a hybrid Node after its managed instance (mi- and 17 hex digits, as
+        # the SSM API requires); any other name is no SSM registration.
+        if not re.fullmatch(r"mi-[0-9a-f]{17}", name):
+            return None
+        if not ssm:
+            import boto3
+
+            ssm.append(boto3.client("ssm", region_name=props["region"]))
+        client, activation = ssm[0], props["activationId"]
+        # InvalidInstanceId: SSM knows no such instance (deregistered already).
+        page, error = self._aws_call(
+            client.describe_instance_information, gone_codes=("InvalidInstanceId",),
+            Filters=[{"Key": "InstanceIds", "Values": [name]},
+                     {"Key": "ActivationIds", "Values": [activation]}])
+        if error is not None:
+            return f"looking it up failed ({error})"
+        ours = [info for info in page.get("InstanceInformationList") or []
+                if info.get("InstanceId") == name and info.get("ActivationId") == activation]
+        if not ours:
+            return None  # not registered through this activation: not ours to deregister
+        _, error = self._aws_call(client.deregister_managed_instance, InstanceId=name,
+                                  gone_codes=("InvalidInstanceId",))
+        return None if error is None else f"deregistering failed ({error})"
 
     def _list_hybrid_nodes(self, opener: Any, props: dict[str, str], token: str) -> list[str]:
         import urllib.parse
@@ -156,7 +230,8 @@ class NodeObjectCleanupProvider(KubernetesApi, pulumi.dynamic.ResourceProvider):
 
 
 class NodeObjectCleanup(pulumi.dynamic.Resource, module="cleanup", name="HybridNodeObjects"):
-    """Removes this stack's hybrid ``Node`` objects from the cluster when it is deleted.
+    """Removes this stack's hybrid ``Node`` objects from the cluster when it is deleted, and
+    first deregisters their SSM managed instances of ``activation_id``.
 
     Make the hybrid hosts depend on it, and it on the cluster and its access entries.
     """
@@ -167,10 +242,13 @@ class NodeObjectCleanup(pulumi.dynamic.Resource, module="cleanup", name="HybridN
     endpoint: pulumi.Output[str]
     certificateAuthority: pulumi.Output[str]
     labelSelector: pulumi.Output[str]
+    #: The activation the selected Nodes' hosts registered through: only its managed instances
+    #: are deregistered.
+    activationId: pulumi.Output[str]
 
     def __init__(self, name: str, cluster_name: pulumi.Input[str], region: pulumi.Input[str],
                  endpoint: pulumi.Input[str], certificate_authority: pulumi.Input[str],
-                 label_selector: pulumi.Input[str],
+                 label_selector: pulumi.Input[str], activation_id: pulumi.Input[str],
                  opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__(NodeObjectCleanupProvider(), name, {
             "clusterName": cluster_name,
@@ -178,4 +256,5 @@ class NodeObjectCleanup(pulumi.dynamic.Resource, module="cleanup", name="HybridN
             "endpoint": endpoint,
             "certificateAuthority": public_certificate_authority(certificate_authority),
             "labelSelector": label_selector,
+            "activationId": activation_id,
         }, opts)

@@ -76,14 +76,15 @@ def _join_script_changed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
 # (id, old settings, new settings, edits the join script, the node hosts are replaced) — the
 # last column from the spec: what changes a host's user data (or its ForceNew inputs).
 MATRIX = [
-    ("kubernetes-version", {}, {"kubernetesVersion": "1.34"}, False, True),
+    # 1.35 -> 1.36: an upgrade, and both stay in standard support (tests/test_eks_support.py).
+    ("kubernetes-version", {}, {"kubernetesVersion": "1.36"}, False, True),
     ("activation-generation", {}, {"activationGeneration": 2}, False, True),
     ("gpu-on", {}, {"gpuEnabled": True}, False, False),
     ("instance-type-same-arch", {}, {"hybridNodeInstanceType": "m5.2xlarge"}, False, False),
     ("instance-type-arm", {}, {"hybridNodeInstanceType": "m7g.xlarge"}, False, True),
     ("join-script", {}, {}, True, True),
     ("kubernetes-version-with-gpu", {"gpuEnabled": True},
-     {"gpuEnabled": True, "kubernetesVersion": "1.34"}, False, True),
+     {"gpuEnabled": True, "kubernetesVersion": "1.36"}, False, True),
 ]
 
 

@@ -323,15 +323,18 @@ def _renders_as(release: Release, values: Mapping[str, Any], full: tuple) -> boo
         return False
 
 
-def values_not_read(release: Release) -> list[str]:
-    """The dotted paths of the release's values the chart does not read. A value is read if
-    removing it changes the render; one equal to the chart's default renders the same without
-    it, so it is read if changing it changes the render. A render Helm refuses (a required
-    value, the chart's schema) counts as read."""
+def value_read(release: Release, path: Sequence[str]) -> bool:
+    """Whether the chart reads the release's value at ``path``: removing it changes the render,
+    or — for a value equal to the chart's default, which renders the same without it — changing
+    it does. A render Helm refuses (a required value, the chart's schema) counts as read."""
     full = render_texts(release)
-    return [".".join(path) for path in leaf_paths(release.values)
-            if _renders_as(release, without(release.values, path), full)
-            and _renders_as(release, perturbed(release.values, path), full)]
+    return not (_renders_as(release, without(release.values, path), full)
+                and _renders_as(release, perturbed(release.values, path), full))
+
+
+def values_not_read(release: Release) -> list[str]:
+    """The dotted paths of the release's values the chart does not read (``value_read``)."""
+    return [".".join(path) for path in leaf_paths(release.values) if not value_read(release, path)]
 
 
 def documented_not_read(release: Release) -> dict[str, str]:

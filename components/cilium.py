@@ -14,8 +14,6 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.chart_defaults import chart_default
-
 CHART = "oci://public.ecr.aws/eks/cilium/cilium"
 #: The AWS build that registers the CiliumVTEPConfig CRD the gateway needs (1.18.8-1 or later
 #: on the 1.18 line, which EKS supports for hybrid nodes).
@@ -29,6 +27,18 @@ HYBRID_ONLY = {
     }]}},
 }
 
+
+#: The operator's tolerations in the chart's values.yaml (Cilium 1.18.8). Helm replaces a list
+#: whole, so a release that adds a toleration must repeat these or lose them; not-ready and
+#: uninitialized are what let the operator start on a bootstrapping node. Copied here because
+#: the program runs without Helm; tests/test_charts.py renders the chart with and without the
+#: lab's values and fails if the lab's operator tolerations lose any the chart renders.
+CHART_OPERATOR_TOLERATIONS = (
+    {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"},
+    {"key": "node-role.kubernetes.io/master", "operator": "Exists"},
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists"},
+    {"key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Exists"},
+)
 
 #: A Transit Gateway carries packets of at most 8500 bytes and drops bigger ones without telling
 #: the sender (no ICMP "fragmentation needed"); hosts default to 9001 and VXLAN adds 50 bytes.
@@ -71,7 +81,7 @@ def cilium_values(pod_cidrs: Sequence[str], node_mask: int, operator_replicas: i
         "loadBalancer": {"serviceTopology": True},
         "operator": {
             "affinity": HYBRID_ONLY,
-            "tolerations": [*chart_default("cilium", "operator", "tolerations"),
+            "tolerations": [*(dict(t) for t in CHART_OPERATOR_TOLERATIONS),
                             *operator_tolerations],
             # The chart's anti-affinity spreads replicas over nodes: no more than there are.
             "replicas": operator_replicas,

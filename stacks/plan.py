@@ -21,7 +21,7 @@ from typing import Optional, TextIO
 from components.eks_versions import (EXTENDED_SUPPORT_USD_PER_HOUR, STANDARD_SUPPORT_USD_PER_HOUR,
                                      SUPPORT_TYPE, support_window)
 from stacks.config import LAYERS, ConfigError
-from stacks import reachability, scheduling
+from stacks import chart_render, reachability, scheduling
 from stacks.costs import READ_ON
 from stacks.costs import estimate as estimate_costs
 from stacks.costs import totals as cost_totals
@@ -88,6 +88,7 @@ def render(run: ProgramRun, out: TextIO) -> None:
     _render_costs(run, out)
     _render_times(run, out)
     scheduling.render(scheduling.evaluate(run), out)
+    _render_values_not_read(run, out)
     out.write("\n")
     reachability.render(reachability.evaluate(run), out, reachability.internet_exposure(run))
 
@@ -96,6 +97,19 @@ def render(run: ProgramRun, out: TextIO) -> None:
         for warning in run.warnings:
             out.write(f"  ! {warning}\n")
     else:
+        out.write("  none\n")
+
+
+def _render_values_not_read(run: ProgramRun, out: TextIO) -> None:
+    """The values the lab sets that the chart source the models render does not read: the
+    inert-value test allows exactly these (stacks/chart_render.py NOT_READ)."""
+    out.write("\nChart values not read by the chart source here (stacks/chart_render.py)\n")
+    found = [(release, path, why) for release in chart_render.registered_releases(run)
+             for path, why in chart_render.documented_not_read(release).items()]
+    for release, path, why in found:
+        source = release.source
+        out.write(f"  {release.name}: {path} (source {source.directory} {source.version}): {why}\n")
+    if not found:
         out.write("  none\n")
 
 

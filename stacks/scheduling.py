@@ -8,9 +8,11 @@ A small, explicit model of the kube-scheduler and the DaemonSet controller, over
   user data, plus the ``compute-type=hybrid`` label nodeadm adds), and one node of each instance
   type the Karpenter NodePool may launch (its template labels and taints). Allocatable CPU and
   memory come from ``stacks/capacity.py``.
-- **Pods**: the lab's Deployments as registered; each Helm release's pods rendered from its
-  values merged into the chart's defaults the way Helm merges (``components/chart_defaults``:
-  maps merged, lists replaced); the EKS add-ons' pods from their documented defaults
+- **Pods**: the lab's Deployments as registered; each Helm release's DaemonSets and
+  Deployments as Helm's own engine renders them from the registered values, name and namespace
+  (``stacks/chart_render.py``: rendered here when helm-python-sdk and the chart sources are
+  present, else the render it recorded for exactly those values; a release with neither is
+  listed as not modelled); the EKS add-ons' pods from their documented defaults
   (``EKS_ADDONS``).
 - **Rules**: nodeSelector, required node affinity (In, NotIn — which a missing label passes —
   Exists, DoesNotExist, Gt, Lt), taints against tolerations (an empty key with Exists tolerates
@@ -24,8 +26,9 @@ A small, explicit model of the kube-scheduler and the DaemonSet controller, over
   tolerate that.
 
 What it cannot show: the scheduler's other scores and its order under load, Karpenter's
-instance choice and timing, real memory figures (approximate here), Helm templates beyond the
-values that place and size pods, and chart hook Jobs (they run on the untainted system nodes).
+instance choice and timing, real memory figures (approximate here), chart hook Jobs and CronJobs (they run on the
+untainted system nodes), and charts' pods from sources other than the nearest readable one
+(charts/README.md).
 """
 
 from __future__ import annotations
@@ -38,8 +41,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, TextIO
 
 import yaml
 
-from components.chart_defaults import DEFAULTS, helm_merge
 from components.instance_types import architecture
+from stacks import chart_render
 from stacks.capacity import HYBRID_MAX_PODS, allocatable
 from stacks.offline import ProgramRun, Registration, Secret
 
@@ -437,91 +440,49 @@ EKS_ADDONS: dict[str, Workload] = {
 }
 
 
-def _release_workloads(reg: Registration) -> list[Workload]:
-    """A Helm release's pods, from its values merged into the chart's defaults."""
-    chart = reg.inputs["chart"]
-    given = reg.inputs.get("values") or {}
-    source = f"chart {chart.rsplit('/', 1)[-1]} {reg.inputs.get('version', '')}".strip()
-    if chart.endswith("/cilium"):
-        v = helm_merge(DEFAULTS["cilium"], given)
-        init = [{"resources": v.get("cni", {}).get("resources") or {}},
-                {"resources": v.get("initResources") or {}}]
-        op = v["operator"]
-        return [
-            Workload("cilium-agent", "DaemonSet", 1,
-                     pod_request([{"resources": v.get("resources") or {}}], init),
-                     v.get("nodeSelector") or {}, v.get("affinity") or {},
-                     tuple(v.get("tolerations") or ()), True, source),
-            Workload("cilium-operator", "Deployment", int(op["replicas"]),
-                     pod_request([{"resources": op.get("resources") or {}}]),
-                     op.get("nodeSelector") or {}, op.get("affinity") or {},
-                     tuple(op.get("tolerations") or ()), bool(op.get("hostNetwork")), source),
-        ]
-    if chart.endswith("/karpenter"):
-        v = helm_merge(DEFAULTS["karpenter"], given)
-        return [Workload("karpenter", "Deployment", int(v["replicas"]),
-                         pod_request([{"resources": v["controller"].get("resources") or {}}]),
-                         v.get("nodeSelector") or {}, v.get("affinity") or {},
-                         tuple(v.get("tolerations") or ()), False, source,
-                         tuple(v.get("topologySpreadConstraints") or ()))]
-    if chart == "kyverno":
-        v = helm_merge(DEFAULTS["kyverno"], given)
-        found = []
-        for controller in ("admissionController", "backgroundController", "cleanupController",
-                           "reportsController"):
-            c = v[controller]
-            if controller == "admissionController":
-                request = pod_request([c["container"]], [c["initContainer"]])
-            else:
-                request = pod_request([{"resources": c.get("resources") or {}}])
-            found.append(Workload(
-                f"kyverno-{controller.removesuffix('Controller')}", "Deployment",
-                int(c.get("replicas") or 1), request,
-                c.get("nodeSelector") or v["global"]["nodeSelector"], {},
-                tuple(c.get("tolerations") or v["global"]["tolerations"]), False, source))
-        return found
-    if chart.endswith("/eks-hybrid-nodes-gateway"):
-        v = helm_merge(DEFAULTS["eks-hybrid-nodes-gateway"], given)
-        # The chart's template: nodeSelector on its node label (plus compute-type=auto in Auto
-        # Mode), a toleration of that label's taint, one replica per node; no requests.
-        selector = {v["nodeLabel"]: "true"}
-        if v["autoMode"]["enabled"]:
-            selector[COMPUTE_TYPE] = "auto"
-        return [Workload("hybrid-nodes-gateway", "Deployment", int(v["replicas"]), Request(),
-                         selector, {"podAntiAffinity": {
-                             "requiredDuringSchedulingIgnoredDuringExecution": [
-                                 {"topologyKey": HOSTNAME}]}},
-                         ({"key": v["nodeLabel"], "operator": "Exists", "effect": "NoSchedule"},),
-                         True, source)]
-    if chart == "nvidia-device-plugin":
-        v = helm_merge(DEFAULTS["nvidia-device-plugin"], given)
-        return [Workload("nvidia-device-plugin", "DaemonSet", 1,
-                         pod_request([{"resources": v.get("resources") or {}}]),
-                         v.get("nodeSelector") or {}, v.get("affinity") or {},
-                         tuple(v.get("tolerations") or ()), False, source)]
-    return []  # karpenter-crd: no pods
-
-
-def _deployment_workload(reg: Registration, replicas: Optional[int] = None) -> Workload:
-    spec = reg.inputs["spec"]
+def _pod_workload(obj: Mapping[str, Any], source: str) -> Workload:
+    """A workload from a rendered (or registered) DaemonSet or Deployment: what its pod template
+    says, and the replicas Kubernetes defaults to (one) when the spec gives none."""
+    spec = obj["spec"]
     pod = spec["template"]["spec"]
+    kind = obj["kind"]
     return Workload(
-        name=reg.inputs["metadata"]["name"], kind="Deployment",
-        replicas=int(spec["replicas"] if replicas is None else replicas),
+        name=obj["metadata"]["name"], kind="DaemonSet" if kind == "DaemonSet" else "Deployment",
+        replicas=1 if kind == "DaemonSet" else int(spec.get("replicas") or 1),
         request=pod_request(pod.get("containers") or [], pod.get("initContainers") or []),
         node_selector=pod.get("nodeSelector") or {}, affinity=pod.get("affinity") or {},
         tolerations=tuple(pod.get("tolerations") or ()), host_network=bool(pod.get("hostNetwork")),
-        source="lab")
+        source=source, topology_spread=tuple(pod.get("topologySpreadConstraints") or ()))
 
 
-def lab_workloads(run: ProgramRun) -> list[Workload]:
+def release_renders(run: ProgramRun) -> list[chart_render.Rendered]:
+    """Each registered release's workloads, rendered by Helm here or recorded by it
+    (``stacks/chart_render.py``)."""
+    return [chart_render.release_workloads(release)
+            for release in sorted(chart_render.registered_releases(run), key=lambda r: r.chart)]
+
+
+def _release_workloads(rendered: chart_render.Rendered) -> list[Workload]:
+    release = rendered.release
+    source = f"chart {release.chart.rsplit('/', 1)[-1]} {release.version}"
+    return [_pod_workload(obj, source) for obj in rendered.workloads]
+
+
+def _deployment_workload(reg: Registration, replicas: Optional[int] = None) -> Workload:
+    workload = _pod_workload({"kind": "Deployment", **reg.inputs}, "lab")
+    return workload if replicas is None else replace(workload, replicas=replicas)
+
+
+def lab_workloads(run: ProgramRun,
+                  renders: Optional[Sequence[chart_render.Rendered]] = None) -> list[Workload]:
     """Every pod template the lab causes, in the order they would be scheduled (add-ons, then the
-    charts, then the demos; ``burst`` at its demo peak)."""
+    charts, then the demos; ``burst`` at its demo peak). A release whose render is not available
+    (``Rendered.problem``) contributes no pods: ``evaluate`` says so."""
     found: list[Workload] = []
     addons = {r.inputs["addonName"] for r in run.of_type(ADDON)}
     found += [w for name, w in EKS_ADDONS.items() if name in addons]
-    for reg in sorted(run.of_type(RELEASE), key=lambda r: r.inputs["chart"]):
-        found += _release_workloads(reg)
+    for rendered in (release_renders(run) if renders is None else renders):
+        found += _release_workloads(rendered)
     ours = []
     for reg in run.of_type(DEPLOYMENT):
         name = reg.inputs["metadata"]["name"]
@@ -645,23 +606,27 @@ def _spread_allows(w: Workload, node: Node, placement: Placement, fixed: Sequenc
 #: What each node role needs running before it is Ready, and so must start on a NotReady node:
 #: the CNI, and for Cilium's cluster-pool IPAM the operator that hands out the pod CIDRs.
 BOOTSTRAP_NEEDS = {
-    "hybrid": ("cilium-agent", "cilium-operator"),
-    "gpu": ("cilium-agent",),
+    "hybrid": ("cilium", "cilium-operator"),
+    "gpu": ("cilium",),
     "system": ("aws-node",),
     "gateway": ("aws-node",),
     "burst": ("aws-node",),
 }
 
 
-def bootstrap_problems(nodes: Sequence[Node], workloads: Sequence[Workload]) -> list[str]:
-    """Every node can become Ready: what it needs first can start on it while it is NotReady."""
+def bootstrap_problems(nodes: Sequence[Node], workloads: Sequence[Workload],
+                       unmodelled: Sequence[str] = ()) -> list[str]:
+    """Every node can become Ready: what it needs first can start on it while it is NotReady.
+    With releases ``unmodelled``, a missing need is not a finding (``unchecked_bootstrap``)."""
     by_name = {w.name: w for w in workloads}
     problems = []
     for node in nodes:
         for needed in BOOTSTRAP_NEEDS[node.role]:
             w = by_name.get(needed)
             if w is None:
-                problems.append(f"{node.name}: nothing provides {needed}, so it never becomes Ready")
+                if not unmodelled:
+                    problems.append(f"{node.name}: nothing provides {needed}, so it never "
+                                    "becomes Ready")
                 continue
             problem = placement_problem(w, node, bootstrapping=True)
             if problem:
@@ -749,25 +714,53 @@ class SchedulingModel:
     unschedulable: list[str]
     intruders: list[str]
     burst: Optional[BurstCapacity]
+    #: How each release's pods were read (stacks/chart_render.py).
+    renders: list[chart_render.Rendered] = field(default_factory=list)
+
+    @property
+    def unmodelled(self) -> list[str]:
+        """Releases whose pods are not in the model, each with why and how to model them."""
+        return [r.problem for r in self.renders if r.problem]
 
     @property
     def unchecked(self) -> list[str]:
-        """Instance types whose size the model does not know: their capacity is not checked."""
-        return sorted({f"capacity of {n.instance_type} nodes ({n.role}): size unknown to "
-                       "stacks/capacity.py" for n in self.nodes if n.allocatable == UNKNOWN_SIZE})
+        """Instance types whose size the model does not know (their capacity is not checked),
+        and the releases whose pods are not modelled (what they place and ask is not checked)."""
+        sizes = sorted({f"capacity of {n.instance_type} nodes ({n.role}): size unknown to "
+                        "stacks/capacity.py" for n in self.nodes if n.allocatable == UNKNOWN_SIZE})
+        return sizes + self.unmodelled
 
     @property
     def problems(self) -> list[str]:
         return [*self.bootstrap, *self.unschedulable, *self.intruders]
 
 
-def evaluate(run: ProgramRun) -> SchedulingModel:
+def evaluate(run: ProgramRun,
+             renders: Optional[Sequence[chart_render.Rendered]] = None) -> SchedulingModel:
+    """The model over ``run``; ``renders`` (default: ``release_renders(run)``) are the charts'
+    workloads."""
+    renders = list(release_renders(run) if renders is None else renders)
     nodes = lab_nodes(run)
-    workloads = lab_workloads(run)
+    workloads = lab_workloads(run, renders)
     result = schedule(nodes, workloads)
-    return SchedulingModel(nodes, workloads, result, bootstrap_problems(nodes, workloads),
+    unmodelled = [r.problem for r in renders if r.problem]
+    return SchedulingModel(nodes, workloads, result,
+                           bootstrap_problems(nodes, workloads, unmodelled),
                            unschedulable(result), burst_pool_intruders(nodes, workloads),
-                           burst_capacity(result))
+                           burst_capacity(result), renders)
+
+
+def _origins(renders: Sequence[chart_render.Rendered]) -> str:
+    counts = Counter(r.origin for r in renders)
+    parts = []
+    if counts["helm"]:
+        parts.append(f"{counts['helm']} rendered by Helm here")
+    if counts["recorded"]:
+        parts.append(f"{counts['recorded']} from Helm's recorded render "
+                     f"(stacks/{chart_render.RECORDED.name}, same values)")
+    if counts[""]:
+        parts.append(f"{counts['']} NOT MODELLED")
+    return ", ".join(parts) or "none"
 
 
 # --- the plan's summary -------------------------------------------------------------------------
@@ -792,8 +785,9 @@ def _where(result: Schedule, placement: Placement) -> str:
 
 
 def render(model: SchedulingModel, out: TextIO) -> None:
-    out.write("\nScheduling (model over the registered nodes, taints and pods, chart defaults "
-              "merged as Helm merges; stacks/scheduling.py)\n")
+    out.write("\nScheduling (model over the registered nodes, taints and pods, charts' pods as "
+              "Helm renders the registered values; stacks/scheduling.py)\n")
+    out.write(f"  chart releases: {_origins(model.renders)}\n")
     groups = Counter((n.role, n.instance_type, n.allocatable.cpu_m)
                      for n in model.nodes if not n.elastic)
     out.write("  nodes: " + ", ".join(

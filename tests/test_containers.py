@@ -16,6 +16,8 @@ from unittest import mock
 import pytest
 
 from components import demos
+from stacks import chart_render
+from tests.helm_engine import needs_helm
 from tests.kube_checks import as_object, pod_spec_of
 
 
@@ -53,6 +55,22 @@ IMAGE_FACTS = {
         shm_mib=1024,
         why="UID 1000 has no passwd entry; Hugging Face, vLLM, Triton and torch caches"),
 }
+
+
+#: The charts' images (as Helm renders them, stacks/chart_render.py): Go programs that never ask
+#: for a user name (so their passwd entries do not matter) and, by their charts' own design,
+#: write only to the volumes the chart mounts. What is checked for them is that the rendered pod
+#: gives each container what this says; a chart that brings a new image fails until it is added.
+_CHART_GO_BINARY = ImageFacts(
+    passwd_uids=frozenset(),
+    why="a chart's Go binary: no user-name lookup; writes only where its chart mounts volumes")
+IMAGE_FACTS.update({repo: _CHART_GO_BINARY for repo in (
+    "quay.io/cilium/cilium", "quay.io/cilium/operator-generic",
+    "public.ecr.aws/karpenter/controller",
+    "reg.kyverno.io/kyverno/kyvernopre", "reg.kyverno.io/kyverno/kyverno",
+    "reg.kyverno.io/kyverno/background-controller", "reg.kyverno.io/kyverno/cleanup-controller",
+    "reg.kyverno.io/kyverno/reports-controller",
+    "public.ecr.aws/eks/eks-hybrid-nodes-gateway", "nvcr.io/nvidia/k8s-device-plugin")})
 
 
 def repository(image: str) -> str:
@@ -138,6 +156,32 @@ def workload_problems(run) -> list[str]:
                                                                   "burstScenario": "C"}])
 def test_every_container_gets_what_its_image_needs_to_start(lab, overrides):
     assert workload_problems(lab(**overrides)) == []
+
+
+def chart_workload_problems(run) -> list[str]:
+    """The same check over each chart's pods as Helm renders the registered values."""
+    problems = []
+    for release in chart_render.registered_releases(run):
+        for obj in chart_render.render_workloads(release):
+            pod = pod_spec_of(obj)
+            for container in (pod.get("initContainers") or []) + pod["containers"]:
+                problems += [f"{release.name}/{obj['metadata']['name']}/{p}"
+                             for p in container_problems(pod, container)]
+    return problems
+
+
+@needs_helm
+@pytest.mark.parametrize("overrides", [{}, {"gpuEnabled": True}])
+def test_every_chart_container_gets_what_its_image_needs_to_start(lab, overrides):
+    run = lab(**overrides)
+    assert chart_workload_problems(run) == []
+
+
+@needs_helm
+def test_a_chart_image_without_facts_fails(dev_run, monkeypatch):
+    monkeypatch.delitem(IMAGE_FACTS, "quay.io/cilium/operator-generic")
+    [problem] = chart_workload_problems(dev_run)
+    assert problem.startswith("cilium/cilium-operator/cilium-operator: no facts for image")
 
 
 def test_vllm_without_a_user_name_would_crash_loop(lab):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import resource
@@ -55,7 +56,9 @@ def test_plan_of_the_dev_stack(dev_run):
     assert "fits its limit" in out
     # The models: where every pod runs and demo 2's capacity; every flow the lab needs.
     scheduling = out.split("\nScheduling (", 1)[1].split("\n\n", 1)[0]
-    assert "burst                   Deployment x15  8 on hybrid, 7 on Karpenter burst nodes" in scheduling
+    # (The name column is as wide as the longest workload name, kyverno-background-controller.)
+    assert re.search(r"\n  burst +Deployment x15 +8 on hybrid, 7 on Karpenter burst nodes\n",
+                     scheduling)
     assert ": 8 fit, for every placement of the others" in scheduling
     assert "problems: none" in scheduling
     flows = out.split("\nFlows (", 1)[1].split("\n\n", 1)[0]
@@ -83,3 +86,19 @@ def test_plan_of_a_missing_stack_says_so():
     done, _ = plan("--stack", "does-not-exist")
     assert done.returncode == 2
     assert "no stack file" in done.stderr and "Pulumi.does-not-exist.yaml" in done.stderr
+
+
+def test_the_plan_on_a_machine_without_helm_reads_the_recorded_render():
+    """The README's first command after `pip install -r requirements.txt` alone: no
+    helm-python-sdk, no ../shared/charts. The charts' pods come from the recorded render."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PULUMI_"))}
+    env["EKS_HYBRID_LAB_CHARTS"] = str(PROJECT_DIR / "no-charts-here")
+    blocked = ("import runpy, sys; sys.modules['helm_python'] = None; "
+               "runpy.run_module('stacks.plan', run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", blocked], cwd=PROJECT_DIR, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    scheduling = done.stdout.split("\nScheduling (", 1)[1].split("\n\n", 1)[0]
+    assert "from Helm's recorded render" in scheduling and "rendered by Helm here" not in scheduling
+    assert "NOT MODELLED" not in scheduling and "problems: none" in scheduling
+    assert re.search(r"\n  cilium +DaemonSet +2 on hybrid\n", scheduling)

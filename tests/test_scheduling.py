@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
-import yaml
 
-from components.chart_defaults import DEFAULTS, SOURCES, helm_merge
-from stacks import scheduling
+from stacks import chart_render, scheduling
 from stacks.capacity import (allocatable, burst_cpu_request_m, hybrid_allocatable,
                              kube_reserved_cpu_m)
 from stacks.offline import ProgramRun
+from tests.helm_engine import needs_helm, release
 
-CHARTS_DIR = Path(__file__).resolve().parents[2] / "shared" / "charts"
 HYBRID_TOLERATION = {"key": "eks.amazonaws.com/compute-type", "operator": "Equal",
                      "value": "hybrid", "effect": "NoSchedule"}
 GPU_TOLERATION = {"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
@@ -29,16 +26,19 @@ MEANT_FOR = {
     "aws-node": CLOUD,                       # the VPC CNI serves cloud nodes (mixed mode)
     "kube-proxy": ALL,
     "eks-pod-identity-agent": CLOUD,
-    "cilium-agent": {"hybrid", "gpu"},       # the CNI of every hybrid node
+    "cilium": {"hybrid", "gpu"},             # the agent: the CNI of every hybrid node
     "nvidia-device-plugin": {"gpu"},
+    # The chart's MPS daemon wants nodes labelled nvidia.com/mps.capable=true, which only a
+    # device plugin configured for MPS sharing labels; the lab shares no GPU that way.
+    "nvidia-device-plugin-mps-control-daemon": set(),
     "coredns": {"system"},
     "cilium-operator": {"hybrid"},
     "karpenter": {"system"},                 # never on the nodes it manages, nor on hybrid
-    "kyverno-admission": {"system"},         # kept on cloud nodes (REFERENCE §5)
-    "kyverno-background": {"system"},
-    "kyverno-cleanup": {"system"},
-    "kyverno-reports": {"system"},
-    "hybrid-nodes-gateway": {"gateway"},
+    "kyverno-admission-controller": {"system"},   # kept on cloud nodes (REFERENCE §5)
+    "kyverno-background-controller": {"system"},
+    "kyverno-cleanup-controller": {"system"},
+    "kyverno-reports-controller": {"system"},
+    "eks-hybrid-nodes-gateway": {"gateway"},
     "echo-cloud": {"system"},
     "prober-cloud": {"system"},
     "vllm-client": {"system"},
@@ -74,52 +74,35 @@ def with_registration(run: ProgramRun, name: str, change) -> ProgramRun:
                       outputs=run.outputs, warnings=run.warnings)
 
 
-# --- the chart defaults and Helm's merge --------------------------------------------------------
+# --- the charts' own pods, as Helm renders them --------------------------------------------------
 
-def _assert_subset(ours, theirs, path):
-    if isinstance(ours, dict):
-        assert isinstance(theirs, dict), path
-        for key, value in ours.items():
-            assert key in theirs, f"{path}.{key} is not in the chart's values.yaml"
-            _assert_subset(value, theirs[key], f"{path}.{key}")
-    else:
-        assert ours == theirs, f"{path}: {ours!r} here, {theirs!r} in the chart"
-
-
-@pytest.mark.parametrize("chart", sorted(DEFAULTS))
-def test_chart_defaults_are_the_charts_own(chart):
-    version = SOURCES[chart][0]
-    values_file = CHARTS_DIR / chart / version / "values.yaml"
-    if not values_file.exists():
-        pytest.skip(f"{values_file} is absent (../shared/charts is not on this machine)")
-    theirs = yaml.safe_load(values_file.read_text())
-    _assert_subset(DEFAULTS[chart], theirs, chart)
+@needs_helm
+def test_the_models_chart_pods_are_helms_render_of_the_registered_values(dev_run):
+    """The scheduling model reads each chart's pods from Helm's render (the chart's defaults,
+    the registered values, the templates' own additions), not from copied defaults."""
+    model = scheduling.evaluate(dev_run)
+    assert {r.origin for r in model.renders} == {"helm"}
+    operator = next(w for w in model.workloads if w.name == "cilium-operator")
+    rendered = chart_render.render_workloads(release(dev_run, "cilium"))
+    [deployment] = [o for o in rendered if o["metadata"]["name"] == "cilium-operator"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert list(operator.tolerations) == pod["tolerations"]
+    assert operator.replicas == deployment["spec"]["replicas"]
+    # The values say 2 replicas and the hybrid node affinity; the chart adds its anti-affinity.
+    values = release(dev_run, "cilium").values["operator"]
+    assert operator.replicas == values["replicas"]
+    assert operator.affinity["nodeAffinity"] == values["affinity"]["nodeAffinity"]
 
 
-def test_helm_merges_maps_and_replaces_lists():
-    defaults = {"tolerations": [{"operator": "Exists"}],
-                "affinity": {"podAntiAffinity": {"x": 1}},
-                "gone": {"a": 1}, "kept": 1}
-    merged = helm_merge(defaults, {"tolerations": [{"key": "k", "operator": "Exists"}],
-                                   "affinity": {"nodeAffinity": {"y": 2}}, "gone": None})
-    assert merged == {"tolerations": [{"key": "k", "operator": "Exists"}],
-                      "affinity": {"podAntiAffinity": {"x": 1}, "nodeAffinity": {"y": 2}},
-                      "kept": 1}
-    assert defaults["tolerations"] == [{"operator": "Exists"}], "the defaults are not modified"
-
-
-def test_cilium_values_validate_against_the_charts_schema(dev_run):
-    schema_file = CHARTS_DIR / "cilium" / "1.18.8" / "values.schema.json"
-    if not schema_file.exists():
-        pytest.skip(f"{schema_file} is absent (../shared/charts is not on this machine)")
-    import json
-
-    import jsonschema
-
-    from tests.kube_checks import _integral
-    values = _integral(dev_run.named("hybrid-cilium-release").inputs["values"])
-    merged = helm_merge(yaml.safe_load((schema_file.parent / "values.yaml").read_text()), values)
-    jsonschema.validate(merged, json.loads(schema_file.read_text()))
+@needs_helm
+def test_helm_checks_the_cilium_values_against_the_charts_schema(dev_run):
+    """Helm validates values against the chart's values.schema.json as it renders: the lab's
+    values pass, and a value of the wrong type is refused."""
+    cilium = release(dev_run, "cilium")
+    assert (chart_render.charts_dir() / "cilium" / "1.18.8" / "values.schema.json").exists()
+    assert chart_render.render_texts(cilium)
+    with pytest.raises(chart_render.RenderError, match="MTU"):
+        chart_render.render_texts(cilium, {**cilium.values, "MTU": "8450 bytes"})
 
 
 # --- capacity arithmetic -------------------------------------------------------------------------
@@ -151,6 +134,7 @@ def test_the_burst_request_gives_four_per_node_whatever_the_host_size(host):
 # --- the model over the lab ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("overrides", CONFIGS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "dev")
+@needs_helm
 def test_every_pod_lands_where_it_is_meant_to(lab, overrides):
     model = scheduling.evaluate(lab(**overrides))
     assert model.problems == []
@@ -167,6 +151,7 @@ def test_every_pod_lands_where_it_is_meant_to(lab, overrides):
             assert placement.total == placement.workload.replicas, name
 
 
+@needs_helm
 def test_the_charts_anti_affinity_survives_the_merge(dev_run):
     # `affinity` is a map: Helm merges the node affinity the lab gives into the chart's pod
     # anti-affinity, so the operator still runs one replica per node.
@@ -176,6 +161,7 @@ def test_the_charts_anti_affinity_survives_the_merge(dev_run):
     assert set(model.result.of("cilium-operator").nodes.values()) == {1}
 
 
+@needs_helm
 def test_demo_two_has_its_shape_eight_on_hybrid_seven_bursting(dev_run):
     model = scheduling.evaluate(dev_run)
     assert model.burst.fewest == model.burst.most == 8
@@ -189,6 +175,7 @@ def test_demo_two_has_its_shape_eight_on_hybrid_seven_bursting(dev_run):
         f"{model.burst.request_m}m"
 
 
+@needs_helm
 def test_the_karpenter_burst_within_its_cpu_cap(dev_run):
     cfg = dev_run.lab_config
     model = scheduling.evaluate(dev_run)
@@ -203,6 +190,7 @@ def test_the_karpenter_burst_within_its_cpu_cap(dev_run):
 
 # --- each check fails on its defect -------------------------------------------------------------
 
+@needs_helm
 def test_bootstrap_check_catches_cilium_values_that_replace_the_tolerations(dev_run):
     """Defect 1: the agent's and operator's tolerations replaced by the hybrid and GPU taints."""
     def old_values(inputs):
@@ -210,13 +198,14 @@ def test_bootstrap_check_catches_cilium_values_that_replace_the_tolerations(dev_
         inputs["values"]["operator"]["tolerations"] = [HYBRID_TOLERATION, GPU_TOLERATION]
 
     broken = scheduling.evaluate(with_registration(dev_run, "hybrid-cilium-release", old_values))
-    assert any("cilium-agent" in p and "node.kubernetes.io/not-ready" in p for p in broken.bootstrap)
+    assert any(": cilium (" in p and "node.kubernetes.io/not-ready" in p for p in broken.bootstrap)
     assert any("cilium-operator" in p and "not-ready" in p for p in broken.bootstrap)
     assert all("hybrid-hosts-node" in p for p in broken.bootstrap)
     # Once Ready the same pods would schedule: only the bootstrap check sees it.
     assert broken.unschedulable == []
 
 
+@needs_helm
 def test_capacity_check_catches_the_seeds_request_next_to_demo_one(dev_run):
     """Defect 6: 930m with demo 1's pods on the same hybrid nodes."""
     def seeds_request(inputs):
@@ -227,6 +216,7 @@ def test_capacity_check_catches_the_seeds_request_next_to_demo_one(dev_run):
     assert (broken.burst.fewest, broken.burst.most) == (6, 7)
 
 
+@needs_helm
 def test_intruder_check_catches_an_untainted_burst_pool(dev_run):
     """Defect 10: a NodePool without a taint lets any cloud pod keep a burst node alive."""
     def untainted(inputs):
@@ -237,12 +227,13 @@ def test_intruder_check_catches_an_untainted_burst_pool(dev_run):
     assert any(p.startswith("coredns") for p in broken.intruders)
 
 
+@needs_helm
 def test_unschedulable_check_catches_the_gateway_in_auto_mode(dev_run):
     def auto_mode(inputs):
         inputs["values"]["autoMode"]["enabled"] = True
 
     broken = scheduling.evaluate(with_registration(dev_run, "gateway-gateway-release", auto_mode))
-    assert any(p.startswith("hybrid-nodes-gateway") and "compute-type=auto" in p
+    assert any(p.startswith("eks-hybrid-nodes-gateway") and "compute-type=auto" in p
                for p in broken.unschedulable)
 
 
@@ -281,6 +272,7 @@ def test_a_pods_request_is_the_larger_of_its_containers_and_init_containers():
     assert scheduling.pod_request([{"resources": {"requests": {"cpu": "1"}}}]).cpu_m == 1000
 
 
+@needs_helm
 def test_the_plan_prints_where_each_workload_runs_and_the_hybrid_capacity(dev_run):
     import io
     out = io.StringIO()
@@ -291,6 +283,7 @@ def test_the_plan_prints_where_each_workload_runs_and_the_hybrid_capacity(dev_ru
     assert "problems: none" in text
 
 
+@needs_helm
 def test_a_node_size_the_model_does_not_know_is_placed_and_said_unchecked(lab):
     model = scheduling.evaluate(lab(systemNodeInstanceType="t3.large"))
     assert model.problems == []

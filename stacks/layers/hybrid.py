@@ -75,7 +75,7 @@ class HybridLayer(Layer):
         self.activation.expires_at.apply(
             lambda at: _warn_if_expiring(at, cfg.activation_generation))
 
-        # All of this stack's hybrid nodes (each host also gets host and activation labels,
+        # All of this stack's hybrid nodes (each host also gets host and generation labels,
         # by which its own Node cleanup finds it).
         self.node_label_selector = f"{STACK_LABEL}={stack_label_value(cfg)}"
 

@@ -113,6 +113,11 @@ class HybridHosts(pulumi.ComponentResource):
         for host in args.hosts:
             identity = {**args.identity_labels, host_key: host.name}
             arch = architecture(host.instance_type)
+            # An Arm host is another resource, not a replacement of the x86 one: the instance
+            # ignores changes to "ami" (below), and Pulumi keeps an ignored input's old value
+            # even when it replaces the resource — an x86 host replaced by an Arm one would be
+            # launched with the x86 image and fail. x86 hosts keep the names they always had.
+            resource = f"{name}-{host.name}" + ("" if arch == "x86_64" else f"-{arch}")
 
             def bootstrap(cluster_name: str, activation_id: str, activation_code: str,
                           host: HostSpec = host, arch: str = arch,
@@ -142,7 +147,7 @@ class HybridHosts(pulumi.ComponentResource):
                 ",".join(f"{k}={v}" for k, v in identity.items()),
                 f",{generation_key}=", generation)
             self.node_cleanups[host.name] = NodeObjectCleanup(
-                f"{name}-{host.name}-node",
+                f"{resource}-node",
                 cluster_name=args.cluster_name, region=args.region,
                 endpoint=args.cluster_endpoint,
                 certificate_authority=args.cluster_certificate_authority,
@@ -161,7 +166,7 @@ class HybridHosts(pulumi.ComponentResource):
                     booted, node_labels={**booted.node_labels, generation_key: generation}))
 
             self.instances[host.name] = aws.ec2.Instance(
-                f"{name}-{host.name}",
+                resource,
                 ami=ami,
                 instance_type=host.instance_type,
                 subnet_id=args.subnet_id,

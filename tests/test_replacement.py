@@ -17,6 +17,8 @@ import shutil
 from pathlib import Path
 import pytest
 
+from components.instance_types import architecture
+
 import components.hybrid_user_data as hybrid_user_data
 from components.cleanup.node_objects import NodeObjectCleanupProvider
 from stacks.offline import ProgramRun, run_program
@@ -81,7 +83,9 @@ MATRIX = [
     ("activation-generation", {}, {"activationGeneration": 2}, False, True),
     ("gpu-on", {}, {"gpuEnabled": True}, False, False),
     ("instance-type-same-arch", {}, {"hybridNodeInstanceType": "m5.2xlarge"}, False, False),
-    ("instance-type-arm", {}, {"hybridNodeInstanceType": "m7g.xlarge"}, False, True),
+    # Another architecture is another resource (components/hybrid_hosts.py): not replaced but
+    # deleted and created anew, so the ignored "ami" input is not carried over.
+    ("instance-type-arm", {}, {"hybridNodeInstanceType": "m7g.xlarge"}, False, "recreated"),
     ("join-script", {}, {}, True, True),
     ("kubernetes-version-with-gpu", {"gpuEnabled": True},
      {"gpuEnabled": True, "kubernetesVersion": "1.36"}, False, True),
@@ -109,6 +113,10 @@ def transition(request, tmp_path_factory) -> tuple[Transition, bool]:
 def test_replaced_hosts_are_the_ones_the_spec_says(transition):
     t, replaces = transition
     node_hosts = {n: u for n, u in hosts(t.old).items() if n.startswith("hybrid-hosts-node-")}
+    if replaces == "recreated":
+        assert set(node_hosts.values()) <= t.plan.deleted
+        assert {u for n, u in hosts(t.new).items() if n.startswith("hybrid-hosts-node-")} <= t.plan.created
+        return
     assert {n: u in t.plan.replaced for n, u in node_hosts.items()} == \
         {n: replaces for n in node_hosts}
     if replaces:
@@ -147,6 +155,19 @@ def test_no_deleted_cleanup_selects_a_node_of_the_new_generation(transition):
         else:
             # It stays, and still selects the Node of the host it stays with.
             assert selects(selector, new_nodes[name]), name
+
+
+def test_a_replaced_host_keeps_its_architecture(transition):
+    """The host ignores changes to its image ("ami" in ignoreChanges), and Pulumi replaces a
+    resource with the ignored input's old value: a replacement may not change the
+    architecture the image was chosen for."""
+    t, _ = transition
+    for urn in set(hosts(t.old).values()) & set(t.plan.replaced):
+        old, new = t.old.by_urn[urn], t.new.by_urn[urn]
+        assert "ami" in new.options["ignoreChanges"]
+        assert architecture(old.inputs["instanceType"]) == architecture(new.inputs["instanceType"]), (
+            f"{new.name} would be replaced as a {new.inputs['instanceType']} with the image of a "
+            f"{old.inputs['instanceType']}")
 
 
 def test_fresh_ids_do_not_change_what_is_replaced(transition):

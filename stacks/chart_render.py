@@ -375,6 +375,8 @@ class Rendered:
     origin: str
     #: Why its pods are not modelled, and how to model them.
     problem: Optional[str] = None
+    #: Helm refused to render these values: `pulumi up` would fail to install the release.
+    refused: Optional[str] = None
 
 
 def release_workloads(release: Release, *, use_engine: Optional[bool] = None) -> Rendered:
@@ -382,7 +384,12 @@ def release_workloads(release: Release, *, use_engine: Optional[bool] = None) ->
     exactly these values, else a ``problem`` that says why not and how to get them."""
     engine = engine_problem() if use_engine is not False else "not asked to render"
     if engine is None and release.source is not None:
-        return Rendered(release, tuple(workloads_of(render_workloads(release))), "helm")
+        try:
+            return Rendered(release, tuple(workloads_of(render_workloads(release))), "helm")
+        except RenderError as error:
+            return Rendered(release, (), "helm", refused=(
+                f"Helm refuses the values of release {release.label}, so pulumi up would fail "
+                f"to install it: {error}"))
     recorded = recorded_workloads(release.key)
     if recorded is not None:
         return Rendered(release, tuple(recorded), "recorded")

@@ -732,7 +732,8 @@ class SchedulingModel:
 
     @property
     def problems(self) -> list[str]:
-        return [*self.bootstrap, *self.unschedulable, *self.intruders]
+        refused = [r.refused for r in self.renders if r.refused]
+        return [*refused, *self.bootstrap, *self.unschedulable, *self.intruders]
 
 
 def evaluate(run: ProgramRun,

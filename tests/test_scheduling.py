@@ -105,6 +105,19 @@ def test_helm_checks_the_cilium_values_against_the_charts_schema(dev_run):
         chart_render.render_texts(cilium, {**cilium.values, "MTU": "8450 bytes"})
 
 
+@needs_helm
+def test_values_helm_refuses_are_a_problem_of_the_model_not_a_crash(dev_run):
+    """The plan reports a release Helm would not install (its chart's schema refuses a value)
+    instead of failing with a traceback."""
+    cilium = release(dev_run, "cilium")
+    bad = replace(cilium, values={**cilium.values, "MTU": "8450 bytes"})
+    rendered = chart_render.release_workloads(bad)
+    assert rendered.refused and "MTU" in rendered.refused and not rendered.workloads
+    model = scheduling.evaluate(dev_run, [rendered if r.release == cilium else r
+                                          for r in scheduling.release_renders(dev_run)])
+    assert any("Helm refuses the values of release cilium" in p for p in model.problems)
+
+
 # --- capacity arithmetic -------------------------------------------------------------------------
 
 def test_kube_reserved_and_allocatable_follow_the_eks_formula():

@@ -7,7 +7,7 @@ is not installed, read back from a render it recorded.
 The scheduling and capacity models (``stacks/scheduling.py``) and the tests read each chart's
 pods from here: the DaemonSets and Deployments the chart renders with the values, release name
 and namespace the program registers, against the chart source ``../shared/charts`` holds for the
-version the lab pins (``CHART_SOURCES``; ``charts/README.md`` says why each is the nearest).
+version the lab pins (``CHART_SOURCES``; ``docs/charts.md`` says why each is the nearest).
 
 The engine, ``helm-python-sdk`` (Helm's Go SDK, a 244 MB wheel), is a test dependency only, and
 ``../shared`` is not part of the repository; ``python -m stacks.plan`` must still run after
@@ -50,7 +50,7 @@ WORKLOAD_KINDS = ("DaemonSet", "Deployment", "StatefulSet")
 
 @dataclass(frozen=True)
 class ChartSource:
-    """The chart source rendered for a pinned chart (charts/README.md)."""
+    """The chart source rendered for a pinned chart (docs/charts.md)."""
 
     directory: str
     version: str
@@ -259,7 +259,7 @@ NOT_READ: dict[tuple[str, str], dict[str, str]] = {
     ("karpenter", "1.14.1"): {
         "settings.featureGates.podDeletionCostManagement":
             "the gate (and the pods `patch` permission it brings) is new in Karpenter v1.15.0, "
-            "which the lab pins; the 1.14.1 source rendered here predates it (charts/README.md)",
+            "which the lab pins; the 1.14.1 source rendered here predates it (docs/charts.md)",
     },
     ("cilium", "1.18.8"): {
         "envoy.enabled":

@@ -28,7 +28,7 @@ A small, explicit model of the kube-scheduler and the DaemonSet controller, over
 What it cannot show: the scheduler's other scores and its order under load, Karpenter's
 instance choice and timing, real memory figures (approximate here), chart hook Jobs and CronJobs (they run on the
 untainted system nodes), and charts' pods from sources other than the nearest readable one
-(charts/README.md).
+(docs/charts.md).
 """
 
 from __future__ import annotations

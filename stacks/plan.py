@@ -27,7 +27,7 @@ from stacks.costs import estimate as estimate_costs
 from stacks.costs import totals as cost_totals
 from stacks.timing import (SAFETY_FACTOR, awaits, estimate_destroy, estimate_layer_by_layer,
                            estimate_up)
-from stacks.pulumi_cli import CliConfigError
+from stacks.pulumi_cli import CliConfigError, StackFileError
 from stacks.offline import ProgramRun, load_stack_config, provider_default_tags, run_program
 
 _MAX_NAMES = 4
@@ -173,6 +173,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_stack_config(args.stack, path=args.stack_file)
+    except StackFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except CliConfigError as exc:
         # What `pulumi preview` itself would print before running the program.
         print(f"error: {args.stack_file or f'Pulumi.{args.stack}.yaml'}: the Pulumi CLI would "

@@ -46,6 +46,18 @@ class CliConfigError(ValueError):
     """What the CLI prints before it refuses to run the program (its own words)."""
 
 
+class StackFileError(ValueError):
+    """A stack or project file that is not YAML at all: one line, the file and where."""
+
+
+def _one_line(error: yaml.YAMLError) -> str:
+    mark = getattr(error, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    what = " ".join(str(part) for part in (getattr(error, "context", None),
+                                           getattr(error, "problem", None)) if part)
+    return where + (what or str(error).splitlines()[0])
+
+
 @dataclass(frozen=True)
 class StackValue:
     """One config value as the CLI holds it (``config.Value``): its text, whether it is a
@@ -72,9 +84,13 @@ for _first in "tTfF":
         "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), [_first])
 
 
-def read_yaml(text: str) -> Any:
-    """YAML the way the CLI's yaml.v3 reads the scalars that matter here."""
-    return yaml.load(text, Loader=_GoYamlLoader)
+def read_yaml(text: str, source: str = "") -> Any:
+    """YAML the way the CLI's yaml.v3 reads the scalars that matter here; ``StackFileError``
+    (naming ``source``) when it is not YAML."""
+    try:
+        return yaml.load(text, Loader=_GoYamlLoader)
+    except yaml.YAMLError as error:
+        raise StackFileError(f"{source or 'YAML'} (not valid YAML: {_one_line(error)})") from None
 
 
 def stack_value(raw: Any) -> StackValue:
@@ -232,13 +248,13 @@ def merge_config(stack: str, project: Mapping[str, Any],
 
 
 def load_project(project_dir: Path) -> dict:
-    return read_yaml((Path(project_dir) / "Pulumi.yaml").read_text()) or {}
+    return read_yaml((Path(project_dir) / "Pulumi.yaml").read_text(), "Pulumi.yaml") or {}
 
 
 def load_stack_file(path: Path, project_name: str) -> dict[str, StackValue]:
     """The ``config:`` of a stack file, keyed by full key, as ``LoadProjectStack`` reads it:
     a key without a namespace belongs to the project."""
-    data = read_yaml(Path(path).read_text()) or {}
+    data = read_yaml(Path(path).read_text(), f"{Path(path).name}: not a Pulumi stack file") or {}
     if not isinstance(data, dict):
         raise CliConfigError(f"{Path(path).name}: not a Pulumi stack file (a YAML map with config:)")
     values = data.get("config") or {}

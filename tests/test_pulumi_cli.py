@@ -138,6 +138,15 @@ def test_a_wrongly_typed_stack_value_stops_the_plan_with_the_clis_words(tmp_path
             in capsys.readouterr().err)
 
 
+def test_a_stack_file_that_is_not_yaml_is_one_line_and_exit_2(tmp_path, capsys):
+    path = tmp_path / "Pulumi.broken.yaml"
+    path.write_text("config:\n  aws:region: [ap-northeast-2\n  eks-hybrid-lab:upToLayer: demo\n")
+    assert plan.main(["--stack-file", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("error: Pulumi.broken.yaml: not a Pulumi stack file (not valid YAML: line ")
+
+
 def test_the_program_gets_the_projects_defaults_for_what_the_stack_leaves_out(tmp_path):
     from stacks.offline import load_stack_config
 

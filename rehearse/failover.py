@@ -42,6 +42,13 @@ FRESH_SECONDS = 5.0
 BASELINE_FRESH_SECONDS = 10.0
 #: Seconds AWS documents for a failover, beside which every figure is shown.
 DOCUMENTED = "AWS documents 3–5 s"
+#: How far this machine's DELETE time may lie from the API server's deletionTimestamp (less
+#: the grace, whole seconds) and still stand for the cluster's clock: the slack either side of
+#: that second, and so the bound on the deletion moment in the cluster's clock (issue 17, 14).
+AGREEMENT_SLACK = 0.5
+AGREEMENT_BOUND = 1.0 + AGREEMENT_SLACK
+#: The deletionTimestamp's resolution, when it is the moment used.
+WHOLE_SECOND = 1.0
 
 DEFAULTS = {"interval": 0.5, "observe": 30.0, "timeout": 60.0, "threshold": 10.0, "baseline": 20.0}
 
@@ -414,6 +421,10 @@ class Deletion:
     cluster: datetime.datetime
     #: Which clock the cluster-side moment comes from, for the report.
     source: str
+    #: How far ``cluster`` may be from the API server's own moment, in seconds (None: not known,
+    #: the API server's clock was never read back). A figure measured between ``cluster`` and a
+    #: gateway node's clock (the Lease handover) is good to this much at best.
+    bound: Optional[float] = None
 
     @property
     def offset(self) -> datetime.timedelta:
@@ -431,21 +442,40 @@ def deletion_moment(event: dict[str, Any]) -> Deletion:
     if event.get("deletion_timestamp") is None or event.get("grace_seconds") is None:
         return Deletion(requested, requested,
                         "this machine's clock when the DELETE was sent (the pod was gone before "
-                        "the API server's deletionTimestamp could be read back)")
+                        "the API server's deletionTimestamp could be read back: how far it is from "
+                        "the cluster's clock is not known)")
     server = parse_time(event["deletion_timestamp"]) - datetime.timedelta(
         seconds=float(event["grace_seconds"]))
     # The server's moment lies in [server, server + 1 s); ours in [requested, answered].
-    slack = datetime.timedelta(seconds=0.5)
+    slack = datetime.timedelta(seconds=AGREEMENT_SLACK)
     if requested <= server + datetime.timedelta(seconds=1) + slack and answered >= server - slack:
+        # Accepted as agreeing when ours is at most 1 s + slack after the server's whole second
+        # or at most the slack before it: against the server's true moment (within that second)
+        # that is AGREEMENT_BOUND either way.
         return Deletion(requested, requested,
                         "this machine's clock when the DELETE was sent, which agrees with the "
-                        f"API server's deletionTimestamp ({_clock(server)} + grace)")
+                        f"API server's deletionTimestamp ({_clock(server)} + grace) within "
+                        f"±{AGREEMENT_BOUND:g} s", AGREEMENT_BOUND)
     offset = (server - requested).total_seconds()
     return Deletion(requested, server,
                     "the API server's deletionTimestamp less the grace period (whole seconds): "
                     f"this machine's clock is about {abs(offset):.0f} s "
                     f"{'behind' if offset > 0 else 'ahead of'} the cluster's, so the poll times "
-                    "are measured on this machine's clock and the rest on the cluster's")
+                    "are measured on this machine's clock and the rest on the cluster's "
+                    f"(the deletionTimestamp has whole seconds: good to {WHOLE_SECOND:g} s)",
+                    WHOLE_SECOND)
+
+
+def deletion_bound(deletion: Deletion) -> str:
+    """What the deletion moment's clock does to a figure measured from it, for the report."""
+    if deletion.bound is None:
+        return ("± unknown: the deletion moment is this machine's clock, never compared with the "
+                "API server's")
+    if deletion.cluster == deletion.local:
+        return (f"± {deletion.bound:g} s: the deletion moment is this machine's clock, which "
+                f"agrees with the API server's within ±{deletion.bound:g} s")
+    return (f"up to {deletion.bound:g} s long: the deletion moment is the API server's "
+            "deletionTimestamp, whole seconds, so the true moment is up to that much later")
 
 
 @dataclass(frozen=True)
@@ -690,8 +720,10 @@ def _leadership(run: _Run, report: Report, commands: dict[str, str],
     report.measurements.append(Measurement(
         "Lease handover (new acquireTime − deletion)", _round(handover), "s",
         f"{DOCUMENTED}; lease 3 s + retry 1 s",
-        note=(f"new holder acquired at {_clock(_t(changed.get('acquire_time')))} UTC"
-              if changed and changed.get("acquire_time") else "no new holder seen")))
+        note="; ".join(filter(None, [
+            (f"new holder acquired at {_clock(_t(changed.get('acquire_time')))} UTC"
+             if changed and changed.get("acquire_time") else "no new holder seen"),
+            deletion_bound(deletion)]))))
     report.measurements.append(Measurement(
         "Lease unowned (old holder's last renewTime → new acquireTime)", _round(unowned), "s",
         "≤ 4 s (lease 3 s, retry 1 s; the leader does not release it on shutdown)",

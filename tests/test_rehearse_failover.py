@@ -580,6 +580,22 @@ def test_recorded_healthy_failover_gives_exact_figures():
     assert report["passed"]
     notes = " ".join(report["notes"])
     assert "agrees with the API server's deletionTimestamp" in notes
+    assert "within ±1.5 s" in notes
+
+
+def test_the_handover_beside_aws_3_to_5_s_says_its_clock_bound():
+    """Issue 17 item 14: the handover is the new acquireTime (a gateway node's clock) less the
+    deletion moment, which is this machine's clock when it agrees with the API server's within
+    ±1.5 s: the figure beside AWS's 3–5 s says so, in report.md and report.json alike."""
+    healthy = {m["name"]: m for m in _fixture("failover-healthy")["measurements"]}[HANDOVER]
+    assert "3–5 s" in healthy["reference"]
+    assert "± 1.5 s: the deletion moment is this machine's clock" in healthy["note"]
+    report = failover.analyse(read_events(FIXTURES / "failover-healthy"))
+    [row] = [line for line in report.to_markdown().splitlines() if line.startswith(f"| {HANDOVER}")]
+    assert "AWS documents 3–5 s" in row and "± 1.5 s" in row
+    skewed = {m["name"]: m for m in _fixture("failover-skewed-clock")["measurements"]}[HANDOVER]
+    assert "up to 1 s long: the deletion moment is the API server's deletionTimestamp" in skewed["note"]
+    assert failover.deletion_moment({"requested_at": "2026-12-01T09:00:00.400000Z"}).bound is None
 
 
 def test_recorded_slow_standby_fails_the_gap_checks():

@@ -25,6 +25,16 @@ hybrid hosts' security group admits from the cloud VPC only the kubelet's 10250 
 port 9443 (``components/hybrid_hosts.py``), so any other port is dropped before the server sees
 it (``--port`` changes it; a FAIL then says so). The namespace and the pods are deleted when the
 run ends, also when it fails or is interrupted.
+
+A run that is killed (SIGKILL, a closed laptop) deletes nothing, so the cluster bounds the pods'
+life too: each has ``activeDeadlineSeconds`` (``deadline_seconds``), and at that deadline the
+kubelet stops its containers and marks it Failed, reason ``DeadlineExceeded`` (kubernetes
+``pkg/kubelet/active_deadline.go``, counted from the pod's ``status.startTime``). The host-network
+server's port is then free; the Failed pod objects and the namespace stay (nothing expires a
+namespace). So the namespace and every pod carry labels only this tool sets — ``REHEARSE_LABEL:
+hostnet`` and ``STACK_LABEL: <the stack's cluster>`` — and the next run removes such a
+namespace (``sweep_leftovers``) when none of its pods is still active. A namespace of that name
+without both labels, or with a pod still running (another run going on), is never touched.
 """
 
 from __future__ import annotations
@@ -49,6 +59,9 @@ REHEARSE_LABEL = "eks-hybrid-lab.io/rehearse"
 #: The run's token: in the pods' labels, and in every request path, so the servers' logs show
 #: this run's requests and no one else's.
 RUN_LABEL = "eks-hybrid-lab.io/rehearse-run"
+#: Whose leftovers they are: the stack's cluster name (a namespace of another cluster's run, or
+#: of someone else, is never removed).
+STACK_LABEL = "eks-hybrid-lab.io/stack"
 NAMESPACE_WHY = (
     "Created by `python -m rehearse hostnet` for a few minutes, then deleted: hostNetwork pods "
     "are forbidden by Pod Security baseline and restricted, so this namespace enforces "
@@ -72,6 +85,8 @@ REQUEST_TIMEOUT = 3
 #: Seconds to wait for the pods to run, and for the clients to finish.
 TIMEOUT = 180.0
 POLL_SECONDS = 2.0
+#: Beyond the two waits: creating the pods and reading four logs.
+DEADLINE_MARGIN = 60
 
 # Event kinds.
 INPUTS = "hostnet.inputs"
@@ -82,6 +97,7 @@ POD = "hostnet.pod"
 WAIT = "hostnet.wait"
 LOG = "hostnet.log"
 CLEANUP = "hostnet.cleanup"
+SWEPT = "hostnet.leftovers_removed"
 
 # Probes (direction keys) and their checks.
 HOST_TO_POD, HOST_TO_SVC, CLOUD_TO_HOST = "hostToCloudPod", "hostToCloudService", "cloudToHost"
@@ -108,10 +124,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 # --- the pods -------------------------------------------------------------------------------
 
-def namespace_manifest() -> dict:
+def stack_label(name: Any) -> str:
+    """A label value for the stack's cluster name (at most 63 of [A-Za-z0-9._-], alphanumeric
+    at both ends)."""
+    text = re.sub(r"[^A-Za-z0-9._-]", "-", str(name or "unknown"))[:63].strip("._-")
+    return text or "unknown"
+
+
+def deadline_seconds(timeout: float) -> int:
+    """Every probe pod's activeDeadlineSeconds: the run waits at most ``timeout`` for the server
+    and ``timeout`` again for the clients, then reads the logs; past that the pods serve no run."""
+    return int(2 * timeout + DEADLINE_MARGIN)
+
+
+def namespace_manifest(stack: str = "unknown", token: str = "") -> dict:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {
         "name": NAMESPACE,
-        "labels": {REHEARSE_LABEL: "hostnet",
+        "labels": {REHEARSE_LABEL: "hostnet", STACK_LABEL: stack,
+                   **({RUN_LABEL: token} if token else {}),
                    "pod-security.kubernetes.io/enforce": "privileged",
                    "pod-security.kubernetes.io/warn": "restricted",
                    "pod-security.kubernetes.io/audit": "restricted"},
@@ -132,14 +162,15 @@ def pod_security() -> dict:
 
 
 def _pod(name: str, token: str, script: str, *, host_network: bool, node: Optional[str],
-         volumes: bool = False) -> dict:
+         volumes: bool = False, stack: str = "unknown", deadline: int = deadline_seconds(TIMEOUT)) -> dict:
     container: dict[str, Any] = {
         "name": name, "image": BUSYBOX, "command": ["/bin/sh", "-c", script],
         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
                       "limits": {"cpu": "100m", "memory": "32Mi"}},
         "securityContext": container_security()}
     spec: dict[str, Any] = {
-        "restartPolicy": "Never", "automountServiceAccountToken": False,
+        "restartPolicy": "Never", "activeDeadlineSeconds": int(deadline),
+        "automountServiceAccountToken": False,
         "enableServiceLinks": False, "terminationGracePeriodSeconds": 1,
         "securityContext": pod_security(), "containers": [container]}
     if host_network:
@@ -158,7 +189,8 @@ def _pod(name: str, token: str, script: str, *, host_network: bool, node: Option
         spec["volumes"] = [{"name": "www", "emptyDir": {"sizeLimit": "1Mi"}}]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": name, "namespace": NAMESPACE,
-        "labels": {REHEARSE_LABEL: "hostnet", RUN_LABEL: token, "app": name}}, "spec": spec}
+        "labels": {REHEARSE_LABEL: "hostnet", STACK_LABEL: stack, RUN_LABEL: token, "app": name}},
+        "spec": spec}
 
 
 def _requests(label: str, urls: Iterable[tuple[str, str]], attempts: int) -> str:
@@ -169,21 +201,24 @@ def _requests(label: str, urls: Iterable[tuple[str, str]], attempts: int) -> str
     return f"for i in $(seq {attempts}); do {body}; sleep 1; done; echo done"
 
 
-def server_pod(token: str, node: str, port: int) -> dict:
+def server_pod(token: str, node: str, port: int, **bound: Any) -> dict:
     path = f"/www/hostnet-{token}"
     script = f"echo {token} > {path} && exec httpd -f -vv -p {port} -h /www"
-    return _pod(SERVER, token, script, host_network=True, node=node, volumes=True)
+    return _pod(SERVER, token, script, host_network=True, node=node, volumes=True, **bound)
 
 
-def host_client_pod(token: str, node: str, pod_ip: str, service: str, attempts: int) -> dict:
+def host_client_pod(token: str, node: str, pod_ip: str, service: str, attempts: int,
+                    **bound: Any) -> dict:
     urls = [(HOST_TO_POD, f"http://{pod_ip}/?rehearse-hostnet={token}-{HOST_TO_POD}"),
             (HOST_TO_SVC, f"http://{service}/?rehearse-hostnet={token}-{HOST_TO_SVC}")]
-    return _pod(HOST_CLIENT, token, _requests("client", urls, attempts), host_network=True, node=node)
+    return _pod(HOST_CLIENT, token, _requests("client", urls, attempts), host_network=True, node=node,
+                **bound)
 
 
-def cloud_client_pod(token: str, node_ip: str, port: int, attempts: int) -> dict:
+def cloud_client_pod(token: str, node_ip: str, port: int, attempts: int, **bound: Any) -> dict:
     urls = [(CLOUD_TO_HOST, f"http://{node_ip}:{port}/hostnet-{token}")]
-    return _pod(CLOUD_CLIENT, token, _requests("client", urls, attempts), host_network=False, node=None)
+    return _pod(CLOUD_CLIENT, token, _requests("client", urls, attempts), host_network=False, node=None,
+                **bound)
 
 
 # --- collector ------------------------------------------------------------------------------
@@ -258,15 +293,19 @@ def collect(ctx: Any, record: Any) -> None:
     if tables:
         _collect_route_tables(ctx.aws("ec2"), tables, record)
 
+    stack = stack_label(outputs.optional("clusterName") or ctx.outputs.stack)
+    bound = {"stack": stack, "deadline": deadline_seconds(timeout)}
+    sweep_leftovers(ctx, record, stack, timeout)
     created: list[str] = []
     namespace_created = False
     try:
         ctx.progress(f"creating namespace {NAMESPACE} (privileged: host network) and the probe pods "
-                     f"on {node['name']}")
-        _create(ctx, namespace_manifest())
+                     f"on {node['name']} (each ends by itself {bound['deadline']} s after it starts)")
+        namespace = namespace_manifest(stack, token)
+        _create(ctx, namespace)
         namespace_created = True
-        record(CREATED, object="Namespace", name=NAMESPACE, manifest=namespace_manifest())
-        manifest = server_pod(token, node["name"], port)
+        record(CREATED, object="Namespace", name=NAMESPACE, manifest=namespace)
+        manifest = server_pod(token, node["name"], port, **bound)
         _create(ctx, manifest)
         created.append(SERVER)
         record(CREATED, object="Pod", name=SERVER, manifest=manifest)
@@ -275,8 +314,8 @@ def collect(ctx: Any, record: Any) -> None:
         server_ip = pods[SERVER]["hostIP"] or node["internalIP"]
         if ok and pods[SERVER]["phase"] == "Running":
             clients = [host_client_pod(token, node["name"], f"{echo['status']['podIP']}:{target_port}",
-                                       f"{svc_spec.get('clusterIP')}:{svc_port}", attempts),
-                       cloud_client_pod(token, server_ip, port, attempts)]
+                                       f"{svc_spec.get('clusterIP')}:{svc_port}", attempts, **bound),
+                       cloud_client_pod(token, server_ip, port, attempts, **bound)]
             for manifest in clients:
                 _create(ctx, manifest)
                 created.append(manifest["metadata"]["name"])
@@ -291,6 +330,85 @@ def collect(ctx: Any, record: Any) -> None:
                       since=int(timeout * 3) + 60)
     finally:
         _cleanup(ctx, record, created, namespace_created, timeout)
+
+
+def _is_ours(metadata: dict, stack: str) -> bool:
+    labels = metadata.get("labels") or {}
+    return labels.get(REHEARSE_LABEL) == "hostnet" and labels.get(STACK_LABEL) == stack
+
+
+def sweep_leftovers(ctx: Any, record: Any, stack: str, timeout: float) -> None:
+    """Removes what an earlier run of this tool against this stack left (a killed run deletes
+    nothing): namespace ``NAMESPACE`` only when it carries this tool's and this stack's labels
+    and none of its pods is still active, and of its pods only those with both labels. Anything
+    else of that name stops the run with one line and is left as it is."""
+    from lightkube.resources.core_v1 import Namespace, Pod
+
+    client = ctx.kube.client
+    try:
+        found = client.get(Namespace, NAMESPACE).to_dict()
+    except Exception as error:  # noqa: BLE001 lightkube's ApiError
+        if not_found(error):
+            return
+        raise
+    meta = found.get("metadata") or {}
+    if not _is_ours(meta, stack):
+        raise RunError(f"namespace {NAMESPACE} already exists and is not a leftover of this tool on "
+                       f"this stack (labels {REHEARSE_LABEL}=hostnet and {STACK_LABEL}={stack} are "
+                       f"not both set): see `kubectl get all -n {NAMESPACE}`; it is left as it is")
+    pods = [p.to_dict() for p in client.list(Pod, namespace=NAMESPACE)]
+    ours = [p for p in pods if _is_ours(p.get("metadata") or {}, stack)]
+    active = [p for p in ours if (p.get("status") or {}).get("phase") in (None, "Pending", "Running")
+              and not (p.get("metadata") or {}).get("deletionTimestamp")]
+    if active:
+        pod = active[0]
+        started = (pod.get("status") or {}).get("startTime")
+        deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+        ends = (f", which ends by itself {deadline} s after it started at {started}"
+                if started and deadline else "")
+        raise RunError(f"another hostnet run is still going (run "
+                       f"{(meta.get('labels') or {}).get(RUN_LABEL, '?')}: pod {pod['metadata']['name']} "
+                       f"{(pod.get('status') or {}).get('phase') or 'Pending'}{ends}): wait for it, or "
+                       f"`kubectl delete namespace {NAMESPACE}`")
+    ctx.progress(f"removing namespace {NAMESPACE} left by an earlier run "
+                 f"({(meta.get('labels') or {}).get(RUN_LABEL, '?')}) and its {len(ours)} pod(s)")
+    deleted, failed = [], []
+    for pod in ours:
+        name = pod["metadata"]["name"]
+        try:
+            client.delete(Pod, name, namespace=NAMESPACE, grace_period=0)
+            deleted.append(f"pod/{name}")
+        except Exception as error:  # noqa: BLE001 keep deleting the rest
+            (deleted if not_found(error) else failed).append(f"pod/{name}")
+    phases = {p["metadata"]["name"]: {"phase": (p.get("status") or {}).get("phase"),
+                                      "reason": (p.get("status") or {}).get("reason")} for p in ours}
+    gone = _delete_namespace(ctx, min(timeout, 60.0), deleted, failed)
+    record(SWEPT, namespace=NAMESPACE, run=(meta.get("labels") or {}).get(RUN_LABEL),
+           pods=phases, deleted=deleted, failed=failed, namespaceGone=gone)
+    if not gone or failed:
+        raise RunError(f"namespace {NAMESPACE}, left by an earlier run, is still there "
+                       f"({', '.join(failed) or 'terminating'}): `kubectl get all -n {NAMESPACE}`")
+
+
+def _delete_namespace(ctx: Any, wait: float, deleted: list, failed: list) -> bool:
+    """Deletes the namespace and waits at most ``wait`` seconds for it to go."""
+    from lightkube.resources.core_v1 import Namespace
+
+    client = ctx.kube.client
+    try:
+        client.delete(Namespace, NAMESPACE)
+        deleted.append(f"namespace/{NAMESPACE}")
+    except Exception as error:  # noqa: BLE001
+        (deleted if not_found(error) else failed).append(f"namespace/{NAMESPACE}")
+    started = ctx.monotonic()
+    while True:
+        try:
+            client.get(Namespace, NAMESPACE)
+        except Exception as error:  # noqa: BLE001 anything but a 404 leaves it unknown
+            return not_found(error)
+        if ctx.monotonic() - started >= wait:
+            return False
+        ctx.sleep(POLL_SECONDS)
 
 
 def _create(ctx: Any, manifest: dict) -> None:
@@ -487,6 +605,7 @@ class _Run:
             self.logs.setdefault(event["role"], []).append(event)
         self.waits = list(every(events, WAIT))
         self.cleanup = first(events, CLEANUP)
+        self.events = events
 
     def lines(self, role: str) -> list[str]:
         return [line for e in self.logs.get(role, []) for line in e.get("lines", [])]
@@ -655,6 +774,21 @@ def analyse(events: list[dict]) -> Report:
         "hostNetwork is forbidden by baseline), non-root, every capability dropped, no privilege "
         "escalation, read-only root, RuntimeDefault seccomp, and were deleted after the run.",
     ]
+    deadline = next((e["manifest"]["spec"].get("activeDeadlineSeconds") for e in run.created.values()
+                     if e.get("object") == "Pod"), None)
+    if deadline:
+        notes.append(f"Each probe pod had activeDeadlineSeconds {deadline}: had this run been killed "
+                     "before its cleanup, the kubelet would have stopped the host-network server "
+                     "that long after it started (phase Failed, DeadlineExceeded), and the next run "
+                     f"removes namespace {NAMESPACE} by its labels ({REHEARSE_LABEL}=hostnet, "
+                     f"{STACK_LABEL}=<the stack's cluster>).")
+    swept = first(run.events, SWEPT)
+    if swept:
+        states = ", ".join(f"{name} {v.get('phase') or 'Pending'}" + (f" ({v['reason']})" if v.get("reason") else "")
+                           for name, v in sorted((swept.get("pods") or {}).items()))
+        notes.append(f"Before probing, removed the leftovers of an earlier run ({swept.get('run') or '?'}) "
+                     f"that did not clean up: {', '.join(swept.get('deleted') or []) or 'nothing'}"
+                     + (f" — its pods were {states}" if states else "") + ".")
     for wait in run.waits:
         if not wait.get("done"):
             notes.append(f"Gave up waiting for {wait['what']} after {wait['seconds']:g} s.")

@@ -55,6 +55,8 @@ def _summary(kmock: Any) -> list[tuple[str, str]]:
 class Emulator:
     def __init__(self) -> None:
         self._served: list[tuple[str, str]] = []
+        #: Pod logs by path, answered by one reaction per path (``log``).
+        self._logs: dict[str, bytes] = {}
         self._ready: "queue.Queue[Any]" = queue.Queue()
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._stop: Optional[asyncio.Event] = None
@@ -160,9 +162,15 @@ class Emulator:
         return self.do(read)
 
     def log(self, namespace: str, pod: str, text: str) -> None:
-        """What ``GET .../pods/<pod>/log`` answers (the tools ask for ``timestamps=true``)."""
+        """What ``GET .../pods/<pod>/log`` answers (the tools ask for ``timestamps=true``). A
+        later call replaces the text, as a new pod of the same name has a log of its own."""
+        path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
+
         def declare(kmock: Any) -> None:
-            kmock[f"get /api/v1/namespaces/{namespace}/pods/{pod}/log"] << text.encode()
+            known = path in self._logs
+            self._logs[path] = text.encode()
+            if not known:
+                kmock[f"get {path}"] << (lambda request: self._logs[path])
 
         self.do(declare)
 
@@ -176,6 +184,43 @@ class Emulator:
             kmock[url] << (km.Response(status=status, payload=body) if status != 200 else body)
 
         self.do(declare)
+
+    def kubelet_deadlines(self, now: "datetime.datetime") -> list[str]:
+        """What each kubelet does to a pod past its ``activeDeadlineSeconds`` (kubernetes
+        ``pkg/kubelet/active_deadline.go``): counted from ``status.startTime`` on the kubelet's
+        clock (``now`` here), a pod not yet started is left alone; a pod past it has its
+        containers stopped and is marked phase Failed, reason DeadlineExceeded. The pod object
+        stays until someone deletes it. Returns the names of the pods it failed."""
+        import datetime as _datetime
+
+        def enforce(kmock: Any) -> list[str]:
+            failed = []
+            for key in list(kmock.objects.keys()):
+                if key[0] != PODS:
+                    continue
+                stored = kmock.objects[key]
+                if stored.deleted:
+                    continue
+                pod = stored.raw
+                spec, status = pod.get("spec") or {}, pod.get("status") or {}
+                deadline, started = spec.get("activeDeadlineSeconds"), status.get("startTime")
+                if deadline is None or not started or status.get("phase") in ("Succeeded", "Failed"):
+                    continue
+                start = _datetime.datetime.fromisoformat(started.replace("Z", "+00:00"))
+                if now - start < _datetime.timedelta(seconds=int(deadline)):
+                    continue
+                stopped = [{"name": c.get("name"), "image": c.get("image"), "imageID": "",
+                            "ready": False, "restartCount": 0,
+                            "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}
+                           for c in spec.get("containers") or []]
+                kmock.objects[key] = {**pod, "status": {
+                    **status, "phase": "Failed", "reason": "DeadlineExceeded",
+                    "message": "Pod was active on the node longer than the specified deadline",
+                    "containerStatuses": stopped}}
+                failed.append(key[2])
+            return failed
+
+        return self.do(enforce)
 
     def requests(self) -> list[tuple[str, str]]:
         """(METHOD, path) of every request served so far, in order."""

@@ -95,6 +95,7 @@ class Scene:
     def sleep(self, seconds: float) -> None:
         self.t += seconds
         self.play()
+        self.emulator.kubelet_deadlines(self.clock())
 
     # the kubelet
     def play(self) -> None:
@@ -117,6 +118,8 @@ class Scene:
                 node = CLOUD
                 self._server_log(token)
             pod["spec"]["nodeName"] = node
+            # The kubelet's start time: activeDeadlineSeconds counts from it.
+            status["startTime"] = self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
             e.put(PODS, hostnet.NAMESPACE, name, {**pod, "status": status})
             if name != hostnet.SERVER:
                 probes = ([hostnet.HOST_TO_POD, hostnet.HOST_TO_SVC] if name == hostnet.HOST_CLIENT
@@ -425,7 +428,8 @@ def test_a_second_interrupt_while_the_namespace_goes_still_leaves_the_deletions_
     real_get = Client.get
 
     def get(self, resource, name=None, **kwargs):
-        if resource.__name__ == "Namespace":
+        # Only the cleanup's wait (the run's first look, for leftovers, precedes the Ctrl-C).
+        if resource.__name__ == "Namespace" and hostnet.CLOUD_CLIENT in scene.played:
             raise KeyboardInterrupt()
         return real_get(self, resource, name, **kwargs)
 
@@ -439,7 +443,90 @@ def test_a_namespace_left_from_another_run_is_not_taken_over(scene, emulator, ca
     scene.plant()
     emulator.put(NAMESPACES, None, hostnet.NAMESPACE, {"metadata": {"labels": {"someone": "else"}}})
     assert scene.run().code == 2
-    assert "already exists" in capsys.readouterr().err
+    assert "already exists and is not a leftover" in capsys.readouterr().err
+    assert not deletes(emulator)
+    assert emulator.get(NAMESPACES, None, hostnet.NAMESPACE) is not None
+
+
+class Killed(BaseException):
+    """A SIGKILL, a closed laptop: the process stops where it is and runs no cleanup."""
+
+
+def killed_run(scene, monkeypatch) -> None:
+    """Runs the tool until its clients exist, then kills it: nothing of its own is removed."""
+    with pytest.MonkeyPatch.context() as killed:
+        killed.setattr(hostnet, "_cleanup", lambda *args, **kwargs: None)
+        scene.fail_with = Killed()
+        with pytest.raises(Killed):
+            scene.run()
+
+
+OURS = {hostnet.REHEARSE_LABEL: "hostnet", hostnet.STACK_LABEL: "eks-hybrid-lab"}
+
+
+def test_a_killed_runs_pods_end_at_their_deadline_and_the_next_run_removes_them(
+        scene, emulator, tmp_path, monkeypatch):  # noqa: F811
+    """Issue 17 item 9: the cluster bounds the probe pods' life (activeDeadlineSeconds: the
+    kubelet stops the host-network server and marks the pod Failed, DeadlineExceeded), and the
+    next run finds the namespace by the labels only this tool sets and removes it."""
+    killed_run(scene, monkeypatch)
+    namespace = emulator.get(NAMESPACES, None, hostnet.NAMESPACE)
+    assert namespace is not None and OURS.items() <= namespace["metadata"]["labels"].items()
+    server = emulator.get(PODS, hostnet.NAMESPACE, hostnet.SERVER)
+    assert server["status"]["phase"] == "Running"
+    deadline = server["spec"]["activeDeadlineSeconds"]
+    assert deadline == hostnet.deadline_seconds(hostnet.TIMEOUT) < 600
+    for name in (hostnet.SERVER, hostnet.HOST_CLIENT, hostnet.CLOUD_CLIENT):
+        pod = emulator.get(PODS, hostnet.NAMESPACE, name)
+        assert pod["spec"]["activeDeadlineSeconds"] == deadline, name
+        assert OURS.items() <= pod["metadata"]["labels"].items(), name
+
+    # Nobody runs the tool again for a while: the kubelet ends the server at its deadline.
+    scene.t += deadline
+    emulator.kubelet_deadlines(scene.clock())
+    server = emulator.get(PODS, hostnet.NAMESPACE, hostnet.SERVER)
+    assert (server["status"]["phase"], server["status"]["reason"]) == ("Failed", "DeadlineExceeded")
+    assert "terminated" in server["status"]["containerStatuses"][0]["state"]
+    assert emulator.get(NAMESPACES, None, hostnet.NAMESPACE) is not None, "a namespace never expires"
+
+    # The next run removes its own leftovers by label, then probes as usual.
+    again = Scene(emulator, tmp_path / "again", monkeypatch, t=scene.t)
+    (tmp_path / "again").mkdir()
+    before = len(emulator.requests())
+    run = again.run()
+    assert run.code == 0 and run.statuses() == {name: "PASS" for name in ALL}
+    [swept] = run.events(hostnet.SWEPT)
+    assert swept["pods"][hostnet.SERVER] == {"phase": "Failed", "reason": "DeadlineExceeded"}
+    assert swept["namespaceGone"] and f"namespace/{hostnet.NAMESPACE}" in swept["deleted"]
+    # Its pods first, then the namespace: all before this run created anything.
+    removed = [p for m, p in emulator.requests()[before:] if m == "DELETE"]
+    assert set(removed[:3]) == REMOVED - {f"/api/v1/namespaces/{hostnet.NAMESPACE}"}
+    assert removed[3] == f"/api/v1/namespaces/{hostnet.NAMESPACE}"
+    assert any("removed the leftovers of an earlier run" in n and "DeadlineExceeded" in n
+               for n in run.report["notes"])
+    assert emulator.get(NAMESPACES, None, hostnet.NAMESPACE) is None
+
+
+def test_a_leftover_whose_pods_still_run_is_another_run_and_is_left_alone(
+        scene, emulator, tmp_path, monkeypatch, capsys):  # noqa: F811
+    killed_run(scene, monkeypatch)
+    capsys.readouterr()
+    before = len(emulator.requests())
+    again = Scene(emulator, tmp_path / "again", monkeypatch, t=scene.t + 5)
+    (tmp_path / "again").mkdir()
+    assert again.run().code == 2
+    assert "another hostnet run is still going" in capsys.readouterr().err
+    assert not [p for m, p in emulator.requests()[before:] if m == "DELETE"]
+    assert emulator.get(PODS, hostnet.NAMESPACE, hostnet.SERVER)["status"]["phase"] == "Running"
+
+
+@pytest.mark.parametrize("labels", [{hostnet.REHEARSE_LABEL: "hostnet", hostnet.STACK_LABEL: "another-lab"},
+                                    {hostnet.STACK_LABEL: "eks-hybrid-lab"}], ids=["other-stack", "no-tool-label"])
+def test_a_namespace_without_both_labels_is_never_removed(scene, emulator, capsys, labels):  # noqa: F811
+    scene.plant()
+    emulator.put(NAMESPACES, None, hostnet.NAMESPACE, {"metadata": {"labels": labels}})
+    assert scene.run().code == 2
+    assert "not a leftover of this tool on this stack" in capsys.readouterr().err
     assert not deletes(emulator)
     assert emulator.get(NAMESPACES, None, hostnet.NAMESPACE) is not None
 

@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from rehearse import flows
 from rehearse import record as rec
 from rehearse.errors import RunError, first_line, status_code
 from rehearse.stack import config_value, open_stack
@@ -495,6 +496,24 @@ class ThroughputReport(Report):
         return text + "\n".join(lines) + "\n"
 
 
+#: iperf3's words when its TCP connection to the server is not made (iperf_api.c / net.c).
+_NOT_CONNECTED = ("unable to connect to server", "connection timed out", "connection refused",
+                  "no route to host")
+
+
+def _failure_fix(direction: str, parsed: dict[str, Any]) -> str:
+    """A connection never made is a flow the lab blocks (or a server that stopped): name that
+    flow and what opens it. ``verify gateway`` passing says nothing about iperf3's port."""
+    why = str(parsed.get("why") or "").lower()
+    if parsed.get("status") == "failed" and any(words in why for words in _NOT_CONNECTED):
+        return (f"iperf3 could not connect to the server pod, which was Running: the flow is "
+                f"BLOCKED somewhere — {flows.blocked_text('gateway-throughput', direction)}")
+    if parsed.get("status") == "failed":
+        return ("a failed run: is the server pod Running and reachable through the gateway "
+                "(`python -m rehearse verify gateway`)?")
+    return "the client stopped early (deadline, eviction): run again"
+
+
 def analyse(events: list[dict[str, Any]]) -> Report:
     started = rec.first(events, rec.RUN_STARTED) or {}
     settings = rec.first(events, SETTINGS) or {}
@@ -576,9 +595,7 @@ def analyse(events: list[dict[str, Any]]) -> Report:
             else:
                 report.checks.append(Check(
                     name, FAIL, f"{parsed['status']}: {parsed.get('why', '')}",
-                    "a failed run: is the server pod Running and reachable through the gateway "
-                    "(`python -m rehearse verify gateway`)? a partial one: the client stopped "
-                    "early (deadline, eviction) — run again", command))
+                    _failure_fix(direction, parsed), command))
                 report.measurements.append(Measurement(f"{prefix}{direction} (receiver)", None,
                                                        "Gbit/s", note=parsed["status"]))
         if instance_type:

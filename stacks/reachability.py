@@ -79,6 +79,10 @@ GATEWAY_NODES = "gateway nodes"
 SYSTEM_NODES = "system nodes"
 KARPENTER_NODES = "Karpenter nodes"
 INTERNET = "internet"
+#: Where the rehearsal tools (``python -m rehearse``) put their cloud pods: any cloud worker, in
+#: demo 1's namespace, so only once the demo layer is built (rehearse/flows.py lists what they
+#: connect to).
+REHEARSAL_CLOUD_PODS = "rehearsal pods (cloud)"
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,27 @@ FLOWS: tuple[Flow, ...] = (
     Flow(SYSTEM_NODES, API_ENDPOINT, "tcp", 443, "kubelets on cloud nodes"),
     Flow(GATEWAY_NODES, API_ENDPOINT, "tcp", 443, "kubelets on gateway nodes"),
     Flow(KARPENTER_NODES, API_ENDPOINT, "tcp", 443, "kubelets on burst nodes"),
+    # The rehearsal tools (rehearse/flows.py names each connection; tests/test_rehearsal_flows.py
+    # holds them to this table). gateway-throughput: iperf3 each way, pod IP to pod IP.
+    Flow(HYBRID_PODS_NODE_IP, REHEARSAL_CLOUD_PODS, "tcp", 5201,
+         "rehearse gateway-throughput hybrid → cloud: iperf3 to a cloud pod, NATed to the node"),
+    Flow(HYBRID_PODS_POD_IP, REHEARSAL_CLOUD_PODS, "tcp", 5201,
+         "rehearse gateway-throughput hybrid → cloud: iperf3 to a cloud pod through the gateway"),
+    Flow(REHEARSAL_CLOUD_PODS, HYBRID_PODS_POD_IP, "tcp", 5201,
+         "rehearse gateway-throughput cloud → hybrid: iperf3 to a hybrid pod through the gateway"),
+    # hostnet: a host-network server on a hybrid node, and the hybrid host network as a client.
+    Flow(REHEARSAL_CLOUD_PODS, HYBRID_NODES, "tcp", 9443,
+         "rehearse hostnet: a cloud pod to the host-network server (the webhook port)"),
+    Flow(HYBRID_NODES, "echo-cloud", "tcp", 8080,
+         "rehearse hostnet: the hybrid host network to echo-cloud (pod IP and ClusterIP)"),
+    # verify gateway: the gateway's host-network ports through the API server's pod proxy.
+    Flow(API_INTERFACES, GATEWAY_NODES, "tcp", 8088,
+         "rehearse verify gateway: /healthz through the API server's pod proxy"),
+    Flow(API_INTERFACES, GATEWAY_NODES, "tcp", 10080,
+         "rehearse verify gateway: the leader gauge on /metrics through the pod proxy"),
+    # verify gpu: one completion through the API server's service proxy.
+    Flow(API_INTERFACES, "vllm (pod IP)", "tcp", 8000,
+         "rehearse verify gpu: a completion through the API server's service proxy"),
 )
 
 
@@ -246,6 +271,10 @@ def _endpoint(net: Network, name: str) -> Optional[Endpoint]:
         return _interfaces(name, net.gateway.nodes,
                            None if net.gateway.nodes else "no node group carries the gateway's "
                            f"nodeLabel {net.gateway.node_label}=true")
+    if name == REHEARSAL_CLOUD_PODS:
+        if net.deployment(WORKLOADS["echo-cloud"][0]) is None:
+            return None  # no demo layer: the tools have nothing to rehearse
+        return _cloud_workers(net, name)
     if name == KARPENTER_NODES:
         if not net.of(NODE_POOL):
             return None

@@ -17,7 +17,7 @@ from stacks import reachability
 from stacks.offline import ProgramRun, Registration
 from stacks.reachability import (API_ENDPOINT, API_INTERFACES, COREDNS, FLOWS, GATEWAY_NODES,
                                  HYBRID_NODES, HYBRID_PODS_NODE_IP, HYBRID_PODS_POD_IP, INTERNET,
-                                 KARPENTER_NODES, SYSTEM_NODES)
+                                 KARPENTER_NODES, REHEARSAL_CLOUD_PODS, SYSTEM_NODES)
 
 Key = tuple[str, str, str, int]
 
@@ -28,14 +28,20 @@ ENDS_BY_LAYER = {
     "gateway": {HYBRID_PODS_POD_IP, GATEWAY_NODES},
     "karpenter": {KARPENTER_NODES},
     "demo": {"prober-cloud", "echo-cloud", "echo-hybrid (pod IP)", "prober-hybrid (node IP)",
-             "prober-hybrid (pod IP)"},
+             "prober-hybrid (pod IP)", REHEARSAL_CLOUD_PODS},
     "gpu": {"vllm-client", "vllm (pod IP)", "vllm (node IP)"},
 }
 LAYERS = ("cluster", "hybrid", "gateway", "karpenter", "demo")
 
 DNS = {(s, COREDNS, p, 53) for s in (HYBRID_PODS_NODE_IP, HYBRID_PODS_POD_IP) for p in ("udp", "tcp")}
+#: Everything to echo-cloud's 8080 from the remote networks: demo 1's prober both ways, and
+#: rehearse hostnet's host-network client (the node's address).
 ECHO_CLOUD = {("prober-hybrid (node IP)", "echo-cloud", "tcp", 8080),
-              ("prober-hybrid (pod IP)", "echo-cloud", "tcp", 8080)}
+              ("prober-hybrid (pod IP)", "echo-cloud", "tcp", 8080),
+              (HYBRID_NODES, "echo-cloud", "tcp", 8080)}
+#: gateway-throughput's hybrid → cloud iperf3, from both addresses a hybrid pod's packet has.
+IPERF3_TO_CLOUD = {(HYBRID_PODS_NODE_IP, REHEARSAL_CLOUD_PODS, "tcp", 5201),
+                   (HYBRID_PODS_POD_IP, REHEARSAL_CLOUD_PODS, "tcp", 5201)}
 
 
 def key(flow) -> Key:
@@ -90,13 +96,16 @@ def copy_of(run: ProgramRun, name: str, new_name: str, **inputs) -> Registration
 @pytest.mark.parametrize("overrides, groups, count", [
     ({"upToLayer": "cluster"}, LAYERS[:1], 2),
     ({"upToLayer": "hybrid"}, LAYERS[:2], 8),
-    ({"upToLayer": "gateway"}, LAYERS[:3], 15),
-    ({"upToLayer": "karpenter"}, LAYERS[:4], 17),
-    ({}, LAYERS, 20),
-    ({"gpuEnabled": True}, (*LAYERS, "gpu"), 22),
-    ({"endpointAccess": "private"}, LAYERS, 20),
-    ({"adminCidrs": ["198.51.100.0/24", "203.0.113.7/32"]}, LAYERS, 20),
-    ({"availabilityZoneCount": 3}, LAYERS, 20),
+    # The gateway layer's 2 and the demo layer's 5 (and gpu's 1) beyond the lab's own flows
+    # are the rehearsal tools' (issue 17 item 13): the gateway's ports through the pod proxy,
+    # iperf3's 5201 three ways, hostnet's 9443 and its host network to echo-cloud.
+    ({"upToLayer": "gateway"}, LAYERS[:3], 17),
+    ({"upToLayer": "karpenter"}, LAYERS[:4], 19),
+    ({}, LAYERS, 27),
+    ({"gpuEnabled": True}, (*LAYERS, "gpu"), 30),
+    ({"endpointAccess": "private"}, LAYERS, 27),
+    ({"adminCidrs": ["198.51.100.0/24", "203.0.113.7/32"]}, LAYERS, 27),
+    ({"availabilityZoneCount": 3}, LAYERS, 27),
 ], ids=lambda v: ",".join(f"{k}={v[k]}" for k in v) if isinstance(v, dict) else None)
 def test_every_flow_whose_ends_are_built_is_allowed(lab, overrides, groups, count):
     results = reachability.evaluate(lab(**overrides))
@@ -162,6 +171,7 @@ def test_dns_belongs_to_the_cluster_layer_and_demo_ports_to_the_demo_layer(dev_r
     both = {"172.16.0.0/18", "172.17.0.0/16"}
     assert by_port[("udp", 53)] == by_port[("tcp", 53)] == {("cluster", c) for c in both}
     assert by_port[("tcp", 8080)] == {("demo", c) for c in both}
+    assert by_port[("tcp", 5201)] == {("demo", c) for c in both}
     # Below the demo layer the port is closed again.
     assert not [r for r in lab(upToLayer="karpenter").of_type(rules[0].type)
                 if r.inputs.get("fromPort") == 8080]
@@ -176,7 +186,7 @@ def test_render_prints_one_line_per_flow(dev_run):
     flow_lines = [line for line in lines if line.startswith(("  ALLOWED", "  BLOCKED"))]
     assert len(flow_lines) == len(expected(*LAYERS))
     assert all(line.startswith("  ALLOWED") for line in flow_lines)
-    assert "  20 flows, 0 blocked" in lines
+    assert "  27 flows, 0 blocked" in lines
     assert "  Internet exposure: none (nothing outside RFC 1918 reaches an interface)" in lines
 
     out = io.StringIO()
@@ -203,6 +213,15 @@ def test_the_pre_fix_program_is_exactly_defect_3(dev_run):
     are blocked, and nothing else."""
     found = blocked(planted(dev_run, drop=["cluster-eks-dns-*", "demo-echo-cloud-tcp8080-*"]))
     assert set(found) == DNS | ECHO_CLOUD
+
+
+def test_without_the_demo_layers_iperf3_rule_hybrid_to_cloud_throughput_is_blocked(dev_run):
+    """Issue 17 item 13: the cluster security group as it was (443, 53, 8080 from the remote
+    networks) drops gateway-throughput's hybrid → cloud iperf3, and only that."""
+    found = blocked(planted(dev_run, drop=["demo-rehearse-iperf3-*"]))
+    assert set(found) == IPERF3_TO_CLOUD
+    assert "(cluster SG) for tcp/5201 from 172.16.0.0/18" in found[(HYBRID_PODS_NODE_IP, REHEARSAL_CLOUD_PODS, "tcp", 5201)]
+    assert "(cluster SG) for tcp/5201 from 172.17.0.0/16" in found[(HYBRID_PODS_POD_IP, REHEARSAL_CLOUD_PODS, "tcp", 5201)]
 
 
 def test_each_remote_network_is_needed(dev_run):

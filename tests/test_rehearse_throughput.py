@@ -328,6 +328,23 @@ def test_a_failed_and_a_partial_run_fail_their_checks_without_a_number(emulator,
     assert live_measurement_pods(emulator) == []
 
 
+def test_a_connection_never_made_is_reported_as_a_blocked_flow_not_a_gateway_problem(emulator, run):
+    """Issue 17 item 13: iperf3's hybrid → cloud connection timed out (the cluster security
+    group dropped TCP 5201 from the remote networks). The fix names that flow and what opens it,
+    not `verify gateway`, which passes on such a lab."""
+    plant(emulator)
+    with Kubelet(emulator, samples(h2c=FAILED), client_phase="Failed"):
+        code, folder, report, out, err = run("-t", "10")
+    assert code == 1, out + err
+    checks = {c["name"]: c for c in report["checks"]}
+    check = checks["hybrid → cloud measured"]
+    assert check["status"] == FAIL and check["seen"].startswith("failed: unable to connect")
+    assert "BLOCKED" in check["fix"] and "verify gateway" not in check["fix"]
+    assert "hybrid pods (node IP) or hybrid pods (pod IP) → rehearsal pods (cloud), TCP 5201" in check["fix"]
+    assert "stacks/layers/demo.py REHEARSE_IPERF3_PORT" in check["fix"]
+    assert checks["cloud → hybrid measured"]["status"] == PASS
+
+
 def test_the_pods_are_deleted_after_a_failure_in_the_middle(emulator, run, monkeypatch):
     plant(emulator)
     real = throughput.Pods.read

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from rehearse import clock_window
 from rehearse.arguments import seconds
 from rehearse.errors import RunError
 from rehearse.stack import config_value, open_stack
@@ -1382,6 +1383,8 @@ class Runner:
         work = cluster.workload()
         nodes = cluster.nodes()
         snapshot = cluster.summaries(work["current"])
+        # The controller sorts later, by the API server's clock: measured here, bounded.
+        offset = clock_window.measure_offset(ctx.kube, ctx.clock)
         now = ctx.clock()
         self.record(SNAPSHOT, scenario=scenario, step=step, replicas=target,
                     replicas_before=len([p for p in snapshot if active(p)]), pods=snapshot,
@@ -1389,9 +1392,11 @@ class Runner:
                     # None: the same pods (one ReplicaSet), not written twice.
                     raw_related=None if [p["metadata"]["name"] for p in work["related"]]
                     == [p["metadata"]["name"] for p in work["current"]]
-                    else [pod_for_forecast(p) for p in work["related"]], now=iso(now))
+                    else [pod_for_forecast(p) for p in work["related"]], now=iso(now),
+                    server_offset=offset)
         try:
-            forecast = predict.forecast(work["current"], work["related"], target, now)
+            forecast = predict.forecast(work["current"], work["related"], target, now,
+                                        clock_window.window(offset))
         except KeyboardInterrupt:
             raise
         except Exception as error:  # noqa: BLE001 a forecast that fails is reported, not fatal
@@ -1587,7 +1592,8 @@ class Runner:
 
 def forecast_event(forecast: Any) -> dict:
     return {"replicas_before": forecast.replicas_before, "replicas_after": forecast.replicas_after,
-            "delete": [asdict(v) for v in forecast.delete], "order": list(forecast.order)}
+            "delete": [asdict(v) for v in forecast.delete], "order": list(forecast.order),
+            "clock_undecided": list(forecast.clock_undecided), "window": forecast.window}
 
 
 def _settings_event(settings: Settings) -> dict:
@@ -1727,6 +1733,12 @@ def compare(snapshot: list[dict], victims: list[dict], forecast: Optional[dict],
         reasons.append("costs changed between the snapshot and the scale-in: " + ", ".join(
             f"{n} {by_name[n].get('cost')!r} → {later[n]!r}" for n in changed) +
                        " (Karpenter re-ranks at most once a minute)")
+    clock = set(forecast.get("clock_undecided") or [])
+    if (missing or extra) and set(missing) | set(extra) <= clock:
+        reasons.append(f"the controller's clock: {', '.join(sorted(clock))} were undecided, each "
+                       "going at some controller clocks of the window "
+                       f"({forecast.get('window') or 'sync lag and skew'}) and staying at others "
+                       "(an age crossing a log2 bucket edge)")
     ties = {v["name"] for v in forecast.get("delete") or [] if v.get("tie")}
     if missing and len(missing) == len(extra) and set(missing) <= ties \
             and sorted(key(n) for n in missing) == sorted(key(n) for n in extra):

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
+from rehearse import clock_window
 from rehearse.errors import RunError
 
 # Ported from the controller as EKS 1.32-1.36 runs it: kubernetes pkg/controller/controller_utils.go
@@ -111,6 +112,9 @@ class Victim:
     rule_number: int = 0
     uid: str = ""
     namespace: str = ""
+    #: True when this pod goes at some controller clocks in the forecast's window and stays at
+    #: others (a log2 bucket edge falls in it): not decided by the rules (rehearse.clock_window).
+    clock: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,11 @@ class Forecast:
     #: What separates the deleted from the kept: rule number -> how many (deleted, kept) pairs
     #: it decides (0: pairs no rule decides). Each victim's ``rule`` is only its closest call.
     split: dict[int, int] = field(default_factory=dict)
+    #: Pods deleted at some controller clocks of the window and kept at others (victims marked
+    #: ``clock`` and kept pods that may go instead).
+    clock_undecided: list[str] = field(default_factory=list)
+    #: The window of controller clocks considered, in words ("" when none was).
+    window: str = ""
 
     @property
     def names(self) -> list[str]:
@@ -139,13 +148,14 @@ class Forecast:
     @property
     def decided(self) -> bool:
         """True when the rules alone decide which pods go."""
-        return not any(v.tie for v in self.delete)
+        return not any(v.tie or v.clock for v in self.delete)
 
     def to_json(self) -> dict[str, Any]:
         return {"replicas_before": self.replicas_before, "replicas_after": self.replicas_after,
                 "now": self.now, "sorted": self.sorted, "decided": self.decided,
                 "delete": [asdict(v) for v in self.delete], "order": list(self.order),
-                "undecided": list(self.undecided),
+                "undecided": list(self.undecided), "clock_undecided": list(self.clock_undecided),
+                "window": self.window,
                 "split": {str(rule): count for rule, count in sorted(self.split.items())},
                 "notes": list(self.notes)}
 
@@ -456,10 +466,13 @@ def explain(x: PodFacts, y: PodFacts, now: Optional[int], decision: Optional[Dec
 # --- the forecast --------------------------------------------------------------------------------
 
 def forecast(pods: Sequence[dict], related: Sequence[dict], replicas: int,
-             now: datetime.datetime) -> Forecast:
+             now: datetime.datetime, window: Optional[tuple[int, int]] = None) -> Forecast:
     """The pods (Pod objects as the API returns them, dicts) the ReplicaSet controller deletes
     when ``pods``' ReplicaSet scales to ``replicas``; ``related`` are the pods of all the
-    Deployment's ReplicaSets (they set each pod's rank). ``now`` is the controller's clock."""
+    Deployment's ReplicaSets (they set each pod's rank). ``now`` is the controller's clock;
+    ``window`` (early, late) ns, when given, says it may be anywhere in [now + early, now + late]
+    (rehearse.clock_window.window: sync lag and measured skew), and every choice that differs
+    in it is marked undecided."""
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
         raise ValueError(f"replicas must be a whole number 0 or more, not {replicas!r}")
     if not isinstance(pods, (list, tuple)) or not all(isinstance(p, dict) for p in pods):
@@ -475,7 +488,32 @@ def forecast(pods: Sequence[dict], related: Sequence[dict], replicas: int,
     except (TypeError, AttributeError) as error:
         raise ValueError(f"a pod's metadata, spec or status is not an object ({error})") from None
     facts = [pod_facts(p, r) for p, r in zip(active, pod_ranks)]
-    return forecast_facts(facts, replicas, now_ns, inactive=len(pods) - len(active))
+    result = forecast_facts(facts, replicas, now_ns, inactive=len(pods) - len(active))
+    return result if window is None else within_window(result, facts, replicas, now_ns, window)
+
+
+def within_window(result: Forecast, facts: Sequence[PodFacts], replicas: int, now: int,
+                  window: tuple[int, int], *, pod_deletion_cost: bool = True) -> Forecast:
+    """``result`` (the forecast at ``now``) with every pod whose fate differs at some controller
+    clock of ``window`` marked undecided. The controller's order is constant between bucket
+    edges, so the forecasts at ``clock_window.candidate_clocks`` are all it can do."""
+    from dataclasses import replace
+
+    early, late = window
+    times = [t for p in facts for t in (p.ready_time, p.created)]
+    outcomes = [set(forecast_facts(facts, replicas, clock, pod_deletion_cost=pod_deletion_cost).names)
+                for clock in clock_window.candidate_clocks(times, now + early, now + late)]
+    always, ever = set.intersection(*outcomes), set.union(*outcomes)
+    flips = ever - always
+    words = clock_window.describe(early, late)
+    notes = list(result.notes)
+    if flips and result.sorted:
+        notes.append(f"undecided by the controller's clock: {', '.join(sorted(flips))} go at some "
+                     f"clocks of the window ({words}: sync lag and measured skew) and stay at "
+                     "others — a pod's age crosses a log2 bucket edge in it")
+    delete = [replace(v, clock=v.name in flips) for v in result.delete]
+    return replace(result, delete=delete, notes=notes, window=words,
+                   clock_undecided=sorted(flips) if result.sorted else [])
 
 
 def forecast_facts(facts: Sequence[PodFacts], replicas: int, now: int, *, inactive: int = 0,
@@ -681,6 +719,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--now", metavar="TIME",
                       help="the controller's clock, RFC 3339 (e.g. 2025-06-01T12:03:00Z); rules 6 "
                            "and 8 bucket ages by it (default: now)")
+    what.add_argument("--sync-lag", type=float, default=None, metavar="SECONDS",
+                      help="how much later than the snapshot the controller may sort (default 2): "
+                           "with the skew, the window of controller clocks in which a choice "
+                           "that flips at a log2 bucket edge is called undecided")
+    what.add_argument("--skew", type=float, default=None, metavar="SECONDS",
+                      help="this machine's clock against the API server's (default: measured "
+                           "from the API server's Date header when live; 1 offline; 0 with --now)")
     what.add_argument("--json", action="store_true",
                       help="print JSON: {\"delete\": [{name, node, rule, tie, cost, rank, ...}], "
                            "\"order\": [...], ...} instead of a table")
@@ -745,6 +790,9 @@ def _owner_names(pods: Iterable[dict]) -> list[str]:
 def main(args: argparse.Namespace) -> int:
     replicas = parse_replicas(args.replicas)
     now = parse_now(args.now)
+    # Measured below when live; otherwise --skew, 0 when --now names the controller's clock.
+    offset: Optional[dict] = None
+    skew = args.skew if args.skew is not None else (0.0 if args.now else clock_window.DEFAULT_SKEW_SECONDS)
     if args.pods is not None:
         pods = read_pod_list(args.pods)
         related = read_pod_list(args.related) if args.related is not None else pods
@@ -762,10 +810,13 @@ def main(args: argparse.Namespace) -> int:
                                "choose one with --replicaset NAME")
     else:
         from rehearse import cli
+        from rehearse.record import utc_now
 
         stack_outputs = None if args.kubeconfig else cli._outputs(args)
         kube = cli._connect(args, stack_outputs)
         try:
+            if args.skew is None and args.now is None:
+                offset = clock_window.measure_offset(kube, utc_now)
             pods, related, rs_name = live_input(kube, args.namespace, args.deployment)
         finally:
             kube.close()
@@ -774,8 +825,10 @@ def main(args: argparse.Namespace) -> int:
     if replicas > active:
         raise RunError(f"--replicas {replicas} is above the {active} active pods: a scale-out "
                        "deletes nothing")
+    lag = args.sync_lag if args.sync_lag is not None else clock_window.SYNC_LAG_SECONDS
     try:
-        result = forecast(pods, related, replicas, now)
+        result = forecast(pods, related, replicas, now,
+                          clock_window.window(offset, lag, default_skew_seconds=skew))
     except ValueError as error:
         raise RunError(f"cannot forecast from {source}: {error}") from None
     if args.json:
@@ -796,7 +849,8 @@ def render(result: Forecast, source: str = "") -> str:
         against = f", each against the first pod kept ({next(iter(versus))})" if len(versus) == 1 else ""
         header = ("#", "POD", "NODE", "COST", "RANK", "DECIDED BY")
         rows = [(str(i), v.name, v.node or "(none)", str(v.cost), str(v.rank),
-                 ("RANDOM: " if v.tie else (f"rule {v.rule_number}: " if v.rule_number else "")) + v.rule)
+                 ("RANDOM: " if v.tie else "CLOCK: " if v.clock else
+                  (f"rule {v.rule_number}: " if v.rule_number else "")) + v.rule)
                 for i, v in enumerate(result.delete, 1)]
         widths = [max(len(r[c]) for r in rows + [header]) for c in range(5)]
         lines.append(f"Deleted, in order, {len(result.delete)} of {result.replicas_before}{against}:")
@@ -813,5 +867,8 @@ def render(result: Forecast, source: str = "") -> str:
         lines.append(f"Kept ({len(kept)}), next to go first: {', '.join(kept)}")
     if result.undecided:
         lines.append(f"Could go instead (random): {', '.join(result.undecided)}")
+    if result.clock_undecided:
+        lines.append(f"Undecided by the controller's clock ({result.window}): "
+                     f"{', '.join(result.clock_undecided)}")
     lines += [f"Note: {note}" for note in result.notes]
     return "\n".join(lines)

@@ -61,6 +61,9 @@ class Emulator:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._stop: Optional[asyncio.Event] = None
         self.url = ""
+        #: The API server's clock, for its ``Date`` header (None: this machine's), so a test on
+        #: a simulated clock gets the answers a real server on that clock would give.
+        self.server_clock: Optional[Callable[[], Any]] = None
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
         started = self._ready.get(timeout=20)
@@ -74,6 +77,7 @@ class Emulator:
 
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
+            _date_from(self)
             try:
                 async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
                     self.url = str(server.url).rstrip("/")
@@ -236,6 +240,24 @@ class Emulator:
         if self._loop is not None and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(timeout=10)
+
+
+def _date_from(server: "Emulator") -> None:
+    """aiohttp writes each answer's ``Date`` from ``rfc822_formatted_time``: from the emulator's
+    ``server_clock`` when a test sets one (this process runs one emulator at a time)."""
+    import email.utils
+
+    from aiohttp import web_response
+
+    real = getattr(web_response, "_real_rfc822", web_response.rfc822_formatted_time)
+    web_response._real_rfc822 = real
+
+    def formatted() -> str:
+        if server.server_clock is None:
+            return real()
+        return email.utils.format_datetime(server.server_clock(), usegmt=True)
+
+    web_response.rfc822_formatted_time = formatted
 
 
 @pytest.fixture

@@ -706,6 +706,7 @@ def lab_session(tmp_path: Path, scenario: str = "A", faults: Optional[Faults] = 
     server = Emulator()
     try:
         cluster = Cluster(server, scenario, faults)
+        server.server_clock = cluster.clock
         plant(server, cluster, faults, scenario)
         stack = StandInStack(cluster, scenario if config == "same" else config, fail_up_for)
         lab = Lab(server, cluster, _outputs(tmp_path / "dev.json", scenario), tmp_path / "rehearsals",
@@ -1369,3 +1370,28 @@ def test_every_new_command_has_help():
         done = subprocess.run([sys.executable, "-m", "rehearse", *args], cwd=PROJECT_DIR,
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 0 and "usage: python -m rehearse" in done.stdout, done.stderr
+
+
+def test_a_step_whose_victims_the_controllers_clock_decided_is_not_unexplained():
+    """Issue 17 item 12: the forecast called a and b undecided (Ready 34 s and 35 s ago, a log2
+    bucket edge within the sync lag and skew); the controller took b. Explained, not a FAIL."""
+    snapshot = [{"name": n, "node": "n1", "place": "cloud", "cost": None, "phase": "Running",
+                 "deleting": False} for n in ("a", "b", "c")]
+    forecast = {"ok": True, "delete": [{"name": "a", "tie": False, "clock": True}],
+                "clock_undecided": ["a", "b"], "window": "+0.000 s to +2.000 s around the snapshot"}
+    verdict, why = burst.compare(snapshot, [{"name": "b", "cost": None}], forecast, [])
+    assert verdict == "explained" and "the controller's clock" in why and "+2.000 s" in why
+    # A victim outside the undecided set is still unexplained.
+    verdict, _ = burst.compare(snapshot, [{"name": "c", "cost": None}], forecast, [])
+    assert verdict == "unexplained"
+
+
+def test_each_snapshot_records_the_api_servers_clock_and_the_forecast_its_window(lab_for):
+    lab = lab_for(scenario="A")
+    assert lab.run() == 0, lab.markdown()
+    events = lab.events()
+    snapshots = [e for e in events if e["kind"] == burst.SNAPSHOT]
+    assert snapshots and all(s["server_offset"]["low_ns"] <= 0 <= s["server_offset"]["high_ns"]
+                             for s in snapshots)
+    forecasts = [e for e in events if e["kind"] == burst.FORECAST and e.get("ok")]
+    assert forecasts and all("clock_undecided" in f and f["window"].endswith("around the snapshot") for f in forecasts)

@@ -711,3 +711,76 @@ def test_live_reads_the_current_replicasets_pods_and_ranks_by_all_its_replicaset
 
     code, _, err = run(capsys, "--outputs", str(outputs), "--replicas", "1", "--deployment", "nope")
     assert code == 2 and err.strip() == "error: Deployment demo-burst/nope not found"
+
+
+# --- the controller's clock: sync lag and skew (issue 17 item 12) --------------------------------
+
+def edge_pods() -> list[dict]:
+    """Ready 34 s and 35 s ago: buckets 34 and 35 at the snapshot (2^35 ns ≈ 34.36 s); half a
+    second later both are in bucket 35 and the lower UID (b's) decides."""
+    a = go_pod("a", "n", "Running", True, 0, 0, NOW - 34 * SECOND, NOW - HOUR)
+    b = go_pod("b", "n", "Running", True, 0, 0, NOW - 35 * SECOND, NOW - HOUR)
+    a["metadata"]["uid"], b["metadata"]["uid"] = "2", "1"
+    return [a, b]
+
+
+def test_a_choice_that_flips_at_a_bucket_edge_within_the_window_is_undecided():
+    pods = edge_pods()
+    assert forecast(pods, pods, 1, dt(NOW)).names == ["a"]
+    # What the controller does when it sorts half a second after the snapshot.
+    assert forecast(pods, pods, 1, dt(NOW + SECOND // 2)).names == ["b"]
+    result = forecast(pods, pods, 1, dt(NOW), (0, 2 * SECOND))
+    [victim] = result.delete
+    assert victim.name == "a" and victim.clock and not victim.tie and not result.decided
+    assert result.clock_undecided == ["a", "b"]
+    assert any("undecided by the controller's clock: a, b" in n for n in result.notes)
+    assert result.to_json()["clock_undecided"] == ["a", "b"] and result.to_json()["decided"] is False
+    # Away from an edge the same window decides nothing differently.
+    far = [go_pod(n, "n", "Running", True, 0, 0, NOW - s * SECOND, NOW - HOUR) for n, s in (("c", 40), ("d", 300))]
+    assert forecast(far, far, 1, dt(NOW), (-SECOND, 3 * SECOND)).clock_undecided == []
+
+
+def test_candidate_clocks_meet_every_bucket_edge_in_the_window():
+    from rehearse import clock_window
+
+    t = NOW - 34 * SECOND
+    clocks = clock_window.candidate_clocks([t], NOW, NOW + SECOND)
+    edge = t + 2**35
+    assert NOW < edge < NOW + SECOND and edge in clocks and edge - 1 in clocks
+    assert {log2_bucket(c - t) for c in clocks} == {34, 35}
+
+
+def test_the_window_comes_from_the_api_servers_date_header_bounded():
+    from rehearse import clock_window
+
+    sent = datetime.datetime(2026, 12, 1, 9, 0, 0, 200000, tzinfo=datetime.timezone.utc)
+    received = sent + datetime.timedelta(milliseconds=100)
+    # The server's clock 3 s ahead: it wrote 09:00:03 (whole seconds).
+    low, high = clock_window.offset_from_date("Tue, 01 Dec 2026 09:00:03 GMT", sent, received)
+    assert (low, high) == (int(2.7 * NS), int(3.8 * NS))
+    early, late = clock_window.window({"low_ns": low, "high_ns": high}, lag_seconds=2)
+    assert (early, late) == (0, int(5.8 * NS))
+    assert clock_window.window(None, 2, default_skew_seconds=1) == (-NS, 3 * NS)
+
+
+def test_the_emulator_answers_with_its_own_clocks_date(emulator):  # noqa: F811 fixture
+    from rehearse import clock_window
+
+    ours = datetime.datetime(2026, 12, 1, 9, 0, 0, 500000, tzinfo=datetime.timezone.utc)
+    emulator.server_clock = lambda: ours + datetime.timedelta(seconds=7)
+    kube = Kube.connect(emulator.endpoint)
+    try:
+        measured = clock_window.measure_offset(kube, lambda: ours)
+    finally:
+        kube.close()
+    assert measured["date"] == "Tue, 01 Dec 2026 09:00:07 GMT"
+    assert measured["low_ns"] <= 7 * NS <= measured["high_ns"] and measured["high_ns"] - measured["low_ns"] <= NS
+
+
+def test_the_command_marks_clock_undecided_choices(tmp_path, capsys):
+    path = write_list(tmp_path / "pods.json", edge_pods())
+    code, out, _ = run(capsys, "--pods", str(path), "--replicas", "1", "--now", t(NOW), "--sync-lag", "2")
+    assert code == 0
+    assert "CLOCK: " in out and "Undecided by the controller's clock (+0.000 s to +2.000 s" in out
+    code, out, _ = run(capsys, "--pods", str(path), "--replicas", "1", "--now", t(NOW), "--sync-lag", "0")
+    assert code == 0 and "CLOCK" not in out and "Undecided by the controller's clock" not in out

@@ -122,6 +122,13 @@ class Kube:
         response = self._raw.get(path)
         return response.status_code, response.text
 
+    def get_raw_dated(self, path: str) -> tuple[int, str, Optional[str]]:
+        """GET ``path``: (status, body, the answer's ``Date`` header). The Date is the API
+        server's clock (to the second), for judging how old a timestamp in the answer is
+        without trusting this machine's clock."""
+        response = self._raw.get(path)
+        return response.status_code, response.text, response.headers.get("date")
+
     def post_raw(self, path: str, json_body: Any, *, timeout: Optional[float] = None) -> tuple[int, str]:
         """POST ``json_body`` to ``path`` on the API server (a service proxy): (status, body).
         ``timeout`` overrides the connection's for this one request."""

@@ -1,16 +1,21 @@
 """Check that demo 1 (the EKS Hybrid Nodes gateway) is ready: the seed's verify.sh, made
 exact. Checks: two gateway pods Running and Ready on two gateway nodes in two zones; the Lease
-holder (<node name>_<uuid>) is a node running a gateway pod; the leader's :8088/healthz
-answers 200 (through the API server's pod proxy); in each gateway route table the route for
-the hybrid pod CIDR is active and targets the leader node's primary ENI; the CiliumVTEPConfig
-hybrid-gateway points at the leader's IP; the demo probers' recent logs show traffic cloud ->
-hybrid and hybrid -> cloud, through the ClusterIP Service and pod to pod; Cilium has VTEP on
-and the L7 proxy off; the Pod Identity agent runs.
+holder (<node name>_<uuid>) is a node running a gateway pod, and the Lease was renewed within
+its duration (judged by the API server's clock: its Date header); every gateway pod's
+:8088/healthz answers 200 (through the API server's pod proxy; the standby answers too, so this
+says nothing about leadership); the holder's pod says it leads in its own :10080/metrics
+(hybrid_gateway_leader_is_active 1) and the other says it does not (0); in each gateway route
+table the route for the hybrid pod CIDR is active and targets the leader node's primary ENI;
+the CiliumVTEPConfig hybrid-gateway points at the leader's IP; the demo probers' recent logs
+show traffic cloud -> hybrid and hybrid -> cloud, through the ClusterIP Service and pod to pod
+(a log the API server cannot fetch — a kubelet it cannot dial — is reported as such); Cilium
+has VTEP on and the L7 proxy off; the Pod Identity agent runs.
 
-The collector records what it reads as events (pods, nodes, the Lease, each gateway pod's
-healthz, the route tables and the gateway nodes' instances, the VTEP config, cilium-config,
-the agent's DaemonSet, the probers' kubelet-timestamped logs); the analyser is pure over them,
-so ``python -m rehearse report <folder>`` gives the same report again.
+The collector records what it reads as events (pods, nodes, the Lease with the answer's Date,
+each gateway pod's healthz and metrics, the route tables and the gateway nodes' instances, the
+VTEP config, cilium-config, the agent's DaemonSet, the probers' kubelet-timestamped logs or the
+Status that refused them); the analyser (``rehearse.gateway_analysis``) is pure over them, so
+``python -m rehearse report <folder>`` gives the same report again.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Optional
 
-from rehearse.errors import status_code
+from rehearse.errors import RunError, api_failure
 from rehearse.gateway_analysis import analyse
 from rehearse.leader import holder_host, instance_id_of, not_found
 # The command's names are re-exported: its tests and callers name them as gateway.CHECK_* etc.
@@ -29,7 +34,7 @@ from rehearse.gateway_kinds import (  # noqa: F401
     POD_IDENTITY_AGENT, ZONE_LABELS, WINDOW_SECONDS, MIN_SUCCESSES, MAX_FAILURES,
     MAX_LOG_AGE_SECONDS, MAX_LINES, INPUTS, NODES, PODS, LEASE, HEALTHZ, ROUTE_TABLE, INSTANCE,
     VTEP, CILIUM_CONFIG, AGENT, PROBER_PODS, PROBER_LOG, METRICS, CHECK_PODS, CHECK_LEASE,
-    CHECK_HEALTH, CHECK_ROUTE, CHECK_VTEP, CHECK_TRAFFIC, CHECK_CILIUM, CHECK_AGENT,
+    CHECK_HEALTH, CHECK_LEADERSHIP, CHECK_ROUTE, CHECK_VTEP, CHECK_TRAFFIC, CHECK_CILIUM, CHECK_AGENT,
     labels_match, parse_selector)
 
 __all__ = ["TITLE", "add_arguments", "collect", "analyse"]
@@ -73,7 +78,6 @@ def _pod_view(pod: dict) -> dict:
 
 def collect(ctx: Any, record: Any) -> None:
     from lightkube.resources.apps_v1 import DaemonSet
-    from lightkube.resources.coordination_v1 import Lease
     from lightkube.resources.core_v1 import ConfigMap, Node, Pod
 
     outputs = ctx.outputs
@@ -122,18 +126,20 @@ def collect(ctx: Any, record: Any) -> None:
         selector_used = None
     record(PODS, namespace=namespace, selector=selector_used, items=pods)
 
-    lease = get_or_none(Lease, lease_name, namespace)
+    lease, lease_read = _read_lease(ctx.kube, namespace, lease_name)
     spec = (lease or {}).get("spec") or {}
     record(LEASE, name=lease_name, found=lease is not None,
            holderIdentity=spec.get("holderIdentity"), acquireTime=spec.get("acquireTime"),
            renewTime=spec.get("renewTime"), leaseDurationSeconds=spec.get("leaseDurationSeconds"),
-           leaseTransitions=spec.get("leaseTransitions"))
+           leaseTransitions=spec.get("leaseTransitions"), **lease_read)
 
     for pod in pods:
         path = f"/api/v1/namespaces/{namespace}/pods/{pod['name']}:{HEALTH_PORT}/proxy/healthz"
         status, body = ctx.kube.get_raw(path)
         record(HEALTHZ, pod=pod["name"], node=pod["nodeName"], path=path, status=status,
                body=body[:200])
+    for pod in pods:
+        _collect_metrics(ctx.kube, namespace, pod, record)
 
     ctx.progress("reading the gateway's route tables and nodes in EC2")
     ec2 = ctx.aws("ec2")
@@ -178,11 +184,63 @@ def collect(ctx: Any, record: Any) -> None:
                     pod["name"], namespace=demo_ns, container=container, timestamps=True,
                     since=int(window) + 1)]
                 error = None
-            except not_found as failure:
-                lines, error = [], f"HTTP {status_code(failure)}"
+            except Exception as failure:  # noqa: BLE001 sorted below: an answer, or not
+                # A refused log request is the API server's Status (400 container not
+                # started, 404 pod gone, 500 kubelet not reachable): a finding, not a crash.
+                error = api_failure(failure)
+                if error is None:
+                    raise
+                lines = []
             record(PROBER_LOG, direction=direction, prober=name, pod=pod["name"],
-                   container=container, sinceSeconds=int(window) + 1,
-                   lines=lines[-MAX_LINES:], error=error)
+                   namespace=demo_ns, node=pod["nodeName"], container=container,
+                   sinceSeconds=int(window) + 1, lines=lines[-MAX_LINES:], error=error)
+
+
+def _read_lease(kube: Any, namespace: str, name: str) -> tuple[Optional[dict], dict]:
+    """The Lease (None if absent) and when it was read by the API server's clock: a raw GET,
+    so the answer's Date header comes with it (lightkube's typed get does not show headers)."""
+    import json
+
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+    status, body, date = kube.get_raw_dated(path)
+    read = {"serverDate": date}
+    if status == 404:
+        return None, read
+    if status != 200:
+        raise RunError(f"reading Lease {namespace}/{name} answered HTTP {status}: {body[:200]}")
+    try:
+        lease = json.loads(body)
+    except ValueError:
+        raise RunError(f"the API server's answer for Lease {namespace}/{name} is not JSON "
+                       f"(HTTP {status}, {len(body)} bytes)") from None
+    return lease, read
+
+
+def _collect_metrics(kube: Any, namespace: str, pod: dict, record: Any) -> None:
+    """What the gateway pod says about its own leadership: its ``/metrics`` through the API
+    server's pod proxy. Only the few lines that matter are kept."""
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod['name']}:{METRICS_PORT}/proxy/metrics"
+    status, body = kube.get_raw(path)
+    kept = [line for line in body.splitlines()
+            if line.startswith((LEADER_GAUGE, "leader_election_master_status"))]
+    record(METRICS, pod=pod["name"], node=pod["nodeName"], path=path, status=status,
+           gauge=gauge(body, LEADER_GAUGE) if status == 200 else None, lines=kept[:10],
+           body="" if status == 200 else body[:200])
+
+
+def gauge(text: str, name: str) -> Optional[float]:
+    """The value of the unlabelled series ``name`` in a Prometheus text exposition."""
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        metric, _, rest = line.partition(" ")
+        if metric != name:
+            continue  # another metric with this prefix, or a labelled series
+        try:
+            return float(rest.split()[0])
+        except (IndexError, ValueError):
+            return None
+    return None
 
 
 def _ec2_code(error: BaseException) -> str:

@@ -11,12 +11,15 @@ from rehearse import probes as probe_logs
 from rehearse.leader import holder_host
 from rehearse.record import RUN_STARTED, every, first, parse_time
 from rehearse.report import FAIL, PASS, SKIP, Check, Report
-from rehearse.gateway_kinds import (GATEWAY_POD_SELECTOR, GATEWAY_NODE_SELECTOR, HEALTH_PORT,
+from rehearse.gateway_kinds import (
+    METRICS, METRICS_PORT, LEADER_GAUGE, LEASE_DURATION_SECONDS, RENEW_DEADLINE_SECONDS,
+    RETRY_PERIOD_SECONDS, CHECK_LEADERSHIP, GATEWAY_POD_SELECTOR, GATEWAY_NODE_SELECTOR, HEALTH_PORT,
     VTEP_CONFIG, VTEP_VERSIONS, PROBERS, POD_IDENTITY_AGENT, ZONE_LABELS, WINDOW_SECONDS,
     MIN_SUCCESSES, MAX_FAILURES, MAX_LOG_AGE_SECONDS, INPUTS, NODES, PODS, LEASE, HEALTHZ,
     ROUTE_TABLE, INSTANCE, VTEP, CILIUM_CONFIG, AGENT, PROBER_PODS, PROBER_LOG, CHECK_PODS,
     CHECK_LEASE, CHECK_HEALTH, CHECK_ROUTE, CHECK_VTEP, CHECK_TRAFFIC, CHECK_CILIUM, CHECK_AGENT,
     labels_match, parse_selector)
+
 
 class _Lab:
     """The recorded observations, indexed."""
@@ -29,6 +32,7 @@ class _Lab:
         self.pods = list(self.pods_event.get("items", []))
         self.lease = first(events, LEASE)
         self.healthz = {e["pod"]: e for e in every(events, HEALTHZ)}
+        self.metrics = {e["pod"]: e for e in every(events, METRICS)}
         self.tables = list(every(events, ROUTE_TABLE))
         self.instances = {e["node"]: e for e in every(events, INSTANCE)}
         self.vtep = first(events, VTEP)
@@ -140,10 +144,9 @@ def _leader(lab: _Lab) -> tuple[Optional[str], Optional[dict], Check]:
     detail = f"holder {holder!r} → node {node}" + (
         f", acquired {lease['acquireTime']}" if lease.get("acquireTime") else "") + (
         f", {transitions} transition{'s' if transitions != 1 else ''}" if transitions is not None else "")
-    if lease.get("renewTime"):
-        # The leader's clock against this machine's: a hint, not a check (renewed every 2 s).
-        age = (parse_time(lease["at"]) - parse_time(lease["renewTime"])).total_seconds()
-        detail += f", renewed {age:.1f} s before it was read"
+    stale = _lease_age(lab, lease)
+    if stale["text"]:
+        detail += ", " + stale["text"]
     fix = (f"a holder names the gateway pod's node (`<node name>_<uuid>`: the pods use the host "
            f"network). Delete the gateway pods so they elect again: `kubectl -n {lab.ns} delete pods "
            f"-l {lab.selector}`, then check `kubectl -n {lab.ns} get pods -o wide`")
@@ -157,28 +160,148 @@ def _leader(lab: _Lab) -> tuple[Optional[str], Optional[dict], Check]:
     if not on_node:
         return None, None, Check(CHECK_LEASE, FAIL, f"{detail}, but no gateway pod runs on {node}",
                                  fix, command)
+    if stale["expired"]:
+        pods = f"kubectl -n {lab.ns} get pods -l {lab.selector} -o wide"
+        return None, None, Check(
+            CHECK_LEASE, FAIL, f"{detail}: longer than the Lease's {stale['duration']:g} s, so it "
+            "has expired and no gateway replica is leading (the leader renews it about every "
+            f"{RETRY_PERIOD_SECONDS} s and gives up after {RENEW_DEADLINE_SECONDS} s without a renewal)",
+            f"the holder's gateway has stopped renewing and the standby has not taken over: see "
+            f"`{pods}` and read both pods' logs (`kubectl -n {lab.ns} logs <pod>`: lost access "
+            "to the API server, RBAC on leases, a crash loop); deleting the gateway pods makes "
+            f"them elect again: `kubectl -n {lab.ns} delete pods -l {lab.selector}`", command)
     pod = on_node[0]
     return node, pod, Check(CHECK_LEASE, PASS, f"{detail}, which runs gateway pod {pod['name']}",
                             command=command)
 
 
-def _check_health(lab: _Lab, node: Optional[str], pod: Optional[dict]) -> Check:
+def _lease_age(lab: _Lab, lease: dict) -> dict:
+    """How long before it was read the Lease was last renewed, judged by the API server's clock
+    (the Date header of the answer that carried it, whole seconds: the server's time then was
+    at least that, so the age is at least Date - renewTime and this never fails a fresh Lease);
+    by this machine's clock only when the answer had no Date, and then it says so. The leader's
+    own clock wrote renewTime; the API server's and the nodes' are both kept by AWS."""
+    duration = float(lease.get("leaseDurationSeconds") or LEASE_DURATION_SECONDS)
+    found = {"expired": False, "duration": duration, "text": ""}
+    if not lease.get("renewTime"):
+        return found
+    renewed = parse_time(lease["renewTime"])
+    local = parse_time(lease["at"])
+    server = _http_date(lease.get("serverDate"))
+    if server is None:
+        age = (local - renewed).total_seconds()
+        found["text"] = (f"renewed {age:.1f} s before it was read (by this machine's clock: the "
+                         "API server's answer carried no Date)")
+    else:
+        age = (server - renewed).total_seconds()
+        skew = (local - server).total_seconds()
+        found["text"] = (f"renewed at least {max(age, 0):.0f} s before it was read (by the API "
+                         f"server's clock, its Date header {lease['serverDate']}; this machine's "
+                         f"clock read {skew:+.1f} s from it)")
+    found["expired"] = age > duration
+    return found
+
+
+def _http_date(text: Optional[str]) -> Optional[datetime.datetime]:
+    if not text:
+        return None
+    import email.utils
+
+    try:
+        moment = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.timezone.utc)
+
+
+def _check_health(lab: _Lab) -> Check:
+    """Every gateway replica's /healthz: each answers 200 while its process is up, the standby
+    as much as the leader, so this says nothing about who leads (that is the metrics' check)."""
+    path = f"/api/v1/namespaces/{lab.ns}/pods/<pod>:{HEALTH_PORT}/proxy/healthz"
+    names = [p["name"] for p in lab.pods] or ["<gateway pod>"]
+    command = " && ".join(f"kubectl get --raw \"{path.replace('<pod>', n)}\"" for n in names)
+    if not lab.pods:
+        return Check(CHECK_HEALTH, SKIP, f"no gateway pod to ask (see '{CHECK_PODS}')", command=command)
+    seen, bad = [], []
+    for pod in lab.pods:
+        answer = lab.healthz.get(pod["name"])
+        if answer is None:
+            seen.append(f"{pod['name']}: not read")
+            bad.append(pod["name"])
+            continue
+        body = (answer.get("body") or "").strip().splitlines()
+        said = f" {body[0][:80]!r}" if body else ""
+        seen.append(f"{pod['name']} on {pod['nodeName']}: HTTP {answer.get('status')}{said}")
+        if answer.get("status") != 200:
+            bad.append(pod["name"])
+    text = "; ".join(seen) + " (every replica answers healthz, the standby too)"
+    if bad:
+        return Check(CHECK_HEALTH, FAIL, text,
+                     f"read the pod's log: `kubectl -n {lab.ns} logs {bad[0]}`; an unhealthy "
+                     "gateway is restarted by its liveness probe; a pod the proxy cannot reach "
+                     "answers 502/503 from the API server", command)
+    return Check(CHECK_HEALTH, PASS, text, command=command)
+
+
+def _check_leadership(lab: _Lab, node: Optional[str], pod: Optional[dict]) -> Check:
+    """The Lease holder's pod says it leads (``hybrid_gateway_leader_is_active 1``) and every
+    other replica says it stands by (0): the gateway sets the gauge when its leader-only setup
+    (routes, VTEP config) starts and clears it when leadership ends."""
+    path = f"/api/v1/namespaces/{lab.ns}/pods/<pod>:{METRICS_PORT}/proxy/metrics"
+    names = [p["name"] for p in lab.pods] or ["<gateway pod>"]
+    command = " && ".join(f"kubectl get --raw \"{path.replace('<pod>', n)}\" | grep {LEADER_GAUGE}"
+                          for n in names)
     if pod is None:
-        return Check(CHECK_HEALTH, SKIP, f"no leader resolved (see '{CHECK_LEASE}')",
-                     command=f"kubectl get --raw \"/api/v1/namespaces/{lab.ns}/pods/<leader pod>:"
-                             f"{HEALTH_PORT}/proxy/healthz\"")
-    command = f"kubectl get --raw \"/api/v1/namespaces/{lab.ns}/pods/{pod['name']}:{HEALTH_PORT}/proxy/healthz\""
-    answer = lab.healthz.get(pod["name"])
-    if answer is None:
-        return Check(CHECK_HEALTH, FAIL, f"the leader {pod['name']}'s healthz was not read", "run again", command)
-    body = (answer.get("body") or "").strip().splitlines()
-    said = f": {body[0][:80]!r}" if body else ""
-    if answer.get("status") == 200:
-        return Check(CHECK_HEALTH, PASS, f"{pod['name']} on {node} answered 200{said}", command=command)
-    return Check(CHECK_HEALTH, FAIL, f"{pod['name']} on {node} answered HTTP {answer.get('status')}{said}",
-                 f"read the leader's log: `kubectl -n {lab.ns} logs {pod['name']}`; a leader that is "
-                 f"not healthy is restarted by its liveness probe; to hand over now: `kubectl -n "
-                 f"{lab.ns} delete pod {pod['name']}`", command)
+        return Check(CHECK_LEADERSHIP, SKIP, f"no leader resolved (see '{CHECK_LEASE}')", command=command)
+    if not lab.metrics:
+        return Check(CHECK_LEADERSHIP, FAIL, "the gateway pods' metrics were not read", "run again", command)
+    seen, problems = [], []
+    for other in lab.pods:
+        name = other["name"]
+        answer = lab.metrics.get(name)
+        role = "the holder" if name == pod["name"] else "standby"
+        if answer is None:
+            seen.append(f"{name} ({role}): not read")
+            problems.append("unread")
+            continue
+        if answer.get("status") != 200:
+            seen.append(f"{name} ({role}): :{METRICS_PORT}/metrics answered HTTP {answer.get('status')}"
+                        + (f" {answer.get('body', '')[:80]!r}" if answer.get("body") else ""))
+            problems.append("unread")
+            continue
+        value = answer.get("gauge")
+        if value is None:
+            seen.append(f"{name} ({role}): no {LEADER_GAUGE} in its metrics")
+            problems.append("no gauge")
+            continue
+        seen.append(f"{name} ({role}): {LEADER_GAUGE} {value:g}")
+        if name == pod["name"] and value != 1:
+            problems.append("holder not leading")
+        elif name != pod["name"] and value != 0:
+            problems.append("two leaders")
+    text = "; ".join(seen)
+    if "two leaders" in problems:
+        both = "holder not leading" not in problems
+        return Check(CHECK_LEADERSHIP, FAIL, text + f" — a replica other than the Lease holder {pod['name']} "
+                     "says it leads" + (": two gateways may write routes and the VTEP config" if both
+                                       else ", and the holder does not"),
+                     f"delete the replica that is not the holder so it restarts as a standby: `kubectl -n "
+                     f"{lab.ns} delete pod <that pod>`, then run again", command)
+    if "holder not leading" in problems:
+        return Check(CHECK_LEADERSHIP, FAIL, text + f" — the Lease names {node}, but its gateway "
+                     "is not running the leader's setup (routes, VTEP config)",
+                     f"read its log (`kubectl -n {lab.ns} logs {pod['name']}`: a failed route "
+                     f"update ends the setup); hand over: `kubectl -n {lab.ns} delete pod {pod['name']}`",
+                     command)
+    if problems:
+        return Check(CHECK_LEADERSHIP, FAIL, text + " — leadership cannot be confirmed from the "
+                     "gateway's own metrics",
+                     f"the gateway serves them on :{METRICS_PORT} (its --metrics-bind-address); the "
+                     "API server's pod proxy must reach that port on the gateway node (the cluster "
+                     "security group admits the control plane to the nodes); a gateway without "
+                     f"{LEADER_GAUGE} predates the chart this lab pins", command)
+    return Check(CHECK_LEADERSHIP, PASS, text + f" — only the Lease holder on {node} says it leads",
+                 command=command)
 
 
 def _check_route(lab: _Lab, node: Optional[str], pod: Optional[dict]) -> Check:
@@ -345,15 +468,19 @@ def _check_traffic(lab: _Lab, direction: str) -> Check:
                      f"deploy the demo layer (`pulumi up`); see `kubectl -n {demo_ns} get deploy {prober}`",
                      command)
     logs = lab.prober_logs.get(direction, [])
-    errors = [f"{e['pod']}: {e['error']}" for e in logs if e.get("error")]
+    refused = [(e, *_log_refusal(lab, e)) for e in logs if e.get("error")]
+    errors = [text for _event, text, _fix, _fatal in refused]
     lines = [line for e in logs for line in e.get("lines", [])]
     found = probe_logs.parse(lines)
     if not found:
         states = "; ".join(f"{p['name']} {p['phase']}" for p in pods_event["items"])
+        fix = next((fix for _e, _t, fix, _f in refused if fix),
+                   f"see why it is not probing: `kubectl -n {demo_ns} describe pod -l app={prober}`")
         return Check(name, FAIL, f"{prober} logged no probe in the last {window:g} s ({states}"
-                     + (f"; log: {', '.join(errors)}" if errors else "") + ")",
-                     f"see why it is not probing: `kubectl -n {demo_ns} describe pod -l app={prober}`",
-                     command)
+                     + (f"; log: {'; '.join(errors)}" if errors else "") + ")", fix, command)
+    fatal = [(text, fix) for _e, text, fix, is_fatal in refused if is_fatal]
+    if fatal:
+        return Check(name, FAIL, f"{prober}'s log: " + "; ".join(errors), fatal[0][1], command)
     newest = found[-1].at
     start = newest - datetime.timedelta(seconds=window)
     read_at = parse_time(logs[-1]["at"]) if logs else newest
@@ -376,6 +503,44 @@ def _check_traffic(lab: _Lab, direction: str) -> Check:
         return Check(name, FAIL, seen + f" (needs ≥ {need} ok and ≤ {allowed} FAIL on each path)",
                      _traffic_fix(direction, lab, bad["svc"], bad["pod"]), command)
     return Check(name, PASS, seen, command=command)
+
+
+def _log_refusal(lab: _Lab, event: dict) -> tuple[str, str, bool]:
+    """What a refused ``pods/log`` request means: (what was seen, the fix or "", whether it
+    fails the check even when another pod's log was read). The API server answers with a Status:
+    500 when it cannot dial the kubelet (on a hybrid node: the remote node network does not
+    admit the control plane on TCP 10250), 400 for a container that has not started, 404 for a
+    pod that went away while it was read. Older recordings kept only "HTTP <code>"."""
+    error = event.get("error")
+    pod, node = event.get("pod"), event.get("node") or "its node"
+    if isinstance(error, str):
+        return f"{pod}: {error}", "", False
+    code, reason, message = error.get("code"), error.get("reason") or "", error.get("message") or ""
+    said = f"HTTP {code}{' ' + reason if reason else ''}: {message[:160]}"
+    labels = (lab.nodes.get(event.get("node") or "") or {}).get("labels") or {}
+    hybrid = labels.get("eks.amazonaws.com/compute-type") == "hybrid" or (
+        event.get("node") or "").startswith("mi-")
+    if code in (500, 502, 503) and ("10250" in message or "dial" in message or "kubelet" in message):
+        where = f"the hybrid node {node}" if hybrid else f"node {node}"
+        return (f"{pod}: the API server could not reach the kubelet on {where} ({said})",
+                "check TCP 10250 from the cluster to the remote node network: the hybrid nodes' "
+                "firewall and the on-premises security rules must admit the EKS control plane's "
+                "ENIs (the cluster VPC CIDR) on 10250, and the remote node CIDR must route back "
+                "through the Transit Gateway; `kubectl logs` and `kubectl exec` on hybrid pods "
+                f"fail the same way (test: `kubectl -n {event.get('namespace', '<ns>')} logs {pod}`)"
+                if hybrid else
+                "the API server could not open TCP 10250 to that node's kubelet: check the node is "
+                "Ready and its security group admits the cluster security group on 10250", True)
+    if code == 400:
+        return (f"{pod}: its container has not started yet or is restarting ({said})",
+                f"wait for it to run (`kubectl describe pod {pod}`), then run again", False)
+    if code == 404:
+        return (f"{pod}: the pod went away while its log was read ({said})",
+                "a rollout or an eviction replaced it: run again", False)
+    if code in (401, 403):
+        return (f"{pod}: reading its log was refused ({said})",
+                "your identity needs get on pods/log in the demo namespace", True)
+    return f"{pod}: {said}", "", True
 
 
 def _check_cilium(lab: _Lab) -> Check:
@@ -423,7 +588,7 @@ def _check_agent(lab: _Lab) -> Check:
 def analyse(events: list[dict]) -> Report:
     lab = _Lab(events)
     node, pod, lease_check = _leader(lab)
-    checks = [_check_pods(lab), lease_check, _check_health(lab, node, pod), _check_route(lab, node, pod),
+    checks = [_check_pods(lab), lease_check, _check_health(lab), _check_leadership(lab, node, pod), _check_route(lab, node, pod),
               _check_vtep(lab, node, pod), _check_traffic(lab, "cloudToHybrid"),
               _check_traffic(lab, "hybridToCloud"), _check_cilium(lab), _check_agent(lab)]
     notes = []

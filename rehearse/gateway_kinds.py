@@ -71,7 +71,8 @@ METRICS = "gateway.metrics"
 # Check names (the report's checklist, in order).
 CHECK_PODS = "gateway pods"
 CHECK_LEASE = "lease holder"
-CHECK_HEALTH = "leader healthz"
+CHECK_HEALTH = "gateway healthz"
+CHECK_LEADERSHIP = "leader by its own metrics"
 CHECK_ROUTE = "VPC route to the leader"
 CHECK_VTEP = "CiliumVTEPConfig names the leader"
 CHECK_TRAFFIC = {"cloudToHybrid": "traffic cloud → hybrid", "hybridToCloud": "traffic hybrid → cloud"}

@@ -56,6 +56,12 @@ def status_object(code: int, reason: str, message: str) -> dict:
     return status
 
 
+def json_body(obj: Any) -> bytes:
+    import json
+
+    return json.dumps(obj).encode()
+
+
 def status_response(code: int, reason: str, message: str) -> Any:
     """That Status as kmock sends it, with the API server's exact content type (lightkube
     raises ApiError only for exactly ``application/json``)."""
@@ -183,6 +189,20 @@ class Emulator:
         """What ``GET .../pods/<pod>/log`` answers (the tools ask for ``timestamps=true``)."""
         def declare(kmock: Any) -> None:
             kmock[f"get /api/v1/namespaces/{namespace}/pods/{pod}/log"] << text.encode()
+
+        self.do(declare)
+
+    def truncated(self, path: str) -> None:
+        """``GET path`` answers 200 with the start of a JSON body and no more (a connection or
+        proxy that cut it short): the client's decoder meets the end of the input."""
+        body = json_body({"kind": "List", "apiVersion": "v1", "metadata": {},
+                          "items": [{"metadata": {"name": "cut-short"}}]})
+
+        def declare(kmock: Any) -> None:
+            import kmock as km
+
+            (kmock ** 100)[f"get {path}"] << km.Response(
+                status=200, payload=body[:len(body) // 2], headers={"Content-Type": "application/json"})
 
         self.do(declare)
 

@@ -673,6 +673,76 @@ def test_record_the_committed_runs(scene, recording):
     shutil.copytree(run.folder, target)
 
 
+# --- a run that stops part-way keeps its folder (issue 17, item 3) ---------------------------
+
+def test_ctrl_c_in_the_middle_keeps_the_folder_and_says_what_was_done(scene, monkeypatch, capsys):
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gateway, "_collect_route_tables", interrupted)
+    run = scene.run()
+    err = capsys.readouterr().err
+    assert run.code == 1 and "Traceback" not in err
+    kinds = [e["kind"] for e in read_events(run.folder)]
+    assert kinds[-1] == "run.interrupted" and gateway.LEASE in kinds and gateway.HEALTHZ in kinds
+    check = run.check("run completed")
+    assert check["status"] == "FAIL"
+    assert check["seen"].startswith("interrupted (Ctrl-C)")
+    assert "during “reading the gateway's route tables and nodes in EC2”" in check["seen"]
+    notes = run.report["notes"]
+    assert any(n.startswith("Done: reading the gateway in eks-hybrid-nodes-gateway. Not finished: "
+                            "reading the gateway's route tables") for n in notes)
+    # What was read before the interrupt is still judged; what was not says so.
+    assert run.check(gateway.CHECK_LEASE)["status"] == "PASS"
+    assert run.check(gateway.CHECK_ROUTE)["seen"] == "no route table was read"
+    # The folder replays to the same report.
+    before = run.markdown
+    assert cli.main(["report", str(run.folder)]) == 1
+    assert run.markdown == before
+
+
+def test_a_truncated_answer_is_one_line_and_a_kept_report_not_a_traceback(scene, emulator, capsys):  # noqa: F811
+    emulator.truncated("/api/v1/nodes")
+    run = scene.run()
+    err = capsys.readouterr().err
+    assert run.code == 2 and "Traceback" not in err
+    [line] = err.strip().splitlines()[-1:]
+    assert line.startswith("error: an answer from the cluster could not be read (DecodeError")
+    assert "truncated or malformed" in line
+    check = run.check("run completed")
+    assert check["seen"].startswith("failed at ") and "could not be read" in check["seen"]
+    assert not (run.folder / "error.txt").exists(), "a malformed answer is not a defect of the tool"
+
+
+def test_a_defect_of_the_tool_keeps_the_folder_with_the_traceback_beside_it(scene, monkeypatch, capsys):
+    monkeypatch.setattr(gateway, "_collect_vtep", lambda *a: {}["no such key"])
+    run = scene.run()
+    err = capsys.readouterr().err
+    assert run.code == 2 and "Traceback" not in err
+    assert "KeyError: 'no such key' (a defect in python -m rehearse)" in err
+    assert "Traceback" in (run.folder / "error.txt").read_text()
+    assert "the traceback is in error.txt" in run.check("run completed")["fix"]
+
+
+# --- report --out leaves a recorded run as it is (issue 17, item 4) ---------------------------
+
+def test_report_out_writes_elsewhere_and_leaves_the_recording_byte_for_byte(tmp_path):
+    import hashlib
+
+    def digest(folder: Path) -> dict[str, str]:
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(folder.iterdir())}
+
+    fixture = FIXTURES / "gateway-route-elsewhere"
+    before = digest(fixture)
+    out = tmp_path / "again"
+    assert cli.main(["report", str(fixture), "--out", str(out)]) == 1
+    assert digest(fixture) == before
+    assert (out / "report.md").read_text() == (fixture / "report.md").read_text()
+    assert (out / "report.json").read_text() == (fixture / "report.json").read_text()
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md"]
+
+
 # --- the analysis alone, over a recording ---------------------------------------------------
 
 def recorded(name: str = "gateway-healthy") -> list[dict]:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from rehearse.connection import Endpoint
+from rehearse.connection import Endpoint, signed_at
 
 #: API paths of the resources the tools read, as kmock names them (group/version/plural).
 PODS, NODES, LEASES = "v1/pods", "v1/nodes", "coordination.k8s.io/v1/leases"
@@ -81,6 +81,8 @@ def _summary(kmock: Any) -> list[tuple[str, str]]:
 class Emulator:
     def __init__(self) -> None:
         self._served: list[tuple[str, str]] = []
+        #: Why each request refused by ``authenticate`` was refused.
+        self.refused: list[Optional[str]] = []
         self._ready: "queue.Queue[Any]" = queue.Queue()
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._stop: Optional[asyncio.Event] = None
@@ -189,6 +191,32 @@ class Emulator:
         """What ``GET .../pods/<pod>/log`` answers (the tools ask for ``timestamps=true``)."""
         def declare(kmock: Any) -> None:
             kmock[f"get /api/v1/namespaces/{namespace}/pods/{pod}/log"] << text.encode()
+
+        self.do(declare)
+
+    def authenticate(self, now: Callable[[], Any], accept: Callable[[str], Optional[str]] = None) -> None:
+        """Refuses every request whose bearer token the EKS authenticator would refuse, with the
+        401 Status a real API server answers (``Unauthorized``). An EKS token is a presigned
+        STS GetCallerIdentity URL: the authenticator rejects it 15 minutes after its
+        X-Amz-Date (aws-iam-authenticator pkg/token), judged here by ``now()``. ``accept`` may
+        judge other tokens (None = good)."""
+        def problem(request: Any) -> Optional[str]:
+            header = {k.lower(): v for k, v in request.headers.items()}.get("authorization", "")
+            if not header.startswith("Bearer "):
+                return "no bearer token"
+            token = header[len("Bearer "):]
+            signed = signed_at(token)
+            if signed is not None:
+                age = (now() - signed).total_seconds()
+                return f"token expired {age - 900:.0f} s ago" if age > 900 else None
+            return accept(token) if accept else "not an EKS token"
+
+        def refuse(request: Any) -> Any:
+            self.refused.append(problem(request))
+            return status_response(401, "Unauthorized", "Unauthorized")
+
+        def declare(kmock: Any) -> None:
+            (kmock ** 1000)[lambda request: problem(request) is not None] << refuse
 
         self.do(declare)
 

@@ -1,18 +1,20 @@
 """`python -m rehearse`: verify gateway|gpu|burst, failover, burst, hostnet, predict, report.
 
-Exit codes: 0 every check passed; 1 a check failed; 2 the run could not be made (one line, no
-traceback)."""
+Exit codes: 0 every check passed; 1 a check failed or the run was interrupted; 2 the run could
+not be made (one line, no traceback). Once a run has started, its folder is kept whatever
+happens, with a report of what was done (rehearse.outcome)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import shutil
+import json
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from rehearse import record
+from rehearse import outcome, record
 from rehearse.errors import RunError
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -56,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m rehearse",
         description="Rehearse the EKS Hybrid Nodes demos against a deployed lab: check, "
                     "measure, and keep a report (report.md, report.json, events.jsonl).",
-        epilog="Exit codes: 0 every check passed, 1 a check failed, 2 the run could not be made.")
+        epilog="Exit codes: 0 every check passed, 1 a check failed or the run was interrupted, "
+               "2 the run could not be made.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     verify = commands.add_parser("verify", help="check that a demo is ready",
@@ -81,9 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser(
         "report", help="analyse a run's folder again and rewrite its report",
-        description="Analyse a run folder's events.jsonl again and rewrite report.md and "
-                    "report.json (a recorded run replays through the same analysis).")
+        description="Analyse a run folder's events.jsonl again and write report.md and "
+                    "report.json, into the folder or with --out elsewhere (a recorded run "
+                    "replays through the same analysis).")
     report.add_argument("folder", type=Path, help="a run folder (rehearsals/<time>-<stack>-<command>)")
+    report.add_argument("--out", type=Path, metavar="DIR",
+                        help="write report.md and report.json into DIR and leave FOLDER as it "
+                             "is (default: rewrite them in FOLDER)")
     return parser
 
 
@@ -126,37 +133,66 @@ def run_command(command: str, args: argparse.Namespace) -> int:
                   options=options, work_dir=args.work_dir)
     folder = record.folder_for(args.out, stack_outputs.stack, command, ctx.clock())
     recorder = record.Recorder(folder, clock=ctx.clock)
+    show = ctx.progress
+
+    def progress(message: str) -> None:
+        # Each step is kept, so a run that stops part-way can say how far it got.
+        recorder(outcome.RUN_STEP, message=message)
+        show(message)
+
+    ctx.progress = progress
+    # A run that stops part-way keeps its folder: what it measured, and the record of what it
+    # changed (a leader pod deleted, a stack switched and restored), is in events.jsonl.
+    code: Optional[int] = None
     try:
         recorder(record.RUN_STARTED, command=command, stack=stack_outputs.stack,
                  options={k: str(v) for k, v in options.items()})
         module.collect(ctx, recorder)
-    except BaseException:
-        # A run that could not be made leaves no half folder behind to be mistaken for one.
-        recorder.close()
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
+    except KeyboardInterrupt:
+        recorder(outcome.RUN_INTERRUPTED, reason="Ctrl-C")
+        print("interrupted: writing what was recorded", file=sys.stderr)
+        code = 1
+    except Exception as error:  # noqa: BLE001 every failure ends as a report and one line
+        reason, defect = outcome.reason_of(error, _as_run_error)
+        details = None
+        if defect:
+            details = "error.txt"
+            (folder / details).write_text("".join(traceback.format_exception(error)))
+        recorder(outcome.RUN_FAILED, reason=reason, details=details)
+        print(f"error: {reason}", file=sys.stderr)
+        code = 2
     finally:
         recorder.close()
         kube.close()
-    report = module.analyse(recorder.events)
+    report = outcome.analyse_run(module.analyse, recorder.events)
     report.write(folder)
     print(report.summary())
     print(f"report: {folder / 'report.md'}")
+    if code is not None:
+        return code
     return 0 if report.passed else 1
 
 
-def run_report(folder: Path) -> int:
+def run_report(folder: Path, out: Optional[Path] = None) -> int:
+    """Analyse ``folder`` again; the report goes to ``out`` when given, so a recorded run (a
+    test fixture, a colleague's folder) is read and never written."""
     try:
         events = record.read_events(folder)
     except FileNotFoundError:
         raise RunError(f"{folder} holds no {record.EVENTS}: is it a rehearsal run folder?") from None
+    except ValueError as error:
+        raise RunError(f"{folder / record.EVENTS} is not JSON lines: {error}") from None
     started = record.first(events, record.RUN_STARTED)
     if started is None or started.get("command") not in COMMANDS:
         raise RunError(f"{folder / record.EVENTS} does not say which command it recorded")
-    report = _module(started["command"]).analyse(events)
-    report.write(folder)
+    report = outcome.analyse_run(_module(started["command"]).analyse, events)
+    target = folder if out is None else out
+    target.mkdir(parents=True, exist_ok=True)
+    report.write(target)
     print(report.summary())
-    print(f"report: {folder / 'report.md'}")
+    print(f"report: {target / 'report.md'}")
+    if outcome.ending(events) is not None:
+        return 1 if outcome.ending(events)["kind"] == outcome.RUN_INTERRUPTED else 2
     return 0 if report.passed else 1
 
 
@@ -170,6 +206,13 @@ def _as_run_error(error: BaseException) -> Optional[RunError]:
         return RunError(f"cannot reach the cluster or AWS: {name}: {str(error).splitlines()[0] if str(error) else ''}")
     if module.startswith("botocore") or module.startswith("boto3"):
         return RunError(f"AWS refused or could not be reached: {name}: {error}")
+    if module.startswith("msgspec") or isinstance(error, json.JSONDecodeError):
+        # lightkube decodes answers with msgspec: a body cut short (a proxy, a dropped
+        # connection) or not the object asked for.
+        return RunError(f"an answer from the cluster could not be read ({name}: "
+                        f"{str(error).splitlines()[0] if str(error) else ''}): a truncated or "
+                        "malformed body; run again, and if it persists check what sits between "
+                        "you and the API server")
     if module.startswith("lightkube") and name == "ApiError":
         status = getattr(getattr(error, "status", None), "code", None)
         if status in (401, 403):
@@ -181,14 +224,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "report":
-            return run_report(args.folder)
+            return run_report(args.folder, args.out)
         if args.command == "predict":
             return importlib.import_module("rehearse.predict").main(args)
         command = f"verify {args.target}" if args.command == "verify" else args.command
         return run_command(command, args)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 2
+        # Before a run folder exists (reading the stack, connecting): nothing was done.
+        print("interrupted before anything was recorded", file=sys.stderr)
+        return 1
     except Exception as error:  # noqa: BLE001 sorted into "could not run" or a real bug
         run_error = _as_run_error(error)
         if run_error is None:

@@ -9,12 +9,38 @@ kubectl. The kubeconfig and the token are never printed.
 from __future__ import annotations
 
 import base64
+import datetime
 import json
+import os
+import subprocess
+import threading
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Generator, Optional
+
+import httpx2 as httpx
 
 from rehearse.errors import RunError
+from rehearse.record import parse_time, utc_now
+
+#: The EKS authenticator rejects a token 15 minutes after it was signed (its presigned STS URL's
+#: X-Amz-Date); `aws eks get-token` and aws-iam-authenticator report its expirationTimestamp
+#: 14 minutes after signing, and so does this.
+EKS_TOKEN_REPORTED_LIFETIME = datetime.timedelta(minutes=14)
+#: A credential is renewed this long before it expires, so no request leaves with a token that
+#: expires on the way (and a clock a little ahead of the server's does not matter).
+REFRESH_MARGIN = datetime.timedelta(seconds=60)
+EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1",
+                     "client.authentication.k8s.io/v1alpha1")
+
+
+@dataclass(frozen=True)
+class Credential:
+    """A bearer token and when it stops being good (None: it does not say)."""
+
+    token: str
+    expires: Optional[datetime.datetime] = None
 
 
 @dataclass(frozen=True)
@@ -26,6 +52,9 @@ class Endpoint:
     certificate_authority: Optional[str]
     #: A bearer token, or None.
     token: Optional[str]
+    #: When ``token`` stops being good, and how to get a new one (None: it never changes).
+    expires: Optional[datetime.datetime] = None
+    refresh: Optional[Callable[[], Credential]] = None
 
 
 def eks_token(cluster_name: str, region: str) -> str:
@@ -34,6 +63,65 @@ def eks_token(cluster_name: str, region: str) -> str:
     from components.cleanup.kubernetes_api import KubernetesApi
 
     return KubernetesApi()._bearer_token(cluster_name, region)
+
+
+def signed_at(token: str) -> Optional[datetime.datetime]:
+    """When an EKS token was signed: the X-Amz-Date of the presigned URL it wraps."""
+    prefix = "k8s-aws-v1."
+    if not token.startswith(prefix):
+        return None
+    encoded = token[len(prefix):]
+    try:
+        url = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+        stamp = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))["X-Amz-Date"]
+        return datetime.datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=datetime.timezone.utc)
+    except (KeyError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def eks_credential(cluster_name: str, region: str) -> Credential:
+    """A new EKS token, expiring as `aws eks get-token` says it does: 14 minutes after it was
+    signed (by this machine's clock, which signed it)."""
+    token = eks_token(cluster_name, region)
+    signed = signed_at(token) or utc_now()
+    return Credential(token, signed + EKS_TOKEN_REPORTED_LIFETIME)
+
+
+class RefreshingAuth(httpx.Auth):
+    """Bearer authentication that renews its credential before it expires, and once more on a
+    401 (as kubectl does: client-go's exec authenticator re-runs the plugin when the cached
+    credential's expirationTimestamp has passed, and after a 401). Shared by the typed client
+    and the raw requests, so both always carry the same, current token."""
+
+    def __init__(self, fetch: Callable[[], Credential], *, first: Optional[Credential] = None,
+                 clock: Callable[[], datetime.datetime] = utc_now):
+        self._fetch = fetch
+        self._credential = first
+        self._clock = clock
+        self._lock = threading.Lock()
+        #: How many credentials were fetched after the first (for the report and the tests).
+        self.renewals = 0
+
+    def _current(self, stale: Optional[str] = None) -> str:
+        with self._lock:
+            credential = self._credential
+            due = credential is None or (credential.expires is not None and
+                                         self._clock() >= credential.expires - REFRESH_MARGIN)
+            if due or (stale is not None and credential.token == stale):
+                self._credential = credential = self._fetch()
+                self.renewals += 1
+            return credential.token
+
+    def sync_auth_flow(self, request: Any) -> Generator[Any, Any, None]:
+        token = self._current()
+        request.headers["Authorization"] = f"Bearer {token}"
+        response = yield request
+        if response.status_code == 401:
+            # Revoked or expired early (a clock behind the server's): one new token, one retry.
+            response.read()
+            request.headers["Authorization"] = f"Bearer {self._current(stale=token)}"
+            yield request
+
 
 
 def endpoint_from_stack_kubeconfig(kubeconfig: Any, region: str) -> Endpoint:
@@ -48,11 +136,15 @@ def endpoint_from_stack_kubeconfig(kubeconfig: Any, region: str) -> Endpoint:
     except (KeyError, TypeError, ValueError):
         raise RunError("the stack's kubeconfig output is not the one this lab writes "
                        "(one cluster with a server and CA data)") from None
-    try:
-        token = eks_token(name, region)
-    except Exception as error:  # noqa: BLE001 botocore's many credential errors
-        raise RunError(f"no AWS credentials to authenticate to cluster {name}: {error}") from None
-    return Endpoint(server=server, certificate_authority=ca, token=token)
+    def refresh() -> Credential:
+        try:
+            return eks_credential(name, region)
+        except Exception as error:  # noqa: BLE001 botocore's many credential errors
+            raise RunError(f"no AWS credentials to authenticate to cluster {name}: {error}") from None
+
+    first = refresh()
+    return Endpoint(server=server, certificate_authority=ca, token=first.token,
+                    expires=first.expires, refresh=refresh)
 
 
 class Kube:
@@ -64,18 +156,17 @@ class Kube:
         self._raw = raw
 
     @classmethod
-    def connect(cls, endpoint: Endpoint, *, timeout: float = 15.0) -> "Kube":
-        import httpx2 as httpx
+    def connect(cls, endpoint: Endpoint, *, timeout: float = 15.0,
+                clock: Callable[[], datetime.datetime] = utc_now) -> "Kube":
         from lightkube import Client, KubeConfig
 
         cluster: dict[str, Any] = {"server": endpoint.server}
         if endpoint.certificate_authority:
             cluster["certificate-authority-data"] = base64.b64encode(
                 endpoint.certificate_authority.encode()).decode()
-        user: dict[str, Any] = {"token": endpoint.token} if endpoint.token else {}
         config = KubeConfig.from_dict({
             "clusters": [{"name": "lab", "cluster": cluster}],
-            "users": [{"name": "lab", "user": user}],
+            "users": [{"name": "lab", "user": {}}],
             "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "lab"}}],
             "current-context": "lab",
         })
@@ -85,22 +176,34 @@ class Kube:
             import ssl
 
             verify = ssl.create_default_context(cadata=endpoint.certificate_authority)
-        headers = {"Authorization": f"Bearer {endpoint.token}"} if endpoint.token else {}
-        raw = httpx.Client(base_url=endpoint.server, verify=verify, headers=headers,
+        auth: Optional[httpx.Auth] = None
+        if endpoint.token:
+            first = Credential(endpoint.token, endpoint.expires)
+            # An EKS token lasts 15 minutes and runs last longer: renew it as it nears the end.
+            auth = RefreshingAuth(endpoint.refresh or (lambda: first), first=first, clock=clock)
+            client._client._client.auth = auth
+        raw = httpx.Client(base_url=endpoint.server, verify=verify, auth=auth,
                            timeout=timeout, follow_redirects=False)
         return cls(client, raw)
 
     @classmethod
-    def from_kubeconfig_file(cls, path: Path, *, timeout: float = 15.0) -> "Kube":
-        """A kubeconfig file (--kubeconfig): lightkube runs its exec plugin if it has one."""
-        import httpx2 as httpx
+    def from_kubeconfig_file(cls, path: Path, *, timeout: float = 15.0,
+                             clock: Callable[[], datetime.datetime] = utc_now) -> "Kube":
+        """A kubeconfig file (--kubeconfig), its current context. An exec plugin is run here,
+        as kubectl runs it (lightkube 1.0.1 knows only v1alpha1/v1beta1 and reads no
+        expirationTimestamp), once before the first request so that a plugin that cannot run
+        says so, and again whenever its credential expires or the server answers 401."""
         from lightkube import Client, KubeConfig
 
+        user = _kubeconfig_user(path)
         try:
             config = KubeConfig.from_file(path)
+            client = Client(config=config, timeout=httpx.Timeout(timeout), field_manager="rehearse")
         except Exception as error:  # noqa: BLE001 lightkube's config errors
-            raise RunError(f"cannot read the kubeconfig {path}: {error}") from None
-        client = Client(config=config, timeout=httpx.Timeout(timeout), field_manager="rehearse")
+            raise RunError(f"cannot use the kubeconfig {path}: {error}") from None
+        if user.get("exec"):
+            plugin = ExecPlugin(user["exec"], user_name=user["name"], clock=clock)
+            client._client._client.auth = RefreshingAuth(plugin, first=plugin(), clock=clock)
         # The pod proxy goes through the same authenticated transport as every other call.
         return cls(client, client._client._client)
 
@@ -109,6 +212,8 @@ class Kube:
         the credentials, stops the run with one line (exit 2)."""
         try:
             status, text = self.get_raw("/version")
+        except RunError:
+            raise  # the credential could not be had (an exec plugin's own words)
         except Exception as error:  # noqa: BLE001 httpx, ssl and socket errors alike
             raise unreachable(error, server) from None
         if status in (401, 403):
@@ -122,6 +227,13 @@ class Kube:
         response = self._raw.get(path)
         return response.status_code, response.text
 
+    def get_raw_dated(self, path: str) -> tuple[int, str, Optional[str]]:
+        """GET ``path``: (status, body, the answer's ``Date`` header). The Date is the API
+        server's clock (to the second), for judging how old a timestamp in the answer is
+        without trusting this machine's clock."""
+        response = self._raw.get(path)
+        return response.status_code, response.text, response.headers.get("date")
+
     def post_raw(self, path: str, json_body: Any, *, timeout: Optional[float] = None) -> tuple[int, str]:
         """POST ``json_body`` to ``path`` on the API server (a service proxy): (status, body).
         ``timeout`` overrides the connection's for this one request."""
@@ -132,6 +244,108 @@ class Kube:
     def close(self) -> None:
         self.client.close()
         self._raw.close()
+
+
+def _kubeconfig_user(path: Path) -> dict:
+    """The current context's user entry (``{"name", "exec"?, ...}``), or one line saying why
+    the file cannot be used."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise RunError(f"the kubeconfig {path} does not exist") from None
+    except (OSError, yaml.YAMLError) as error:
+        raise RunError(f"cannot read the kubeconfig {path}: {str(error).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise RunError(f"the kubeconfig {path} is not a kubeconfig (no clusters, contexts, users)")
+    current = data.get("current-context")
+    contexts = {c.get("name"): c.get("context") or {} for c in data.get("contexts") or []}
+    if not current:
+        raise RunError(f"the kubeconfig {path} sets no current-context "
+                       f"(`kubectl config use-context NAME --kubeconfig {path}`)")
+    if current not in contexts:
+        raise RunError(f"the kubeconfig {path} has no context {current!r}, its current-context "
+                       f"(it has: {', '.join(sorted(map(str, contexts))) or 'none'})")
+    users = {u.get("name"): u.get("user") or {} for u in data.get("users") or []}
+    name = contexts[current].get("user")
+    if name not in users:
+        raise RunError(f"the kubeconfig {path}'s context {current!r} names user {name!r}, which "
+                       "it does not define")
+    return {**users[name], "name": name}
+
+
+class ExecPlugin:
+    """A kubeconfig's ``user.exec`` credential plugin, run as client-go runs it
+    (plugin/pkg/client/auth/exec/exec.go; the ExecCredential types in
+    pkg/apis/clientauthentication/v1): ``KUBERNETES_EXEC_INFO`` carries an ExecCredential
+    with ``spec.interactive`` false (nothing is asked of a presenter mid-run), the plugin's
+    stdout is an ExecCredential of the same apiVersion whose ``status`` has the token and,
+    optionally, ``expirationTimestamp``."""
+
+    def __init__(self, config: dict, *, user_name: str,
+                 clock: Callable[[], datetime.datetime] = utc_now):
+        self.config, self.user, self.clock = config, user_name, clock
+        self.api_version = config.get("apiVersion")
+        self.command = config.get("command")
+        where = f"the kubeconfig's exec plugin for user {user_name!r}"
+        if not self.command:
+            raise RunError(f"{where} names no command")
+        if self.api_version not in EXEC_API_VERSIONS:
+            raise RunError(f"{where} speaks {self.api_version!r}, which is not a "
+                           f"client.authentication.k8s.io version this tool (or kubectl) knows "
+                           f"({', '.join(EXEC_API_VERSIONS)})")
+        mode = config.get("interactiveMode")
+        if mode is None and self.api_version.endswith("/v1"):
+            # clientcmd's validation: v1 has no default (v1beta1 and v1alpha1 mean IfAvailable).
+            raise RunError(f"{where} speaks client.authentication.k8s.io/v1 without interactiveMode, "
+                           "which v1 requires: add `interactiveMode: Never`")
+        if mode not in (None, "Never", "IfAvailable", "Always"):
+            raise RunError(f"{where} has an invalid interactiveMode {mode!r}")
+        if mode == "Always":
+            raise RunError(f"{where} needs interactiveMode Always (it asks you something): this "
+                           "tool runs it without a terminal; log in first (e.g. `aws sso login`) "
+                           "and use a plugin that does not prompt (`interactiveMode: Never`)")
+
+    def __call__(self) -> Credential:
+        where = f"the kubeconfig's exec plugin {self.command!r}"
+        env = dict(os.environ)
+        env.update({v["name"]: v.get("value", "") for v in self.config.get("env") or []
+                    if v.get("name")})
+        if not self.api_version.endswith("/v1alpha1"):
+            env["KUBERNETES_EXEC_INFO"] = json.dumps({
+                "apiVersion": self.api_version, "kind": "ExecCredential",
+                "spec": {"interactive": False}})
+        try:
+            done = subprocess.run([self.command, *(self.config.get("args") or [])], env=env,
+                                  stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+        except FileNotFoundError:
+            hint = self.config.get("installHint")
+            raise RunError(f"{where} is not on PATH" + (f": {hint.strip()}" if hint else
+                           " (install it, or give its full path in the kubeconfig)")) from None
+        except subprocess.TimeoutExpired:
+            raise RunError(f"{where} did not answer in 120 s") from None
+        if done.returncode != 0:
+            stderr = done.stderr.decode(errors="replace").strip().splitlines()
+            raise RunError(f"{where} exited {done.returncode}"
+                           + (f": {' / '.join(stderr[-3:])[:400]}" if stderr else " and said nothing"))
+        try:
+            answer = json.loads(done.stdout)
+            status = answer.get("status") or {}
+        except (ValueError, AttributeError):
+            raise RunError(f"{where} printed something that is not an ExecCredential") from None
+        if answer.get("kind") != "ExecCredential" or answer.get("apiVersion") != self.api_version:
+            raise RunError(f"{where} is configured for {self.api_version} but answered "
+                           f"{answer.get('apiVersion')!r} {answer.get('kind')!r}")
+        if not status.get("token"):
+            what = "a client certificate" if status.get("clientCertificateData") else "no token"
+            raise RunError(f"{where} gave {what}: this tool authenticates with a bearer token")
+        expires = status.get("expirationTimestamp")
+        try:
+            when = parse_time(expires) if expires else None
+        except ValueError:
+            raise RunError(f"{where} gave an expirationTimestamp that is not RFC 3339: {expires!r}") from None
+        return Credential(status["token"], when)
 
 
 def unreachable(error: BaseException, server: str) -> RunError:

@@ -1,86 +1,43 @@
 """Check that demo 1 (the EKS Hybrid Nodes gateway) is ready: the seed's verify.sh, made
 exact. Checks: two gateway pods Running and Ready on two gateway nodes in two zones; the Lease
-holder (<node name>_<uuid>) is a node running a gateway pod; the leader's :8088/healthz
-answers 200 (through the API server's pod proxy); in each gateway route table the route for
-the hybrid pod CIDR is active and targets the leader node's primary ENI; the CiliumVTEPConfig
-hybrid-gateway points at the leader's IP; the demo probers' recent logs show traffic cloud ->
-hybrid and hybrid -> cloud, through the ClusterIP Service and pod to pod; Cilium has VTEP on
-and the L7 proxy off; the Pod Identity agent runs.
+holder (<node name>_<uuid>) is a node running a gateway pod, and the Lease was renewed within
+its duration (judged by the API server's clock: its Date header); every gateway pod's
+:8088/healthz answers 200 (through the API server's pod proxy; the standby answers too, so this
+says nothing about leadership); the holder's pod says it leads in its own :10080/metrics
+(hybrid_gateway_leader_is_active 1) and the other says it does not (0); in each gateway route
+table the route for the hybrid pod CIDR is active and targets the leader node's primary ENI;
+the CiliumVTEPConfig hybrid-gateway points at the leader's IP; the demo probers' recent logs
+show traffic cloud -> hybrid and hybrid -> cloud, through the ClusterIP Service and pod to pod
+(a log the API server cannot fetch — a kubelet it cannot dial — is reported as such); Cilium
+has VTEP on and the L7 proxy off; the Pod Identity agent runs.
 
-The collector records what it reads as events (pods, nodes, the Lease, each gateway pod's
-healthz, the route tables and the gateway nodes' instances, the VTEP config, cilium-config,
-the agent's DaemonSet, the probers' kubelet-timestamped logs); the analyser is pure over them,
-so ``python -m rehearse report <folder>`` gives the same report again.
+The collector records what it reads as events (pods, nodes, the Lease with the answer's Date,
+each gateway pod's healthz and metrics, the route tables and the gateway nodes' instances, the
+VTEP config, cilium-config, the agent's DaemonSet, the probers' kubelet-timestamped logs or the
+Status that refused them); the analyser (``rehearse.gateway_analysis``) is pure over them, so
+``python -m rehearse report <folder>`` gives the same report again.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import ipaddress
 from typing import Any, Optional
 
-from rehearse import probes as probe_logs
-from rehearse.errors import status_code
+from rehearse.errors import RunError, api_failure
+from rehearse.gateway_analysis import analyse
 from rehearse.leader import holder_host, instance_id_of, not_found
-from rehearse.record import RUN_STARTED, every, first, parse_time
-from rehearse.report import FAIL, PASS, SKIP, Check, Report
+# The command's names are re-exported: its tests and callers name them as gateway.CHECK_* etc.
+from rehearse.gateway_kinds import (  # noqa: F401
+    TITLE, GATEWAY_POD_SELECTOR, GATEWAY_NODE_SELECTOR, HEALTH_PORT, METRICS_PORT,
+    LEADER_GAUGE, LEASE_DURATION_SECONDS, RENEW_DEADLINE_SECONDS, RETRY_PERIOD_SECONDS,
+    VTEP_CONFIG, VTEP_VERSIONS, PROBERS, DIRECTIONS, PROBER_CONTAINER, CILIUM_KEYS,
+    POD_IDENTITY_AGENT, ZONE_LABELS, WINDOW_SECONDS, MIN_SUCCESSES, MAX_FAILURES,
+    MAX_LOG_AGE_SECONDS, MAX_LINES, INPUTS, NODES, PODS, LEASE, HEALTHZ, ROUTE_TABLE, INSTANCE,
+    VTEP, CILIUM_CONFIG, AGENT, PROBER_PODS, PROBER_LOG, METRICS, CHECK_PODS, CHECK_LEASE,
+    CHECK_HEALTH, CHECK_LEADERSHIP, CHECK_ROUTE, CHECK_VTEP, CHECK_TRAFFIC, CHECK_CILIUM, CHECK_AGENT,
+    labels_match, parse_selector)
 
-TITLE = "demo 1: check that the hybrid nodes gateway is ready"
-
-# --- what the lab deploys (used when the stack predates the outputs that say so) -------------
-
-#: The chart's selector label (its ``_helpers.tpl`` selectorLabels; AWS's e2e suite lists the
-#: gateway pods with it too).
-GATEWAY_POD_SELECTOR = "app.kubernetes.io/name=eks-hybrid-nodes-gateway"
-GATEWAY_NODE_SELECTOR = "hybrid-gateway-node=true"
-#: The gateway's health endpoint (chart port ``healthz``, the binary's ``:8088`` default).
-HEALTH_PORT = 8088
-VTEP_CONFIG = "hybrid-gateway"
-#: Versions the CiliumVTEPConfig CRD may be served at, tried in this order (as the lab's
-#: cleanup does): the gateway writes cilium.io/v2.
-VTEP_VERSIONS = ("v2", "v2alpha1")
-PROBERS = {"cloudToHybrid": "prober-cloud", "hybridToCloud": "prober-hybrid"}
-DIRECTIONS = {"cloudToHybrid": "cloud → hybrid", "hybridToCloud": "hybrid → cloud"}
-PROBER_CONTAINER = "prober"
-CILIUM_KEYS = ("enable-vtep", "enable-l7-proxy")
-POD_IDENTITY_AGENT = "eks-pod-identity-agent"
-ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
-
-#: Defaults of the traffic check (overridable on the command line).
-WINDOW_SECONDS = 60.0
-#: AWS's e2e suite wants at least 5 good probes per direction before it trusts a baseline.
-MIN_SUCCESSES = 5
-MAX_FAILURES = 0
-#: The probers log every second; a newest line older than this means the prober stopped, or
-#: this machine's clock is that far from the cluster's.
-MAX_LOG_AGE_SECONDS = 15.0
-#: Lines kept per prober pod (two a second).
-MAX_LINES = 2000
-
-# Event kinds.
-INPUTS = "gateway.inputs"
-NODES = "kube.nodes"
-PODS = "gateway.pods"
-LEASE = "gateway.lease"
-HEALTHZ = "gateway.healthz"
-ROUTE_TABLE = "ec2.route_table"
-INSTANCE = "ec2.instance"
-VTEP = "cilium.vtep_config"
-CILIUM_CONFIG = "cilium.config"
-AGENT = "kube.pod_identity_agent"
-PROBER_PODS = "prober.pods"
-PROBER_LOG = "prober.log"
-
-# Check names (the report's checklist, in order).
-CHECK_PODS = "gateway pods"
-CHECK_LEASE = "lease holder"
-CHECK_HEALTH = "leader healthz"
-CHECK_ROUTE = "VPC route to the leader"
-CHECK_VTEP = "CiliumVTEPConfig names the leader"
-CHECK_TRAFFIC = {"cloudToHybrid": "traffic cloud → hybrid", "hybridToCloud": "traffic hybrid → cloud"}
-CHECK_CILIUM = "Cilium: VTEP on, L7 proxy off"
-CHECK_AGENT = "Pod Identity agent"
+__all__ = ["TITLE", "add_arguments", "collect", "analyse"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,16 +55,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 # --- collector ------------------------------------------------------------------------------
-
-def _selector(text: str) -> dict[str, str]:
-    key, _, value = text.partition("=")
-    return {key.strip(): value.strip()}
-
-
-def _labels_match(labels: Optional[dict], selector: dict[str, str]) -> bool:
-    labels = labels or {}
-    return all(labels.get(k) == v for k, v in selector.items())
-
 
 def _node_view(node: dict) -> dict:
     meta, spec, status = node.get("metadata", {}), node.get("spec") or {}, node.get("status") or {}
@@ -131,7 +78,6 @@ def _pod_view(pod: dict) -> dict:
 
 def collect(ctx: Any, record: Any) -> None:
     from lightkube.resources.apps_v1 import DaemonSet
-    from lightkube.resources.coordination_v1 import Lease
     from lightkube.resources.core_v1 import ConfigMap, Node, Pod
 
     outputs = ctx.outputs
@@ -169,9 +115,9 @@ def collect(ctx: Any, record: Any) -> None:
     record(NODES, items=nodes)
 
     # The emulator (and a careless proxy) may ignore the selector: filter here as well.
-    wanted = _selector(pod_selector)
+    wanted = parse_selector(pod_selector)
     listed = [p.to_dict() for p in client.list(Pod, namespace=namespace, labels=wanted)]
-    pods = [_pod_view(p) for p in listed if _labels_match(p["metadata"].get("labels"), wanted)]
+    pods = [_pod_view(p) for p in listed if labels_match(p["metadata"].get("labels"), wanted)]
     selector_used: Optional[str] = pod_selector
     if not pods:
         # A chart installed with nameOverride labels its pods otherwise; the namespace is
@@ -180,26 +126,28 @@ def collect(ctx: Any, record: Any) -> None:
         selector_used = None
     record(PODS, namespace=namespace, selector=selector_used, items=pods)
 
-    lease = get_or_none(Lease, lease_name, namespace)
+    lease, lease_read = _read_lease(ctx.kube, namespace, lease_name)
     spec = (lease or {}).get("spec") or {}
     record(LEASE, name=lease_name, found=lease is not None,
            holderIdentity=spec.get("holderIdentity"), acquireTime=spec.get("acquireTime"),
            renewTime=spec.get("renewTime"), leaseDurationSeconds=spec.get("leaseDurationSeconds"),
-           leaseTransitions=spec.get("leaseTransitions"))
+           leaseTransitions=spec.get("leaseTransitions"), **lease_read)
 
     for pod in pods:
         path = f"/api/v1/namespaces/{namespace}/pods/{pod['name']}:{HEALTH_PORT}/proxy/healthz"
         status, body = ctx.kube.get_raw(path)
         record(HEALTHZ, pod=pod["name"], node=pod["nodeName"], path=path, status=status,
                body=body[:200])
+    for pod in pods:
+        _collect_metrics(ctx.kube, namespace, pod, record)
 
     ctx.progress("reading the gateway's route tables and nodes in EC2")
     ec2 = ctx.aws("ec2")
     _collect_route_tables(ec2, tables, record)
     holder = spec.get("holderIdentity") or ""
-    gateway_nodes = _selector(node_selector)
+    gateway_nodes = parse_selector(node_selector)
     wanted_nodes = {p["nodeName"] for p in pods if p["nodeName"]}
-    wanted_nodes |= {n["name"] for n in nodes if _labels_match(n["labels"], gateway_nodes)}
+    wanted_nodes |= {n["name"] for n in nodes if labels_match(n["labels"], gateway_nodes)}
     wanted_nodes |= {n["name"] for n in nodes if n["name"] == holder_host(holder)}
     for node in nodes:
         if node["name"] in wanted_nodes:
@@ -224,7 +172,7 @@ def collect(ctx: Any, record: Any) -> None:
     for direction, name in probers.items():
         selector = {"app": name}
         prober_pods = [_pod_view(p.to_dict()) for p in client.list(Pod, namespace=demo_ns, labels=selector)]
-        prober_pods = [p for p in prober_pods if _labels_match(p["labels"], selector)]
+        prober_pods = [p for p in prober_pods if labels_match(p["labels"], selector)]
         record(PROBER_PODS, direction=direction, prober=name, namespace=demo_ns, items=prober_pods)
         for pod in prober_pods:
             if pod["phase"] not in ("Running", "Succeeded", "Failed"):
@@ -236,11 +184,63 @@ def collect(ctx: Any, record: Any) -> None:
                     pod["name"], namespace=demo_ns, container=container, timestamps=True,
                     since=int(window) + 1)]
                 error = None
-            except not_found as failure:
-                lines, error = [], f"HTTP {status_code(failure)}"
+            except Exception as failure:  # noqa: BLE001 sorted below: an answer, or not
+                # A refused log request is the API server's Status (400 container not
+                # started, 404 pod gone, 500 kubelet not reachable): a finding, not a crash.
+                error = api_failure(failure)
+                if error is None:
+                    raise
+                lines = []
             record(PROBER_LOG, direction=direction, prober=name, pod=pod["name"],
-                   container=container, sinceSeconds=int(window) + 1,
-                   lines=lines[-MAX_LINES:], error=error)
+                   namespace=demo_ns, node=pod["nodeName"], container=container,
+                   sinceSeconds=int(window) + 1, lines=lines[-MAX_LINES:], error=error)
+
+
+def _read_lease(kube: Any, namespace: str, name: str) -> tuple[Optional[dict], dict]:
+    """The Lease (None if absent) and when it was read by the API server's clock: a raw GET,
+    so the answer's Date header comes with it (lightkube's typed get does not show headers)."""
+    import json
+
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+    status, body, date = kube.get_raw_dated(path)
+    read = {"serverDate": date}
+    if status == 404:
+        return None, read
+    if status != 200:
+        raise RunError(f"reading Lease {namespace}/{name} answered HTTP {status}: {body[:200]}")
+    try:
+        lease = json.loads(body)
+    except ValueError:
+        raise RunError(f"the API server's answer for Lease {namespace}/{name} is not JSON "
+                       f"(HTTP {status}, {len(body)} bytes)") from None
+    return lease, read
+
+
+def _collect_metrics(kube: Any, namespace: str, pod: dict, record: Any) -> None:
+    """What the gateway pod says about its own leadership: its ``/metrics`` through the API
+    server's pod proxy. Only the few lines that matter are kept."""
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod['name']}:{METRICS_PORT}/proxy/metrics"
+    status, body = kube.get_raw(path)
+    kept = [line for line in body.splitlines()
+            if line.startswith((LEADER_GAUGE, "leader_election_master_status"))]
+    record(METRICS, pod=pod["name"], node=pod["nodeName"], path=path, status=status,
+           gauge=gauge(body, LEADER_GAUGE) if status == 200 else None, lines=kept[:10],
+           body="" if status == 200 else body[:200])
+
+
+def gauge(text: str, name: str) -> Optional[float]:
+    """The value of the unlabelled series ``name`` in a Prometheus text exposition."""
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        metric, _, rest = line.partition(" ")
+        if metric != name:
+            continue  # another metric with this prefix, or a labelled series
+        try:
+            return float(rest.split()[0])
+        except (IndexError, ValueError):
+            return None
+    return None
 
 
 def _ec2_code(error: BaseException) -> str:
@@ -328,433 +328,3 @@ def _collect_vtep(client: Any, record: Any) -> None:
     record(VTEP, name=VTEP_CONFIG, found=False, version=None, tried=tried, spec=None)
 
 
-# --- analyser -------------------------------------------------------------------------------
-
-class _Lab:
-    """The recorded observations, indexed."""
-
-    def __init__(self, events: list[dict]):
-        self.started = first(events, RUN_STARTED) or {}
-        self.inputs = first(events, INPUTS) or {}
-        self.nodes = {n["name"]: n for n in (first(events, NODES) or {}).get("items", [])}
-        self.pods_event = first(events, PODS) or {}
-        self.pods = list(self.pods_event.get("items", []))
-        self.lease = first(events, LEASE)
-        self.healthz = {e["pod"]: e for e in every(events, HEALTHZ)}
-        self.tables = list(every(events, ROUTE_TABLE))
-        self.instances = {e["node"]: e for e in every(events, INSTANCE)}
-        self.vtep = first(events, VTEP)
-        self.cilium = first(events, CILIUM_CONFIG)
-        self.agent = first(events, AGENT)
-        self.prober_pods = {e["direction"]: e for e in every(events, PROBER_PODS)}
-        self.prober_logs: dict[str, list[dict]] = {}
-        for e in every(events, PROBER_LOG):
-            self.prober_logs.setdefault(e["direction"], []).append(e)
-        self.ns = self.inputs.get("namespace", "eks-hybrid-nodes-gateway")
-        self.region = self.inputs.get("region", "<region>")
-        self.selector = self.inputs.get("podSelector", GATEWAY_POD_SELECTOR)
-        self.node_selector = self.inputs.get("nodeSelector", GATEWAY_NODE_SELECTOR)
-
-    def zone(self, node: Optional[str]) -> Optional[str]:
-        labels = (self.nodes.get(node or "") or {}).get("labels") or {}
-        return next((labels[k] for k in ZONE_LABELS if labels.get(k)), None)
-
-    def is_gateway_node(self, node: Optional[str]) -> bool:
-        labels = (self.nodes.get(node or "") or {}).get("labels") or {}
-        return _labels_match(labels, _selector(self.node_selector))
-
-    def live_pods_on(self, node: str) -> list[dict]:
-        return [p for p in self.pods if p["nodeName"] == node and p["phase"] == "Running"
-                and not p.get("deletionTimestamp")]
-
-    def primary_eni(self, node: Optional[str]) -> Optional[str]:
-        found = self.instances.get(node or "")
-        if not found or not found.get("found"):
-            return None
-        return next((i["id"] for i in found.get("interfaces", []) if i.get("deviceIndex") == 0), None)
-
-    def eni_owner(self, eni: Optional[str]) -> Optional[str]:
-        for node, found in self.instances.items():
-            if any(i["id"] == eni for i in found.get("interfaces") or []):
-                return node
-        return None
-
-
-def _ready(pod: dict) -> bool:
-    return pod["phase"] == "Running" and pod.get("ready") == "True" and not pod.get("deletionTimestamp")
-
-
-def _describe_pod(lab: _Lab, pod: dict) -> str:
-    state = pod["phase"] or "no phase"
-    if pod.get("deletionTimestamp"):
-        state += ", terminating"
-    elif pod["phase"] == "Running":
-        state += ", Ready" if pod.get("ready") == "True" else ", not Ready"
-    where = pod["nodeName"] or "unscheduled"
-    zone = lab.zone(pod["nodeName"])
-    if pod["nodeName"]:
-        where += f" ({zone or 'no zone label'}{'' if lab.is_gateway_node(pod['nodeName']) else ', not a gateway node'})"
-    return f"{pod['name']} {state} on {where}"
-
-
-def _check_pods(lab: _Lab) -> Check:
-    command = (f"kubectl -n {lab.ns} get pods -l {lab.selector} -o wide && kubectl get nodes "
-               f"-l {lab.node_selector} -L topology.kubernetes.io/zone")
-    fix_common = (f"see why: `kubectl -n {lab.ns} describe pods -l {lab.selector}`; the gateway "
-                  f"needs its two nodes labelled and tainted {lab.node_selector} in two zones "
-                  "(the gateway layer's node group) and the CiliumNode/CiliumVTEPConfig CRDs "
-                  "before it starts, else it crash-loops (REFERENCE §3)")
-    if not lab.pods_event:
-        return Check(CHECK_PODS, FAIL, "the gateway's pods were not read", fix_common, command)
-    pods = lab.pods
-    if not pods:
-        return Check(CHECK_PODS, FAIL, f"no gateway pods in {lab.ns}",
-                     "install the gateway (the gateway layer: `pulumi up`); " + fix_common, command)
-    seen = "; ".join(_describe_pod(lab, p) for p in pods)
-    if lab.pods_event.get("selector") is None:
-        seen += f" (no pod carries {lab.selector}: every pod in {lab.ns} was taken as the gateway's)"
-    good = [p for p in pods if _ready(p) and lab.is_gateway_node(p["nodeName"])]
-    nodes = {p["nodeName"] for p in good}
-    zones = {lab.zone(p["nodeName"]) for p in good} - {None}
-    problems = []
-    if len(good) < 2:
-        problems.append(f"{len(good)} of the 2 needed are Running and Ready on a gateway node")
-    elif len(nodes) < 2:
-        problems.append("the Ready pods share one node")
-    elif len(zones) < 2:
-        problems.append(f"the Ready pods' nodes are in {len(zones)} zone{'s' if len(zones) != 1 else ''}, not 2")
-    if problems:
-        return Check(CHECK_PODS, FAIL, f"{'; '.join(problems)}: {seen}", fix_common, command)
-    return Check(CHECK_PODS, PASS, f"{len(good)} Running and Ready on {len(nodes)} gateway nodes in "
-                 f"{len(zones)} zones: {seen}", command=command)
-
-
-def _leader(lab: _Lab) -> tuple[Optional[str], Optional[dict], Check]:
-    """(leader node, leader pod, the lease check)."""
-    lease_name = lab.inputs.get("lease", "hybrid-gateway-leader")
-    command = f"kubectl -n {lab.ns} get lease {lease_name} -o jsonpath='{{.spec.holderIdentity}}'"
-    lease = lab.lease
-    if lease is None:
-        return None, None, Check(CHECK_LEASE, FAIL, "the Lease was not read", "run again", command)
-    if not lease.get("found"):
-        return None, None, Check(
-            CHECK_LEASE, FAIL, f"no Lease {lease_name} in {lab.ns}: no gateway replica has been elected",
-            f"the gateway pods elect a leader with this Lease as they start: see `kubectl -n {lab.ns} "
-            f"logs -l {lab.selector}` (RBAC on leases, or pods not running)", command)
-    holder = lease.get("holderIdentity") or ""
-    if not holder:
-        return None, None, Check(
-            CHECK_LEASE, FAIL, f"Lease {lease_name} has no holder: no leader right now",
-            "a holder appears within a few seconds of a gateway pod starting (lease 3 s); if it "
-            f"stays empty, read `kubectl -n {lab.ns} logs -l {lab.selector}`", command)
-    node = holder_host(holder)
-    transitions = lease.get("leaseTransitions")
-    detail = f"holder {holder!r} → node {node}" + (
-        f", acquired {lease['acquireTime']}" if lease.get("acquireTime") else "") + (
-        f", {transitions} transition{'s' if transitions != 1 else ''}" if transitions is not None else "")
-    if lease.get("renewTime"):
-        # The leader's clock against this machine's: a hint, not a check (renewed every 2 s).
-        age = (parse_time(lease["at"]) - parse_time(lease["renewTime"])).total_seconds()
-        detail += f", renewed {age:.1f} s before it was read"
-    fix = (f"a holder names the gateway pod's node (`<node name>_<uuid>`: the pods use the host "
-           f"network). Delete the gateway pods so they elect again: `kubectl -n {lab.ns} delete pods "
-           f"-l {lab.selector}`, then check `kubectl -n {lab.ns} get pods -o wide`")
-    if "_" not in holder:
-        return None, None, Check(CHECK_LEASE, FAIL, f"{detail}: not of the form <node name>_<uuid>",
-                                 fix, command)
-    if node not in lab.nodes:
-        return None, None, Check(CHECK_LEASE, FAIL, f"{detail}, but the cluster has no node {node} "
-                                 "(a stale holder from a node that is gone)", fix, command)
-    on_node = lab.live_pods_on(node)
-    if not on_node:
-        return None, None, Check(CHECK_LEASE, FAIL, f"{detail}, but no gateway pod runs on {node}",
-                                 fix, command)
-    pod = on_node[0]
-    return node, pod, Check(CHECK_LEASE, PASS, f"{detail}, which runs gateway pod {pod['name']}",
-                            command=command)
-
-
-def _check_health(lab: _Lab, node: Optional[str], pod: Optional[dict]) -> Check:
-    if pod is None:
-        return Check(CHECK_HEALTH, SKIP, f"no leader resolved (see '{CHECK_LEASE}')",
-                     command=f"kubectl get --raw \"/api/v1/namespaces/{lab.ns}/pods/<leader pod>:"
-                             f"{HEALTH_PORT}/proxy/healthz\"")
-    command = f"kubectl get --raw \"/api/v1/namespaces/{lab.ns}/pods/{pod['name']}:{HEALTH_PORT}/proxy/healthz\""
-    answer = lab.healthz.get(pod["name"])
-    if answer is None:
-        return Check(CHECK_HEALTH, FAIL, f"the leader {pod['name']}'s healthz was not read", "run again", command)
-    body = (answer.get("body") or "").strip().splitlines()
-    said = f": {body[0][:80]!r}" if body else ""
-    if answer.get("status") == 200:
-        return Check(CHECK_HEALTH, PASS, f"{pod['name']} on {node} answered 200{said}", command=command)
-    return Check(CHECK_HEALTH, FAIL, f"{pod['name']} on {node} answered HTTP {answer.get('status')}{said}",
-                 f"read the leader's log: `kubectl -n {lab.ns} logs {pod['name']}`; a leader that is "
-                 f"not healthy is restarted by its liveness probe; to hand over now: `kubectl -n "
-                 f"{lab.ns} delete pod {pod['name']}`", command)
-
-
-def _check_route(lab: _Lab, node: Optional[str], pod: Optional[dict]) -> Check:
-    cidr = lab.inputs.get("hybridPodCidr", "<hybrid pod CIDR>")
-    ids = lab.inputs.get("routeTables") or [t["id"] for t in lab.tables]
-    command = (f"aws ec2 describe-route-tables --region {lab.region} --route-table-ids {' '.join(ids)} "
-               f"--query \"RouteTables[].[RouteTableId,Routes[?DestinationCidrBlock=='{cidr}']]\"")
-    eni = lab.primary_eni(node)
-    instance = lab.instances.get(node or "") or {}
-    if instance.get("instanceId"):
-        # No JMESPath literal (`0`): backticks inside double quotes are command substitution.
-        command += (f" && aws ec2 describe-instances --region {lab.region} --instance-ids "
-                    f"{instance['instanceId']} --query \"Reservations[].Instances[].NetworkInterfaces"
-                    "[].[Attachment.DeviceIndex,NetworkInterfaceId]\" --output text")
-    if not lab.tables:
-        return Check(CHECK_ROUTE, FAIL, "no route table was read", "run again", command)
-    leader_pod = pod["name"] if pod else "<leader pod>"
-    handover = (f"the leader writes the route once, when it wins the Lease: to have it written "
-                f"again, hand over (`kubectl -n {lab.ns} delete pod {leader_pod}`) and read the new "
-                f"leader's log for the route update (its role needs ec2:CreateRoute/ReplaceRoute on "
-                f"these tables, through the Pod Identity agent)")
-    seen, problems, unsure = [], [], False
-    for table in lab.tables:
-        if not table.get("found"):
-            seen.append(f"{table['id']}: not found ({table.get('error', 'no such table')})")
-            problems.append("table")
-            continue
-        route = next((r for r in table["routes"] if r.get("DestinationCidrBlock") == cidr), None)
-        if route is None:
-            seen.append(f"{table['id']}: no route for {cidr}")
-            problems.append("missing")
-            continue
-        target = route.get("NetworkInterfaceId") or route.get("InstanceId") or route.get(
-            "TransitGatewayId") or route.get("GatewayId") or route.get("NatGatewayId") or "nothing"
-        state = route.get("State", "unknown")
-        owner = lab.eni_owner(route.get("NetworkInterfaceId"))
-        text = f"{table['id']}: {cidr} → {target}" + (f" (node {owner})" if owner else "") + f", {state}"
-        if state != "active":
-            problems.append("blackhole")
-            text += " — its target is gone"
-        elif not route.get("NetworkInterfaceId"):
-            problems.append("other")
-            text += " — not a network interface"
-        elif eni is None:
-            unsure = True
-        elif route["NetworkInterfaceId"] != eni:
-            problems.append("other")
-            text += f" — not the leader's primary ENI {eni}"
-        seen.append(text)
-    if node is not None and eni is None and not problems:
-        where = instance.get("lookup") or {}
-        return Check(CHECK_ROUTE, FAIL, "; ".join(seen) + f"; but the leader node {node}'s primary ENI "
-                     f"was not found (EC2 lookup by {where.get('by', 'nothing')} "
-                     f"{where.get('value', '')}: {instance.get('error', 'not read')})",
-                     "check that the leader node is an EC2 instance of this region "
-                     f"(`kubectl get node {node} -o jsonpath='{{.spec.providerID}}'`)", command)
-    if problems:
-        fix = handover
-        if "table" in problems:
-            fix = ("a route table the stack names is gone: `pulumi refresh` and `pulumi up` the "
-                   "gateway layer; then " + handover)
-        elif "blackhole" in problems:
-            fix = ("the route points at an interface that no longer exists (a replaced gateway "
-                   "node); the gateway never deletes routes and only writes them on winning the "
-                   "Lease: " + handover)
-        elif "missing" in problems:
-            fix = ("no route: the leader never wrote it (is the table in the chart's "
-                   "routeTableIDs? did CreateRoute fail in the leader's log?): " + handover)
-        return Check(CHECK_ROUTE, FAIL, "; ".join(seen), fix, command)
-    if node is None or unsure:
-        return Check(CHECK_ROUTE, SKIP, "; ".join(seen) + f" — whether that is the leader's cannot be "
-                     f"said without a leader (see '{CHECK_LEASE}')", command=command)
-    return Check(CHECK_ROUTE, PASS, "; ".join(seen) + f" — the leader {node}'s primary ENI (device index 0)",
-                 command=command)
-
-
-def _check_vtep(lab: _Lab, node: Optional[str], pod: Optional[dict]) -> Check:
-    command = "kubectl get ciliumvtepconfig hybrid-gateway -o yaml"
-    if node:
-        command += f" && kubectl get node {node} -o wide"
-    leader_pod = pod["name"] if pod else "<leader pod>"
-    fix_missing = ("the leader upserts it when it wins the Lease (and re-creates it if deleted): "
-                   f"read `kubectl -n {lab.ns} logs {leader_pod}`; the CRD comes with the AWS Cilium "
-                   "build (1.18.8-1 or later, VTEP on)")
-    if lab.vtep is None:
-        return Check(CHECK_VTEP, FAIL, "the CiliumVTEPConfig was not read", "run again", command)
-    if not lab.vtep.get("found"):
-        return Check(CHECK_VTEP, FAIL, f"no CiliumVTEPConfig {VTEP_CONFIG} (asked cilium.io "
-                     f"{', '.join(lab.vtep.get('tried') or VTEP_VERSIONS)})", fix_missing, command)
-    spec = lab.vtep.get("spec") or {}
-    # cilium.io/v2 (what the gateway writes) says endpoints; upstream v2alpha1 vtepEndpoints.
-    endpoints = spec.get("endpoints") or spec.get("vtepEndpoints") or []
-    if not endpoints:
-        return Check(CHECK_VTEP, FAIL, f"CiliumVTEPConfig {VTEP_CONFIG} has no endpoints", fix_missing, command)
-    shown = ", ".join(f"{e.get('cidr')} → {e.get('tunnelEndpoint')}" for e in endpoints)
-    seen = f"{VTEP_CONFIG} (cilium.io/{lab.vtep.get('version')}): {shown}"
-    if node is None:
-        return Check(CHECK_VTEP, SKIP, seen + f" — whether that is the leader cannot be said "
-                     f"without a leader (see '{CHECK_LEASE}')", command=command)
-    ip = (lab.nodes.get(node) or {}).get("internalIP")
-    wrong = [e for e in endpoints if e.get("tunnelEndpoint") != ip]
-    vpc = lab.inputs.get("cloudVpcCidr")
-    if wrong:
-        others = {e.get("tunnelEndpoint") for e in wrong}
-        owners = [n["name"] for n in lab.nodes.values() if n.get("internalIP") in others]
-        return Check(CHECK_VTEP, FAIL, seen + f" — not the leader {node}'s IP {ip}" +
-                     (f" (it is {', '.join(owners)}'s)" if owners else ""),
-                     "hybrid pods would tunnel to a gateway that is not the leader: the leader "
-                     f"writes it on winning the Lease; delete the stale object so the leader "
-                     f"re-creates it (`kubectl delete ciliumvtepconfig {VTEP_CONFIG}`), or hand "
-                     f"over (`kubectl -n {lab.ns} delete pod {leader_pod}`)", command)
-    if vpc and not any(_same_network(e.get("cidr"), vpc) for e in endpoints):
-        return Check(CHECK_VTEP, FAIL, seen + f" — no endpoint for the VPC {vpc}",
-                     f"the chart's vpcCIDR should be the cloud VPC's CIDR {vpc} (gateway layer)", command)
-    return Check(CHECK_VTEP, PASS, seen + f" — the leader {node}'s InternalIP", command=command)
-
-
-def _same_network(a: Optional[str], b: str) -> bool:
-    try:
-        return ipaddress.ip_network(a or "", strict=False) == ipaddress.ip_network(b, strict=False)
-    except ValueError:
-        return False
-
-
-def _traffic_fix(direction: str, lab: _Lab, svc_bad: bool, pod_bad: bool) -> str:
-    cidr = lab.inputs.get("hybridPodCidr", "<hybrid pod CIDR>")
-    if direction == "cloudToHybrid":
-        if svc_bad and not pod_bad:
-            return ("pod to pod works but the ClusterIP Service does not: cloud pods' Service "
-                    f"traffic to hybrid endpoints needs AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS={cidr} "
-                    "on the vpc-cni add-on (REFERENCE §3)")
-        return ("cloud pods reach hybrid pods by the VPC route to the leader's ENI, then VXLAN "
-                "(UDP 8472) to the hybrid node: fix the route and VTEP checks above first, then "
-                "the VXLAN rules between the gateway nodes and the server LAN, and the gateway "
-                "nodes' source/dest check (off on the primary ENI)")
-    if svc_bad and not pod_bad:
-        return ("pod to pod works but the Service does not: Service traffic from hybrid pods is "
-                "NATed on the node and arrives from the node IP, so the cluster security group "
-                "must admit the remote node CIDR on the echo port (REFERENCE §9)")
-    if pod_bad and not svc_bad:
-        return ("the Service works but pod to pod does not: that traffic arrives from the pod IP "
-                "through the gateway, so the cluster security group must admit the remote pod CIDR "
-                "on the echo port, and the VTEP config must point at the leader (REFERENCE §9)")
-    return ("hybrid pods reach the VPC through Cilium's VTEP to the leader: fix the VTEP and "
-            "Cilium checks first; hybrid pods also need DNS (TCP+UDP 53) to CoreDNS on cloud "
-            "nodes, which the cluster security group must admit from the remote pod and node "
-            "CIDRs (REFERENCE §9)")
-
-
-def _check_traffic(lab: _Lab, direction: str) -> Check:
-    name = CHECK_TRAFFIC[direction]
-    demo_ns = lab.inputs.get("demoNamespace", "demo-gateway")
-    prober = (lab.inputs.get("probers") or PROBERS).get(direction, PROBERS[direction])
-    window = float(lab.inputs.get("window", WINDOW_SECONDS))
-    need = int(lab.inputs.get("minSuccesses", MIN_SUCCESSES))
-    allowed = int(lab.inputs.get("maxFailures", MAX_FAILURES))
-    max_age = float(lab.inputs.get("maxLogAge", MAX_LOG_AGE_SECONDS))
-    command = f"kubectl -n {demo_ns} logs deploy/{prober} --timestamps --since={window:g}s"
-    pods_event = lab.prober_pods.get(direction)
-    if pods_event is None:
-        return Check(name, FAIL, f"{prober}'s pods were not read", "run again", command)
-    if not pods_event.get("items"):
-        return Check(name, FAIL, f"no {prober} pod in {demo_ns}",
-                     f"deploy the demo layer (`pulumi up`); see `kubectl -n {demo_ns} get deploy {prober}`",
-                     command)
-    logs = lab.prober_logs.get(direction, [])
-    errors = [f"{e['pod']}: {e['error']}" for e in logs if e.get("error")]
-    lines = [line for e in logs for line in e.get("lines", [])]
-    found = probe_logs.parse(lines)
-    if not found:
-        states = "; ".join(f"{p['name']} {p['phase']}" for p in pods_event["items"])
-        return Check(name, FAIL, f"{prober} logged no probe in the last {window:g} s ({states}"
-                     + (f"; log: {', '.join(errors)}" if errors else "") + ")",
-                     f"see why it is not probing: `kubectl -n {demo_ns} describe pod -l app={prober}`",
-                     command)
-    newest = found[-1].at
-    start = newest - datetime.timedelta(seconds=window)
-    read_at = parse_time(logs[-1]["at"]) if logs else newest
-    age = (read_at - newest).total_seconds()
-    per_path, bad = [], {}
-    for path in ("svc", "pod"):
-        ok = probe_logs.successes(found, path, start, newest)
-        failed = probe_logs.failures(found, path, start, newest)
-        bad[path] = ok < need or failed > allowed
-        label = "Service" if path == "svc" else "pod to pod"
-        per_path.append(f"{label} ({path}): {ok} ok, {failed} FAIL")
-    seen = (f"{prober}, last {window:g} s of its log: " + "; ".join(per_path) +
-            f"; newest line {age:.1f} s before it was read")
-    if age > max_age:
-        return Check(name, FAIL, seen + f" (older than {max_age:g} s: the prober stopped logging, or "
-                     "this machine's clock is off)",
-                     f"see `kubectl -n {demo_ns} get pods -l app={prober}`; its liveness probe "
-                     "restarts a loop stuck for a minute", command)
-    if bad["svc"] or bad["pod"]:
-        return Check(name, FAIL, seen + f" (needs ≥ {need} ok and ≤ {allowed} FAIL on each path)",
-                     _traffic_fix(direction, lab, bad["svc"], bad["pod"]), command)
-    return Check(name, PASS, seen, command=command)
-
-
-def _check_cilium(lab: _Lab) -> Check:
-    command = 'kubectl -n kube-system get configmap cilium-config -o yaml | grep -E "enable-vtep|enable-l7-proxy"'
-    fix = ("set vtep.enabled=true and l7Proxy=false on the Cilium release (components/cilium.py) — "
-           "at first install: turning VTEP on by a Helm upgrade has been seen not to apply "
-           "(REFERENCE §2) — then `kubectl -n kube-system rollout restart daemonset/cilium`")
-    if lab.cilium is None:
-        return Check(CHECK_CILIUM, FAIL, "cilium-config was not read", "run again", command)
-    if not lab.cilium.get("found"):
-        return Check(CHECK_CILIUM, FAIL, "no ConfigMap cilium-config in kube-system: is Cilium installed?",
-                     fix, command)
-    data = lab.cilium.get("data") or {}
-    vtep, l7 = data.get("enable-vtep"), data.get("enable-l7-proxy")
-    seen = f"enable-vtep: {vtep!r}, enable-l7-proxy: {l7!r}"
-    problems = []
-    if str(vtep).lower() != "true":
-        problems.append("VTEP is not on")
-    # An absent key means Cilium's default, which turns the L7 proxy on.
-    if str(l7).lower() != "false":
-        problems.append("the L7 proxy is not off")
-    if problems:
-        return Check(CHECK_CILIUM, FAIL, f"{seen}: {' and '.join(problems)}", fix, command)
-    return Check(CHECK_CILIUM, PASS, seen, command=command)
-
-
-def _check_agent(lab: _Lab) -> Check:
-    command = f"kubectl -n kube-system get daemonset {POD_IDENTITY_AGENT}"
-    fix = ("the gateway's route writes use Pod Identity credentials: add the eks-pod-identity-agent "
-           "add-on (the cluster layer) and see `aws eks describe-addon --cluster-name <cluster> "
-           f"--addon-name {POD_IDENTITY_AGENT}`; then `kubectl -n kube-system describe daemonset "
-           f"{POD_IDENTITY_AGENT}`")
-    if lab.agent is None:
-        return Check(CHECK_AGENT, FAIL, "the agent's DaemonSet was not read", "run again", command)
-    if not lab.agent.get("found"):
-        return Check(CHECK_AGENT, FAIL, f"no DaemonSet {POD_IDENTITY_AGENT} in kube-system", fix, command)
-    status = lab.agent.get("status") or {}
-    desired, ready = status.get("desiredNumberScheduled") or 0, status.get("numberReady") or 0
-    seen = f"{ready} of {desired} pods ready"
-    if desired <= 0 or ready != desired:
-        return Check(CHECK_AGENT, FAIL, seen, fix, command)
-    return Check(CHECK_AGENT, PASS, seen, command=command)
-
-
-def analyse(events: list[dict]) -> Report:
-    lab = _Lab(events)
-    node, pod, lease_check = _leader(lab)
-    checks = [_check_pods(lab), lease_check, _check_health(lab, node, pod), _check_route(lab, node, pod),
-              _check_vtep(lab, node, pod), _check_traffic(lab, "cloudToHybrid"),
-              _check_traffic(lab, "hybridToCloud"), _check_cilium(lab), _check_agent(lab)]
-    notes = []
-    if node and pod:
-        instance = lab.instances.get(node) or {}
-        lookup = instance.get("lookup") or {}
-        notes.append(f"Leader: node {node} ({lab.zone(node) or 'no zone'}), pod {pod['name']}, "
-                     f"InternalIP {(lab.nodes.get(node) or {}).get('internalIP')}, instance "
-                     f"{instance.get('instanceId', '?')}, primary ENI {lab.primary_eni(node) or '?'} "
-                     f"(found by {lookup.get('by', 'nothing')}).")
-        notes.append("When you show `kubectl get lease`, say that the HOLDER is `<node name>_<uuid>`, "
-                     "not a pod name: the gateway pods use the host network. To fail over, delete "
-                     f"the pod on that node: `kubectl -n {lab.ns} delete pod {pod['name']}` "
-                     "(or `python -m rehearse failover`, which measures it).")
-    if lab.inputs:
-        notes.append(f"Traffic thresholds: the last {float(lab.inputs.get('window', WINDOW_SECONDS)):g} s "
-                     f"of each prober's log (the cluster's timestamps), ≥ {lab.inputs.get('minSuccesses')} "
-                     f"ok and ≤ {lab.inputs.get('maxFailures')} FAIL per path, newest line at most "
-                     f"{float(lab.inputs.get('maxLogAge', MAX_LOG_AGE_SECONDS)):g} s old.")
-    return Report(command="verify gateway", stack=lab.started.get("stack", "?"),
-                  started=lab.started.get("at", "?"), title="Demo 1: the hybrid nodes gateway, verified",
-                  checks=checks, notes=notes)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from rehearse.connection import Endpoint
+from rehearse.connection import Endpoint, signed_at
 
 #: API paths of the resources the tools read, as kmock names them (group/version/plural).
 PODS, NODES, LEASES = "v1/pods", "v1/nodes", "coordination.k8s.io/v1/leases"
@@ -47,6 +47,32 @@ _KINDS = {PODS: ("v1", "Pod"), NODES: ("v1", "Node"), LEASES: ("coordination.k8s
           SUBJECT_ACCESS_REVIEWS: ("authorization.k8s.io/v1", "SubjectAccessReview")}
 
 
+def status_object(code: int, reason: str, message: str) -> dict:
+    """The ``Status`` a real API server answers a refused request with."""
+    status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+              "message": message, "code": code}
+    if reason:
+        status["reason"] = reason
+    return status
+
+
+def json_body(obj: Any) -> bytes:
+    import json
+
+    return json.dumps(obj).encode()
+
+
+def status_response(code: int, reason: str, message: str) -> Any:
+    """That Status as kmock sends it, with the API server's exact content type (lightkube
+    raises ApiError only for exactly ``application/json``)."""
+    import json
+
+    import kmock as km
+
+    return km.Response(status=code, payload=json.dumps(status_object(code, reason, message)).encode(),
+                       headers={"Content-Type": "application/json"})
+
+
 def _summary(kmock: Any) -> list[tuple[str, str]]:
     return [(str(r.method.value if hasattr(r.method, "value") else r.method).upper(), r.url.path)
             for r in kmock._requests]
@@ -57,6 +83,8 @@ class Emulator:
         self._served: list[tuple[str, str]] = []
         #: Pod logs by path, answered by one reaction per path (``log``).
         self._logs: dict[str, bytes] = {}
+        #: Why each request refused by ``authenticate`` was refused.
+        self.refused: list[Optional[str]] = []
         self._ready: "queue.Queue[Any]" = queue.Queue()
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._stop: Optional[asyncio.Event] = None
@@ -177,6 +205,89 @@ class Emulator:
                 kmock[f"get {path}"] << (lambda request: self._logs[path])
 
         self.do(declare)
+
+    def authenticate(self, now: Callable[[], Any], accept: Callable[[str], Optional[str]] = None) -> None:
+        """Refuses every request whose bearer token the EKS authenticator would refuse, with the
+        401 Status a real API server answers (``Unauthorized``). An EKS token is a presigned
+        STS GetCallerIdentity URL: the authenticator rejects it 15 minutes after its
+        X-Amz-Date (aws-iam-authenticator pkg/token), judged here by ``now()``. ``accept`` may
+        judge other tokens (None = good)."""
+        def problem(request: Any) -> Optional[str]:
+            header = {k.lower(): v for k, v in request.headers.items()}.get("authorization", "")
+            if not header.startswith("Bearer "):
+                return "no bearer token"
+            token = header[len("Bearer "):]
+            signed = signed_at(token)
+            if signed is not None:
+                age = (now() - signed).total_seconds()
+                return f"token expired {age - 900:.0f} s ago" if age > 900 else None
+            return accept(token) if accept else "not an EKS token"
+
+        def refuse(request: Any) -> Any:
+            self.refused.append(problem(request))
+            return status_response(401, "Unauthorized", "Unauthorized")
+
+        def declare(kmock: Any) -> None:
+            (kmock ** 1000)[lambda request: problem(request) is not None] << refuse
+
+        self.do(declare)
+
+    def truncated(self, path: str) -> None:
+        """``GET path`` answers 200 with the start of a JSON body and no more (a connection or
+        proxy that cut it short): the client's decoder meets the end of the input."""
+        body = json_body({"kind": "List", "apiVersion": "v1", "metadata": {},
+                          "items": [{"metadata": {"name": "cut-short"}}]})
+
+        def declare(kmock: Any) -> None:
+            import kmock as km
+
+            (kmock ** 100)[f"get {path}"] << km.Response(
+                status=200, payload=body[:len(body) // 2], headers={"Content-Type": "application/json"})
+
+        self.do(declare)
+
+    def log_failure(self, namespace: str, pod: str, code: int, reason: str, message: str) -> None:
+        """``GET .../pods/<pod>/log`` refused as a real API server refuses it: a ``Status``
+        object with that HTTP code (400 BadRequest for a container that has not started, 404
+        NotFound for a pod that is gone, 500 for a kubelet the API server cannot dial)."""
+        def declare(kmock: Any) -> None:
+            kmock[f"get /api/v1/namespaces/{namespace}/pods/{pod}/log"] << status_response(
+                code, reason, message)
+
+        self.do(declare)
+
+    def unreachable_kubelet(self, namespace: str, pod: str, container: str, node_ip: str) -> None:
+        """The API server cannot open TCP 10250 to the pod's kubelet (a hybrid node whose
+        network does not admit the control plane): it answers the log request with the dial
+        error as a Status with code 500 and no reason (apimachinery's ErrorToAPIStatus for an
+        error that is not an API status)."""
+        url = (f"https://{node_ip}:10250/containerLogs/{namespace}/{pod}/{container}"
+               "?sinceSeconds=61&timestamps=true")
+        self.log_failure(namespace, pod, 500, "",
+                         f'Get "{url}": dial tcp {node_ip}:10250: i/o timeout')
+
+    def gateway_metrics(self, namespace: str, pod: str, leader: bool) -> None:
+        """What a gateway pod's ``:10080/metrics`` answers through the pod proxy: every replica
+        exposes ``hybrid_gateway_leader_is_active`` (a gauge registered at start, so 0 until
+        the leader-only setup runs), 1 only on the replica whose setup is running
+        (aws/eks-hybrid-nodes-gateway internal/metrics/metrics.go, internal/gateway/setup.go);
+        controller-runtime adds ``leader_election_master_status`` on the one that leads."""
+        lines = ["# HELP hybrid_gateway_leader_is_active 1 if this gateway instance is the active "
+                 "leader, 0 if standby.",
+                 "# TYPE hybrid_gateway_leader_is_active gauge",
+                 f"hybrid_gateway_leader_is_active {1 if leader else 0}",
+                 "# HELP hybrid_gateway_leader_setup_duration_seconds Duration of leader setup "
+                 "operations (route tables + CiliumVTEPConfig) in seconds.",
+                 "# TYPE hybrid_gateway_leader_setup_duration_seconds histogram",
+                 f"hybrid_gateway_leader_setup_duration_seconds_count {1 if leader else 0}"]
+        if leader:
+            lines += ["# HELP leader_election_master_status Gauge of if the reporting system is "
+                      "master of the relevant lease, 0 indicates backup, 1 indicates master. "
+                      "'name' is the string used to identify the lease. Please make sure to group "
+                      "by name.",
+                      "# TYPE leader_election_master_status gauge",
+                      'leader_election_master_status{name="hybrid-gateway-leader"} 1']
+        self.proxy(namespace, pod, 10080, "metrics", ("\n".join(lines) + "\n").encode())
 
     def proxy(self, namespace: str, pod: str, port: int, path: str, body: bytes,
               status: int = 200) -> None:

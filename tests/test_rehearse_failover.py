@@ -467,6 +467,26 @@ def test_python_m_rehearse_report_replays_a_recorded_run(tmp_path):
     assert "Gateway leader failover: PASS" in result.stdout
 
 
+def test_ctrl_c_after_the_deletion_keeps_the_record_that_the_leader_pod_was_deleted(lab_for, monkeypatch, capsys):
+    """Issue 17 item 3: the run folder survives an interrupt, with the deletion in it."""
+    from rehearse import failover
+
+    lab = lab_for()
+
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(failover._Collector, "poll", interrupted)
+    assert lab.run() == 1
+    assert "Traceback" not in capsys.readouterr().err
+    events = [json.loads(line) for line in (lab.folder() / "events.jsonl").read_text().splitlines()]
+    assert [e["kind"] for e in events if e["kind"] in ("pod.deleted", "run.interrupted")] == [
+        "pod.deleted", "run.interrupted"]
+    report = lab.report()
+    assert report["checks"][0]["name"] == "run completed" and report["checks"][0]["status"] == FAIL
+    assert any("deleted the leader's pod (pod eks-hybrid-nodes-gateway-gw-a" in n for n in report["notes"])
+
+
 def test_an_unhealthy_baseline_refuses_to_measure(lab_for):
     lab = lab_for(Scenario(broken=frozenset({("hybrid→cloud", "pod")})))
     assert lab.run() == 1

@@ -261,7 +261,207 @@ def test_a_kubeconfig_file_given_with_kubeconfig_serves_objects_and_raw_calls(tm
             assert kube.get_raw("/api/v1/namespaces/demo-gateway/pods/echo:8080/proxy/") == (200, "hello")
         finally:
             kube.close()
-        with pytest.raises(RunError, match="cannot read the kubeconfig"):
+        with pytest.raises(RunError, match="the kubeconfig .*missing does not exist"):
             Kube.from_kubeconfig_file(tmp_path / "missing")
     finally:
         server.close()
+
+
+# --- tokens that expire: the stack's EKS token and a kubeconfig's exec plugin (issue 17 item 2) --
+
+class Clock:
+    """One shifted "now" for this machine's clock, botocore's signer and the emulator's
+    authenticator: a test moves it forward instead of waiting 15 minutes."""
+
+    def __init__(self, monkeypatch):
+        import datetime
+
+        import botocore.auth
+
+        self.offset = datetime.timedelta(0)
+        self._real = botocore.auth.get_current_datetime
+        monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: self._real() + self.offset)
+
+    def now(self):
+        return record.utc_now() + self.offset
+
+    def advance(self, **delta):
+        import datetime
+
+        self.offset += datetime.timedelta(**delta)
+
+
+@pytest.fixture
+def authenticating(monkeypatch):
+    from tests.kube_emulator import PODS, Emulator
+
+    clock = Clock(monkeypatch)
+    server = Emulator()
+    server.put(PODS, "demo-gateway", "echo", {"spec": {"containers": [{"name": "c"}]}})
+    server.proxy("demo-gateway", "echo", 8080, "/", b"hello")
+    server.authenticate(clock.now)
+    try:
+        yield server, clock
+    finally:
+        server.close()
+
+
+def pod_names(kube: Kube) -> list[str]:
+    from lightkube.resources.core_v1 import Pod
+
+    return [p.metadata.name for p in kube.client.list(Pod, namespace="demo-gateway")]
+
+
+def test_the_emulator_refuses_an_eks_token_15_minutes_after_it_was_signed(authenticating):
+    server, clock = authenticating
+    endpoint = endpoint_from_stack_kubeconfig(stack_kubeconfig(server.url, ""), REGION)
+    import httpx2
+
+    fixed = httpx2.Client(base_url=server.url, headers={"Authorization": f"Bearer {endpoint.token}"})
+    try:
+        assert fixed.get("/api/v1/namespaces/demo-gateway/pods").status_code == 200
+        clock.advance(minutes=15, seconds=1)
+        answer = fixed.get("/api/v1/namespaces/demo-gateway/pods")
+        assert answer.status_code == 401
+        assert answer.json() == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                 "message": "Unauthorized", "reason": "Unauthorized", "code": 401}
+    finally:
+        fixed.close()
+    assert server.refused and server.refused[-1].startswith("token expired")
+
+
+def test_a_run_longer_than_15_minutes_renews_the_stacks_eks_token(authenticating):
+    server, clock = authenticating
+    endpoint = endpoint_from_stack_kubeconfig(stack_kubeconfig(server.url, ""), REGION)
+    kube = Kube.connect(endpoint, clock=clock.now)
+    try:
+        assert pod_names(kube) == ["echo"]
+        clock.advance(minutes=13, seconds=30)  # inside the refresh margin: renewed before use
+        assert pod_names(kube) == ["echo"]
+        clock.advance(minutes=20)
+        assert pod_names(kube) == ["echo"]
+        assert kube.get_raw("/api/v1/namespaces/demo-gateway/pods/echo:8080/proxy/") == (200, "hello")
+    finally:
+        kube.close()
+    assert server.refused == [], "no request went out with an expired token"
+
+
+def test_a_401_renews_the_token_once_and_retries(authenticating):
+    """This machine's clock behind the server's: the token looks good here, is expired there."""
+    server, clock = authenticating
+    endpoint = endpoint_from_stack_kubeconfig(stack_kubeconfig(server.url, ""), REGION)
+    behind = record.utc_now  # the client's clock does not move; the signer's and server's do
+    kube = Kube.connect(endpoint, clock=behind)
+    try:
+        clock.advance(minutes=16)
+        assert pod_names(kube) == ["echo"]
+    finally:
+        kube.close()
+    assert len(server.refused) == 1 and server.refused[0].startswith("token expired")
+
+
+PLUGIN = """#!{python}
+import datetime, json, os, sys
+sys.path.insert(0, {project!r})
+import botocore.auth
+offset = float(open({offset!r}).read())
+real = botocore.auth.get_current_datetime
+botocore.auth.get_current_datetime = lambda: real() + datetime.timedelta(seconds=offset)
+from rehearse.connection import eks_credential
+info = json.loads(os.environ["KUBERNETES_EXEC_INFO"])
+assert info["spec"]["interactive"] is False, info
+with open({calls!r}, "a") as log:
+    log.write(json.dumps(info) + "\\n")
+if os.environ.get("PLUGIN_FAIL"):
+    sys.stderr.write("Error loading SSO Token: Token for lab does not exist\\n")
+    sys.exit(255)
+credential = eks_credential("lab", "ap-northeast-2")
+print(json.dumps({{"apiVersion": {version!r}, "kind": "ExecCredential", "status": {{
+    "token": credential.token,
+    "expirationTimestamp": credential.expires.strftime("%Y-%m-%dT%H:%M:%SZ")}}}}))
+"""
+
+
+def write_kubeconfig(tmp_path, server_url: str, version: str = "client.authentication.k8s.io/v1",
+                     command: str = "", **exec_extra) -> Path:
+    import yaml
+
+    exec_config = {"apiVersion": version, "command": command or str(tmp_path / "get-token"),
+                   "args": ["eks", "get-token"], "interactiveMode": "Never", **exec_extra}
+    exec_config = {k: v for k, v in exec_config.items() if v is not None}
+    config = tmp_path / "kubeconfig"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "lab",
+        "clusters": [{"name": "lab", "cluster": {"server": server_url}}],
+        "users": [{"name": "lab", "user": {"exec": exec_config}}],
+        "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "lab"}}]}))
+    return config
+
+
+@pytest.fixture
+def plugin(tmp_path, authenticating):
+    server, clock = authenticating
+    offset, calls = tmp_path / "offset", tmp_path / "calls"
+    offset.write_text("0")
+    calls.write_text("")
+
+    def install(version: str = "client.authentication.k8s.io/v1") -> Path:
+        script = tmp_path / "get-token"
+        script.write_text(PLUGIN.format(python=sys.executable, project=str(PROJECT_DIR),
+                                        offset=str(offset), calls=str(calls), version=version))
+        script.chmod(0o755)
+        return script
+
+    def advance(**delta):
+        clock.advance(**delta)
+        offset.write_text(str(clock.offset.total_seconds()))
+
+    def runs() -> int:
+        return len(calls.read_text().splitlines())
+
+    return server, clock, install, advance, runs
+
+
+def test_a_v1_exec_plugin_is_run_again_when_its_credential_expires(tmp_path, plugin):
+    server, clock, install, advance, runs = plugin
+    install()
+    kube = Kube.from_kubeconfig_file(write_kubeconfig(tmp_path, server.url), clock=clock.now)
+    try:
+        assert pod_names(kube) == ["echo"] and runs() == 1
+        advance(minutes=10)
+        assert pod_names(kube) == ["echo"] and runs() == 1, "not before it expires"
+        advance(minutes=6)  # past the ExecCredential's expirationTimestamp (14 min)
+        assert pod_names(kube) == ["echo"] and runs() == 2
+        assert kube.get_raw("/api/v1/namespaces/demo-gateway/pods/echo:8080/proxy/") == (200, "hello")
+    finally:
+        kube.close()
+    assert server.refused == []
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"command": "no-such-aws-plugin"}, "the kubeconfig's exec plugin 'no-such-aws-plugin' is not on PATH"),
+    ({"version": "client.authentication.k8s.io/v2"}, "speaks 'client.authentication.k8s.io/v2'"),
+    ({"interactiveMode": None}, "v1 without interactiveMode, which v1 requires"),
+    ({"env": [{"name": "PLUGIN_FAIL", "value": "1"}]},
+     "exited 255: Error loading SSO Token: Token for lab does not exist"),
+])
+def test_a_kubeconfig_that_cannot_be_used_names_the_real_cause(tmp_path, plugin, change, message):
+    server, clock, install, advance, runs = plugin
+    install()
+    config = write_kubeconfig(tmp_path, server.url, **change)
+    with pytest.raises(RunError) as caught:
+        Kube.from_kubeconfig_file(config, clock=clock.now)
+    assert message in str(caught.value)
+    assert "cannot reach" not in str(caught.value)
+
+
+def test_a_kubeconfig_without_its_context_or_file_says_so(tmp_path):
+    import yaml
+
+    with pytest.raises(RunError, match="does not exist"):
+        Kube.from_kubeconfig_file(tmp_path / "nope")
+    config = tmp_path / "kubeconfig"
+    config.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "current-context": "prod",
+                                      "contexts": [{"name": "lab", "context": {"user": "lab"}}]}))
+    with pytest.raises(RunError, match="has no context 'prod', its current-context \\(it has: lab\\)"):
+        Kube.from_kubeconfig_file(config)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import datetime
 import json
+import re
 import shutil
 import uuid
 from dataclasses import dataclass, field
@@ -121,6 +122,15 @@ class Scene:
     agent_ready: int = 3
     #: direction -> (path, seconds ago) -> "ok" | "FAIL"
     prober_result: Callable[[str, str, int], str] = lambda direction, path, ago: "ok"
+    #: What each gateway replica's metrics say (hybrid_gateway_leader_is_active), by index:
+    #: default the real gateway's, 1 on the leader only.
+    leader_gauges: Optional[list[int]] = None
+    #: How long before the run the leader last renewed the Lease (it renews about every second).
+    renewed_ago: float = 1.0
+    metrics_refused: bool = False
+    #: direction -> how the API server refuses that prober's log: ("kubelet",) for a kubelet it
+    #: cannot dial, or (code, reason, message).
+    log_refusals: dict = field(default_factory=dict)
     layers: list[str] = field(default_factory=lambda: ["network", "cluster", "hybrid", "gateway",
                                                        "karpenter", "demo"])
     pods: dict[str, dict] = field(default_factory=dict)
@@ -183,12 +193,20 @@ class Scene:
             e.proxy(GW_NS, name, 8088, "healthz",
                     b"ok" if node is not leader or self.healthz == 200 else b"[-]vxlan failed",
                     status=200 if node is not leader else self.healthz)
+            gauges = self.leader_gauges or [1 if n is leader else 0 for n in self.gateways]
+            if self.metrics_refused and node is leader:
+                # The API server's pod proxy cannot open the port on the node.
+                e.proxy(GW_NS, name, 10080, "metrics", b"Error trying to reach service: dial tcp "
+                        + node.ip.encode() + b":10080: connect: connection refused", status=503)
+            else:
+                e.gateway_metrics(GW_NS, name, leader=bool(gauges[index]))
 
         holder = self.holder if self.holder is not None else leader.name
         e.put(LEASES, GW_NS, LEASE, {"spec": {
             "holderIdentity": f"{holder}_{uuid.UUID(int=7)}", "leaseDurationSeconds": 3,
             "acquireTime": iso(now - datetime.timedelta(minutes=42)),
-            "renewTime": iso(now - datetime.timedelta(seconds=1)), "leaseTransitions": 1}})
+            "renewTime": iso(now - datetime.timedelta(seconds=self.renewed_ago)),
+            "leaseTransitions": 1}})
 
         vtep = {"spec": {"endpoints" if self.vtep == "v2" else "vtepEndpoints": [{
             "name": "vpc-gateway", "tunnelEndpoint": self.vtep_ip or leader.ip, "cidr": VPC_CIDR,
@@ -219,7 +237,13 @@ class Scene:
                     stamp = moment.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z"
                     lines.append(f"{stamp} {moment:%H:%M:%S} {path} "
                                  f"{self.prober_result(direction, path, ago)}")
-            e.log(DEMO_NS, pod, "\n".join(lines) + "\n")
+            refusal = self.log_refusals.get(direction)
+            if refusal == ("kubelet",):
+                e.unreachable_kubelet(DEMO_NS, pod, "prober", node.ip if node else "172.16.0.10")
+            elif refusal:
+                e.log_failure(DEMO_NS, pod, *refusal)
+            else:
+                e.log(DEMO_NS, pod, "\n".join(lines) + "\n")
 
     def _pod(self, namespace: str, name: str, node: Optional[Node], labels: dict, container: str,
              host_network: bool = False) -> dict:
@@ -290,7 +314,8 @@ def scene(emulator, ec2, tmp_path, monkeypatch, blackholes, loopback_only):  # n
     return planted
 
 
-ALL_CHECKS = [gateway.CHECK_PODS, gateway.CHECK_LEASE, gateway.CHECK_HEALTH, gateway.CHECK_ROUTE,
+ALL_CHECKS = [gateway.CHECK_PODS, gateway.CHECK_LEASE, gateway.CHECK_HEALTH,
+              gateway.CHECK_LEADERSHIP, gateway.CHECK_ROUTE,
               gateway.CHECK_VTEP, gateway.CHECK_TRAFFIC["cloudToHybrid"],
               gateway.CHECK_TRAFFIC["hybridToCloud"], gateway.CHECK_CILIUM, gateway.CHECK_AGENT]
 
@@ -418,7 +443,7 @@ def test_a_holder_whose_node_runs_no_gateway_pod_fails_the_lease_check(scene, ho
     run = scene.run()
     # Without a leader, what depends on knowing it cannot be judged.
     only_failing(run, gateway.CHECK_LEASE,
-                 skipped=(gateway.CHECK_HEALTH, gateway.CHECK_ROUTE, gateway.CHECK_VTEP))
+                 skipped=(gateway.CHECK_LEADERSHIP, gateway.CHECK_ROUTE, gateway.CHECK_VTEP))
     seen = run.check(gateway.CHECK_LEASE)["seen"]
     if holder == "system":
         assert f"no gateway pod runs on {scene.system.name}" in seen
@@ -512,6 +537,210 @@ def test_a_stack_without_the_demo_layer_cannot_be_verified(scene, capsys):
     assert run.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: the stack lab has no demo layer") and "\n" not in err
+
+
+# --- the Lease's age and the gateway's own word on leadership (issue 17, items 10 and 11) -----
+
+def test_a_lease_not_renewed_for_ten_minutes_fails_the_lease_check(scene):
+    """The gateway's Lease lasts 3 s and its leader renews it about every second
+    (aws/eks-hybrid-nodes-gateway cmd/gateway/main.go): ten minutes without a renewal means
+    nobody leads, whatever holder it still names."""
+    scene.renewed_ago = 600
+    run = scene.run()
+    only_failing(run, gateway.CHECK_LEASE,
+                 skipped=(gateway.CHECK_LEADERSHIP, gateway.CHECK_ROUTE, gateway.CHECK_VTEP))
+    check = run.check(gateway.CHECK_LEASE)
+    assert "by the API server's clock, its Date header" in check["seen"]
+    assert "longer than the Lease's 3 s" in check["seen"] and "no gateway replica is leading" in check["seen"]
+    assert "delete pods -l app.kubernetes.io/name=eks-hybrid-nodes-gateway" in check["fix"]
+
+
+def test_a_lease_renewed_within_its_duration_passes(scene):
+    scene.renewed_ago = 2.0
+    run = scene.run()
+    assert run.code == 0
+    assert "renewed at least" in run.check(gateway.CHECK_LEASE)["seen"]
+
+
+def with_lease(events: list[dict], **changes) -> list[dict]:
+    changed = copy.deepcopy(events)
+    for event in changed:
+        if event["kind"] == gateway.LEASE:
+            event.update(changes)
+    return changed
+
+
+def lease_status(events: list[dict]) -> Any:
+    return {c.name: c for c in gateway.analyse(events).checks}[gateway.CHECK_LEASE]
+
+
+def test_the_lease_age_is_judged_by_the_api_servers_clock_not_this_machines():
+    events = recorded()
+    [lease] = [e for e in events if e["kind"] == gateway.LEASE]
+    renewed = datetime.datetime.fromisoformat(lease["renewTime"].replace("Z", "+00:00"))
+    http = lambda moment: moment.strftime("%a, %d %b %Y %H:%M:%S GMT")  # noqa: E731
+    # This machine's clock runs 10 minutes ahead: the server's Date says 1 s, which passes.
+    ahead = with_lease(events, at=iso(renewed + datetime.timedelta(minutes=10)),
+                       serverDate=http(renewed + datetime.timedelta(seconds=1)))
+    check = lease_status(ahead)
+    assert check.status == "PASS"
+    assert re.search(r"this machine's clock read \+(599|600)\.\d s from it", check.seen), check.seen
+    # This machine's clock agrees with the lease, but the server's says 10 minutes later.
+    stale = with_lease(events, at=iso(renewed + datetime.timedelta(seconds=1)),
+                       serverDate=http(renewed + datetime.timedelta(minutes=10)))
+    assert lease_status(stale).status == "FAIL"
+    # No Date header: this machine's clock is all there is, and the report says so.
+    local = with_lease(events, at=iso(renewed + datetime.timedelta(minutes=10)), serverDate=None)
+    check = lease_status(local)
+    assert check.status == "FAIL" and "by this machine's clock" in check.seen
+
+
+def test_healthz_answers_200_on_the_standby_too_and_is_its_own_check(scene, emulator):  # noqa: F811
+    run = scene.run()
+    check = run.check(gateway.CHECK_HEALTH)
+    for node in scene.gateways:
+        pod = scene.pods[node.name]["metadata"]["name"]
+        assert f"{pod} on {node.name}: HTTP 200" in check["seen"]
+        assert ("GET", f"/api/v1/namespaces/{GW_NS}/pods/{pod}:8088/proxy/healthz") in emulator.requests()
+
+
+def test_the_holder_and_only_the_holder_says_it_leads(scene, emulator):  # noqa: F811
+    run = scene.run()
+    check = run.check(gateway.CHECK_LEADERSHIP)
+    assert check["status"] == "PASS"
+    leader, standby = (scene.pods[n.name]["metadata"]["name"] for n in scene.gateways)
+    assert f"{leader} (the holder): hybrid_gateway_leader_is_active 1" in check["seen"]
+    assert f"{standby} (standby): hybrid_gateway_leader_is_active 0" in check["seen"]
+    # Read through the API server's pod proxy, on the gateway's metrics port.
+    assert ("GET", f"/api/v1/namespaces/{GW_NS}/pods/{standby}:10080/proxy/metrics") in emulator.requests()
+
+
+@pytest.mark.parametrize("gauges, problem", [
+    ([0, 0], "is not running the leader's setup"),
+    ([1, 1], "says it leads: two gateways"),
+    ([0, 1], "says it leads"),
+])
+def test_a_holder_whose_gateway_does_not_say_it_leads_fails(scene, gauges, problem):
+    """Healthz 200 on both replicas, a fresh Lease: only the metrics show who really leads."""
+    scene.leader_gauges = gauges
+    run = scene.run()
+    only_failing(run, gateway.CHECK_LEADERSHIP)
+    assert problem in run.check(gateway.CHECK_LEADERSHIP)["seen"]
+
+
+def test_metrics_the_proxy_cannot_read_fail_the_leadership_check(scene):
+    scene.metrics_refused = True
+    run = scene.run()
+    only_failing(run, gateway.CHECK_LEADERSHIP)
+    assert "answered HTTP 503" in run.check(gateway.CHECK_LEADERSHIP)["seen"]
+
+
+# --- a refused log request is a finding, not a traceback (issue 17, item 1) -----------------
+
+def test_a_hybrid_kubelet_the_api_server_cannot_dial_is_named_with_the_fix(scene, capsys):
+    scene.log_refusals = {"hybridToCloud": ("kubelet",)}
+    run = scene.run()
+    assert "Traceback" not in capsys.readouterr().err
+    only_failing(run, gateway.CHECK_TRAFFIC["hybridToCloud"])
+    check = run.check(gateway.CHECK_TRAFFIC["hybridToCloud"])
+    assert "the API server could not reach the kubelet on the hybrid node mi-0a1b2c3d4e5f60001" in check["seen"]
+    assert "HTTP 500" in check["seen"] and "dial tcp 172.16.0.10:10250" in check["seen"]
+    assert "check TCP 10250 from the cluster to the remote node network" in check["fix"]
+
+
+@pytest.mark.parametrize("refusal, meaning", [
+    ((400, "BadRequest", 'container "prober" in pod "prober-cloud-6f5d8c7b9-7b9c4" is waiting to '
+      "start: ContainerCreating"), "its container has not started yet"),
+    ((404, "NotFound", 'pods "prober-cloud-6f5d8c7b9-7b9c4" not found'), "the pod went away"),
+])
+def test_a_log_refused_with_a_status_is_reported_in_the_check(scene, refusal, meaning):
+    scene.log_refusals = {"cloudToHybrid": refusal}
+    run = scene.run()
+    only_failing(run, gateway.CHECK_TRAFFIC["cloudToHybrid"])
+    check = run.check(gateway.CHECK_TRAFFIC["cloudToHybrid"])
+    assert meaning in check["seen"] and f"HTTP {refusal[0]} {refusal[1]}" in check["seen"]
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("RECORD_GATEWAY"),
+                    reason="records tests/fixtures/rehearse/gateway-* when RECORD_GATEWAY=1")
+@pytest.mark.parametrize("recording", ["gateway-healthy", "gateway-route-elsewhere"])
+def test_record_the_committed_runs(scene, recording):
+    if recording == "gateway-route-elsewhere":
+        scene.route_eni = scene.gateways[1].eni
+    run = scene.run()
+    target = FIXTURES / recording
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(run.folder, target)
+
+
+# --- a run that stops part-way keeps its folder (issue 17, item 3) ---------------------------
+
+def test_ctrl_c_in_the_middle_keeps_the_folder_and_says_what_was_done(scene, monkeypatch, capsys):
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gateway, "_collect_route_tables", interrupted)
+    run = scene.run()
+    err = capsys.readouterr().err
+    assert run.code == 1 and "Traceback" not in err
+    kinds = [e["kind"] for e in read_events(run.folder)]
+    assert kinds[-1] == "run.interrupted" and gateway.LEASE in kinds and gateway.HEALTHZ in kinds
+    check = run.check("run completed")
+    assert check["status"] == "FAIL"
+    assert check["seen"].startswith("interrupted (Ctrl-C)")
+    assert "during “reading the gateway's route tables and nodes in EC2”" in check["seen"]
+    notes = run.report["notes"]
+    assert any(n.startswith("Done: reading the gateway in eks-hybrid-nodes-gateway. Not finished: "
+                            "reading the gateway's route tables") for n in notes)
+    # What was read before the interrupt is still judged; what was not says so.
+    assert run.check(gateway.CHECK_LEASE)["status"] == "PASS"
+    assert run.check(gateway.CHECK_ROUTE)["seen"] == "no route table was read"
+    # The folder replays to the same report.
+    before = run.markdown
+    assert cli.main(["report", str(run.folder)]) == 1
+    assert run.markdown == before
+
+
+def test_a_truncated_answer_is_one_line_and_a_kept_report_not_a_traceback(scene, emulator, capsys):  # noqa: F811
+    emulator.truncated("/api/v1/nodes")
+    run = scene.run()
+    err = capsys.readouterr().err
+    assert run.code == 2 and "Traceback" not in err
+    [line] = err.strip().splitlines()[-1:]
+    assert line.startswith("error: an answer from the cluster could not be read (DecodeError")
+    assert "truncated or malformed" in line
+    check = run.check("run completed")
+    assert check["seen"].startswith("failed at ") and "could not be read" in check["seen"]
+    assert not (run.folder / "error.txt").exists(), "a malformed answer is not a defect of the tool"
+
+
+def test_a_defect_of_the_tool_keeps_the_folder_with_the_traceback_beside_it(scene, monkeypatch, capsys):
+    monkeypatch.setattr(gateway, "_collect_vtep", lambda *a: {}["no such key"])
+    run = scene.run()
+    err = capsys.readouterr().err
+    assert run.code == 2 and "Traceback" not in err
+    assert "KeyError: 'no such key' (a defect in python -m rehearse)" in err
+    assert "Traceback" in (run.folder / "error.txt").read_text()
+    assert "the traceback is in error.txt" in run.check("run completed")["fix"]
+
+
+# --- report --out leaves a recorded run as it is (issue 17, item 4) ---------------------------
+
+def test_report_out_writes_elsewhere_and_leaves_the_recording_byte_for_byte(tmp_path):
+    import hashlib
+
+    def digest(folder: Path) -> dict[str, str]:
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(folder.iterdir())}
+
+    fixture = FIXTURES / "gateway-route-elsewhere"
+    before = digest(fixture)
+    out = tmp_path / "again"
+    assert cli.main(["report", str(fixture), "--out", str(out)]) == 1
+    assert digest(fixture) == before
+    assert (out / "report.md").read_text() == (fixture / "report.md").read_text()
+    assert (out / "report.json").read_text() == (fixture / "report.json").read_text()
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md"]
 
 
 # --- the analysis alone, over a recording ---------------------------------------------------

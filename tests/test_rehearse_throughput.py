@@ -360,7 +360,8 @@ def test_the_pods_are_deleted_after_a_failure_in_the_middle(emulator, run, monke
     with Kubelet(emulator, samples()):
         code, folder, report, out, err = run("-t", "10")
     assert code == 2 and "cannot reach the cluster" in err
-    assert folder is None, "a run that could not be made leaves no folder"
+    # The folder is kept (issue 17 item 3): its report says the run failed, and why.
+    assert report["checks"][0]["status"] == "FAIL" and "cannot reach the cluster" in report["checks"][0]["seen"]
     assert calls["n"] == 1
     assert_created_and_deleted(emulator, 2)
 
@@ -377,7 +378,8 @@ def test_the_pods_are_deleted_on_ctrl_c(emulator, run, monkeypatch):
     monkeypatch.setattr(throughput.Pods, "wait", interrupted)
     with Kubelet(emulator, samples()):
         code, folder, report, out, err = run("-t", "10")
-    assert code == 2 and "interrupted" in err
+    assert code == 1 and "interrupted" in err
+    assert report["checks"][0]["seen"].startswith("interrupted (Ctrl-C)")
     assert_created_and_deleted(emulator, 2)
 
 

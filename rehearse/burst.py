@@ -1196,7 +1196,7 @@ class Switcher:
 
     @property
     def changed(self) -> bool:
-        return self.config.config_changed or self.config.applied
+        return self.config.touched
 
     def read_original(self) -> Optional[str]:
         return self.config.read_original()

@@ -111,6 +111,8 @@ class ConfigSwitch:
         self.config_changed = False
         #: An `up` ran (or was interrupted) with a value other than the original.
         self.applied = False
+        #: A switch was attempted: the run reports the setting put back (or not).
+        self.touched = False
         self.interrupted: Optional[PulumiInterrupted] = None
 
     # --- the stack -------------------------------------------------------------------------
@@ -202,7 +204,7 @@ class ConfigSwitch:
     def switch(self, value: str, why: str) -> dict:
         """Config set, preview, refuse or ask, up. ``ok`` False: not applied (``refused`` /
         ``declined``: the config is back as it was)."""
-        self.config_changed = True
+        self.touched = self.config_changed = True
         self._set(value)
         plan = self.preview(why)
         self._show(why, plan)

@@ -425,7 +425,7 @@ def _measure_each(ctx: Any, record: Any, pods: Pods, types: list[str], seconds: 
             measure(ctx, record, pods, instance_type, seconds, streams, image)
     finally:
         pods.delete_all()
-        if switch.config_changed or switch.applied:
+        if switch.touched:
             back = original or "the project's default"
             try:
                 result = switch.restore(f"gatewayInstanceType back to {back}")

@@ -91,6 +91,11 @@ def program_steps(stack: str, old: dict, new: dict) -> list[dict]:
     return steps
 
 
+def program_step(op: str, kind: str, chain: str, name: str, stack: str = "dev") -> dict:
+    """A step of another change pending on the stack (``"pending_changes"``)."""
+    return {"op": op, "type": kind, "urn": urn(stack, chain, name)}
+
+
 def _change_summary(steps: list[dict]) -> dict:
     counts: dict[str, int] = {"same": UNCHANGED}
     for step in steps:

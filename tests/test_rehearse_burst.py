@@ -235,7 +235,26 @@ class Cluster:
 
     # controllers
 
+    def read_patched_costs(self) -> None:
+        """A cost someone else wrote or removed on the API server (the tool's restore strips
+        them) is the pod's from now on; the controllers here would otherwise write it back."""
+        def read(kmock: Any) -> dict[str, Optional[str]]:
+            found = {}
+            for name, pod in self.pods.items():
+                try:
+                    stored = kmock.objects[PODS, NS, name]
+                except KeyError:
+                    continue
+                if not stored.deleted:
+                    found[name] = ((stored.raw.get("metadata") or {}).get("annotations") or {}).get(burst.COST)
+            return found
+
+        for name, cost in self.server.do(read).items():
+            if name not in self.dirty and self.pods[name].cost != cost:
+                self.pods[name].cost = cost
+
     def react(self) -> None:
+        self.read_patched_costs()
         deployment = self.server.get(DEPLOYMENTS, NS, "burst")
         spec = deployment["spec"]
         replicas = int(spec["replicas"])

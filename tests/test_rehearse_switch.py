@@ -59,11 +59,14 @@ def _ctrl_c_during_up(state: Path, at: list[float]) -> threading.Thread:
     foreground process group — this process, and the CLI if it shares the group (the SDK's
     Popen does; rehearse.stack's runs it in its own session, and forwards)."""
     def press() -> None:
-        deadline = time.monotonic() + 20
+        # The `up`'s own start (a preview takes the lock too, and ends before the up begins).
+        deadline = time.monotonic() + 30
         pid = None
         while pid is None and time.monotonic() < deadline:
-            pid = ((_state(state)["stacks"]["dev"].get("lock")) or {}).get("pid")
+            pid = next((e[0] for e in _timeline(state) if e[1:3] == ["start", "up"]), None)
             time.sleep(0.01)
+        if pid is None:
+            return
         started = time.monotonic()
         for delay in at:
             time.sleep(max(0.0, started + delay - time.monotonic()))

@@ -41,7 +41,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from rehearse import clock_window
 from rehearse.arguments import seconds
 from rehearse.errors import RunError
-from rehearse.stack import config_value, open_stack
+from rehearse.stack import open_stack
+from rehearse.switch import ConfigSwitch, RestoreBlocked, Scope, require_confirmation, require_stack
 from rehearse.record import RUN_STARTED, every, first, iso, parse_time
 from rehearse.report import FAIL, PASS, SKIP, Check, Measurement, Report
 
@@ -181,7 +182,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--scenarios", nargs="+", type=_scenario, metavar="X",
                        help="run these scenarios in this order, switching the stack's "
                             "burstScenario with `pulumi up` (default: the stack's current one, "
-                            "no switch); the original is put back at the end")
+                            "no switch); the original is put back at the end, and the pods' "
+                            "leftover deletion costs removed. Each switch and the restore print "
+                            "`pulumi preview`'s plan first, refuse one that changes anything "
+                            "but the scenario's resources, and ask before applying; needs --stack")
+    group.add_argument("--yes", action="store_true",
+                       help="apply each previewed switch without asking (a run whose stdin is "
+                            "not a terminal needs it)")
     _common_arguments(group)
     group.add_argument("--timeout", type=seconds(1.0), default=DEFAULTS["timeout"], metavar="S",
                        help="give up a wait (rollout, NodeClaims gone, 15 Ready, a scale-in) "
@@ -1153,70 +1160,85 @@ def _pulumi_error(error: BaseException) -> str:
     return _first_line(error) if isinstance(error, Exception) else type(error).__name__
 
 
+#: What a burstScenario change touches in the program: Kyverno's ClusterPolicy in B and C
+#: (stacks/layers/demo.py, components/kyverno.py), the Karpenter controller's Helm release, whose
+#: values carry the podDeletionCostManagement gate in C (stacks/layers/karpenter.py,
+#: components/karpenter.py), and DeletionCostRanks in C (stacks/layers/demo.py).
+SCENARIO_SCOPE = Scope(
+    SCENARIO_KEY, "the scenario's resources (Kyverno's ClusterPolicy, the Karpenter controller's "
+    "Helm release, DeletionCostRanks)",
+    resources=(("kubernetes:kyverno.io/v1:ClusterPolicy", "-kyverno-deletion-cost"),
+               ("kubernetes:helm.sh/v3:Release", "-karpenter-controller-release"),
+               ("pulumi-python:dynamic/cleanup:DeletionCostRanks", "-deletion-cost-ranks")))
+
+
 class Switcher:
-    """Sets ``burstScenario`` and runs ``pulumi up``; remembers what to put back."""
+    """Switches ``burstScenario`` (rehearse.switch: preview, confirm, up) and puts it back."""
 
     def __init__(self, ctx: Any, record: Any):
         self.ctx, self.record = ctx, record
-        self._stack: Any = None
-        self.original: Optional[str] = None
-        self.changed = False
+        self.config = ConfigSwitch(ctx, self._open, SCENARIO_SCOPE)
+
+    def _open(self) -> Any:
+        work_dir = getattr(self.ctx, "work_dir", None) or Path(__file__).resolve().parent.parent
+        try:
+            return open_stack(self.ctx.outputs.stack, Path(work_dir))
+        except FileNotFoundError:
+            raise RunError("switching scenarios needs the pulumi CLI (the Automation API runs "
+                           "it): install it, or run one scenario at a time without "
+                           "--scenarios") from None
+        except Exception as error:  # noqa: BLE001 automation's CommandError
+            raise RunError(f"pulumi could not find the stack {self.ctx.outputs.stack}: "
+                           f"{_pulumi_error(error)}") from None
 
     @property
-    def stack(self) -> Any:
-        if self._stack is None:
-            work_dir = getattr(self.ctx, "work_dir", None) or Path(__file__).resolve().parent.parent
-            try:
-                self._stack = open_stack(self.ctx.outputs.stack, Path(work_dir))
-            except FileNotFoundError:
-                raise RunError("switching scenarios needs the pulumi CLI (the Automation API runs "
-                               "it): install it, or run one scenario at a time without "
-                               "--scenarios") from None
-            except Exception as error:  # noqa: BLE001 automation's CommandError
-                raise RunError(f"pulumi could not select the stack {self.ctx.outputs.stack}: "
-                               f"{_pulumi_error(error)}") from None
-        return self._stack
+    def original(self) -> Optional[str]:
+        return self.config.original
+
+    @property
+    def changed(self) -> bool:
+        return self.config.touched
 
     def read_original(self) -> Optional[str]:
-        try:
-            self.original = str(self.stack.get_config(SCENARIO_KEY).value)
-        except RunError:
-            raise
-        except Exception as error:  # noqa: BLE001 a key not set: the project's default
-            if "not found" not in str(error):
-                raise RunError(f"pulumi could not read {SCENARIO_KEY}: {_pulumi_error(error)}") from None
-            self.original = None
-        return self.original
-
-    def _up(self, why: str) -> None:
-        def output(line: str) -> None:
-            if line.strip():
-                self.ctx.progress(f"  pulumi | {line.rstrip()}")
-
-        self.ctx.progress(f"pulumi up ({why})")
-        self.stack.up(on_output=output)
+        return self.config.read_original()
 
     def switch(self, scenario: str) -> dict:
         started = self.ctx.monotonic()
-        self.changed = True
         try:
-            self.stack.set_config(SCENARIO_KEY, config_value(scenario))
-            self._up(f"burstScenario {scenario}")
+            result = self.config.switch(scenario, f"burstScenario {scenario}")
         except (KeyboardInterrupt, RunError):
             raise
         except Exception as error:  # noqa: BLE001 automation's CommandError
             return {"ok": False, "error": _pulumi_error(error),
                     "seconds": round(self.ctx.monotonic() - started, 1)}
-        return {"ok": True, "seconds": round(self.ctx.monotonic() - started, 1)}
+        return {**result, "seconds": round(self.ctx.monotonic() - started, 1)}
 
     def restore(self) -> dict:
         started = self.ctx.monotonic()
-        if self.original is None:
-            self.stack.remove_config(SCENARIO_KEY)
-        else:
-            self.stack.set_config(SCENARIO_KEY, config_value(self.original))
-        self._up(f"burstScenario back to {self.original or 'the default'}")
-        return {"ok": True, "seconds": round(self.ctx.monotonic() - started, 1)}
+        result = self.config.restore(f"burstScenario back to {self.original or 'the default'}")
+        return {**result, "seconds": round(self.ctx.monotonic() - started, 1)}
+
+
+def clear_costs(cluster: "Cluster", scenario: str) -> list[dict]:
+    """After a restore: removes from the running burst pods the deletion costs ``scenario``
+    does not write — in A every one, in B all but Kyverno's "1" (Karpenter's negative ranks);
+    C writes both. Deleting the ClusterPolicy or turning Karpenter's gate off stops new
+    writes but leaves the values on the pods (the seed's ``karpenter-gate.sh off`` strips
+    them; DeletionCostRanks strips Karpenter's only), and A would then rank like B.
+    Stripping, not a rollout restart: the pods stay (no new pods, no NodeClaims, nothing to
+    wait for), and it is exactly the annotation ``verify burst`` checks."""
+    if scenario == "C":
+        return []
+    cleared = []
+    for pod in cluster.burst_pods():
+        meta = pod.get("metadata") or {}
+        value = (meta.get("annotations") or {}).get(COST)
+        if value is None or meta.get("deletionTimestamp") or (scenario == "B" and value.strip() == "1"):
+            continue
+        cluster.client.patch(cluster.t["Pod"], meta["name"], {"metadata": {"annotations": {COST: None}}},
+                             namespace=cluster.s.namespace)
+        cleared.append({"name": meta["name"], "cost": value})
+    return cleared
 
 
 # --- the collector --------------------------------------------------------------------------------
@@ -1619,6 +1641,9 @@ def collect(ctx: Any, record: Any) -> None:
     switcher = Switcher(ctx, record)
     switching = any(x != deployed for x in settings.scenarios)
     if switching:
+        # Before anything changes: a stack named, and someone to confirm each plan.
+        require_stack(ctx, "burst --scenarios")
+        require_confirmation(ctx, "burst --scenarios")
         original = switcher.read_original()
         record(ORIGINAL, deployed=deployed, config=original)
         if (original or "A") != deployed:
@@ -1636,6 +1661,12 @@ def collect(ctx: Any, record: Any) -> None:
                 ctx.progress(f"switching to scenario {scenario} ({SCENARIO_WORDS[scenario]})")
                 result = switcher.switch(scenario)
                 record(SWITCHED, scenario=scenario, previous=current, **result)
+                if result.get("refused") or result.get("declined"):
+                    # Nothing applied: the stack is still on `current`.
+                    record(REFUSED, scenario=scenario,
+                           reasons=[f"burstScenario {scenario} not applied: {result['error']}"])
+                    ctx.progress(f"scenario {scenario}: not applied: {result['error']}")
+                    continue
                 current = scenario
                 if not result["ok"]:
                     record(REFUSED, scenario=scenario,
@@ -1655,12 +1686,24 @@ def collect(ctx: Any, record: Any) -> None:
             try:
                 result = switcher.restore()
             except BaseException as error:
-                message = (f"could not put burstScenario back to {switcher.original or 'the default'}: "
-                           f"{_pulumi_error(error)}; run `pulumi config set burstScenario "
-                           f"{switcher.original or 'A'}` and `pulumi up`")
+                if isinstance(error, RestoreBlocked):
+                    message = (f"could not put burstScenario back to "
+                               f"{switcher.original or 'the default'}: {error}")
+                else:
+                    message = (f"could not put burstScenario back to {switcher.original or 'the default'}: "
+                               f"{_pulumi_error(error)}; run `pulumi config set burstScenario "
+                               f"{switcher.original or 'A'}` and `pulumi up`")
                 record(RESTORED, scenario=switcher.original, ok=False, error=message)
                 ctx.progress(message)
                 raise RunError(message) from None
+            if result.get("applied"):
+                back = switcher.original or "A"
+                try:
+                    result["costs_cleared"] = clear_costs(runner.cluster, back)
+                except Exception as error:  # noqa: BLE001 said in the report, with the command
+                    result["costs_error"] = (f"{str(error)[:200]}: remove them with `kubectl -n "
+                                             f"{settings.namespace} annotate pod -l app={settings.app} "
+                                             f"{COST}-` (or `kubectl rollout restart`)")
             record(RESTORED, scenario=switcher.original, **result)
 
 

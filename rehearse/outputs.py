@@ -23,6 +23,9 @@ LAYER_OF = {
 class StackOutputs:
     stack: str
     values: Mapping[str, Any]
+    #: False when the name is only the outputs file's (no --stack): nothing may change a stack
+    #: of that name (rehearse.switch.require_stack).
+    named: bool = True
 
     def get(self, key: str) -> Any:
         if key not in self.values:
@@ -54,7 +57,7 @@ def from_file(path: Path, stack: Optional[str] = None) -> StackOutputs:
         raise RunError(f"{path} is not the JSON of `pulumi stack output --json`: {error}") from None
     if not isinstance(values, dict):
         raise RunError(f"{path} is not the JSON of `pulumi stack output --json` (not an object)")
-    return StackOutputs(stack or path.stem, values)
+    return StackOutputs(stack or path.stem, values, named=stack is not None)
 
 
 def from_pulumi(stack: Optional[str], work_dir: Path) -> StackOutputs:
@@ -64,7 +67,11 @@ def from_pulumi(stack: Optional[str], work_dir: Path) -> StackOutputs:
 
     try:
         name = stack or _selected_stack(work_dir)
-        selected = automation.select_stack(stack_name=name, work_dir=str(work_dir))
+        # Addressed with --stack, not selected: `select_stack` would change the presenter's
+        # current stack (rehearse.stack).
+        from rehearse.stack import open_stack
+
+        selected = open_stack(name, work_dir)
         values = {key: item.value for key, item in selected.outputs().items()}
     except FileNotFoundError:
         raise RunError("the pulumi CLI is not installed: install it, or pass --outputs FILE "

@@ -27,7 +27,8 @@ from typing import Any, Optional
 from rehearse import flows
 from rehearse import record as rec
 from rehearse.errors import RunError, first_line, status_code
-from rehearse.stack import config_value, open_stack
+from rehearse.stack import open_stack
+from rehearse.switch import ConfigSwitch, RestoreBlocked, Scope, require_confirmation, require_stack
 from rehearse.report import FAIL, PASS, Check, Measurement, Report
 
 TITLE = "measure the gateway's throughput, pod to pod, each way"
@@ -96,7 +97,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"the iperf3 image, pinned (default {IMAGE})")
     group.add_argument("--instance-types", nargs="+", metavar="TYPE", default=None,
                        help="switch gatewayInstanceType to each (pulumi up), measure, and put "
-                            "the original back; the report compares them")
+                            "the original back; the report compares them. Each type REPLACES "
+                            "the gateway node group's nodes, so the gateway's leader fails over "
+                            "at every switch and at the restore. Each switch prints `pulumi "
+                            "preview`'s plan, refuses one that changes more than the gateway "
+                            "node group, and asks before applying; needs --stack")
+    group.add_argument("--yes", action="store_true",
+                       help="apply each previewed switch without asking (a run whose stdin is "
+                            "not a terminal needs it)")
 
 
 def _at_least_one(text: str) -> int:
@@ -371,61 +379,66 @@ def collect(ctx: Any, record: Any) -> None:
         pods.delete_all()
 
 
+#: What a gatewayInstanceType change touches in the program: the gateway node group's
+#: resources (stacks/layers/gateway.py → components/hybrid_gateway.py GatewayNodes →
+#: components/node_group.py: its launch template and EKS node group).
+GATEWAY_SCOPE = Scope(CONFIG_KEY, "the gateway node group (GatewayNodes)",
+                      parents=("eks-hybrid-lab:gateway:GatewayNodes",))
+
+
 def _measure_each(ctx: Any, record: Any, pods: Pods, types: list[str], seconds: int,
                   streams: int, image: str) -> None:
+    # Before anything changes: a stack named, and someone to confirm each plan.
+    require_stack(ctx, "gateway-throughput --instance-types")
+    require_confirmation(ctx, "gateway-throughput --instance-types")
     work_dir = Path(getattr(ctx, "work_dir", None) or Path(__file__).resolve().parent.parent)
-    try:
-        stack = open_stack(ctx.outputs.stack, work_dir)
-    except FileNotFoundError:
-        raise RunError("--instance-types needs the pulumi CLI (the Automation API runs it)") from None
-    except Exception as error:  # noqa: BLE001 automation's CommandError
-        raise RunError(f"pulumi could not select the stack {ctx.outputs.stack}: "
-                       f"{first_line(error)}") from None
-    try:
-        original: Optional[str] = str(stack.get_config(CONFIG_KEY).value)
-    except Exception as error:  # noqa: BLE001 not set: the project's default
-        if "not found" not in str(error):
-            raise RunError(f"pulumi could not read {CONFIG_KEY}: {first_line(error)}") from None
-        original = None
+
+    def opened() -> Any:
+        try:
+            return open_stack(ctx.outputs.stack, work_dir)
+        except FileNotFoundError:
+            raise RunError("--instance-types needs the pulumi CLI (the Automation API runs it)") from None
+        except Exception as error:  # noqa: BLE001 automation's CommandError
+            raise RunError(f"pulumi could not find the stack {ctx.outputs.stack}: "
+                           f"{first_line(error)}") from None
+
+    switch = ConfigSwitch(ctx, opened, GATEWAY_SCOPE)
+    original = switch.read_original()
     record(ORIGINAL, value=original)
-
-    def up(why: str) -> None:
-        ctx.progress(f"pulumi up ({why})")
-        stack.up(on_output=lambda line: line.strip() and ctx.progress(f"  pulumi | {line.rstrip()}"))
-
-    changed = False
+    ctx.progress("note: each instance type replaces the gateway node group's nodes, so the "
+                 "gateway's leader fails over at each switch and at the restore")
     try:
         for instance_type in types:
             started = ctx.monotonic()
-            changed = True
             try:
-                stack.set_config(CONFIG_KEY, config_value(instance_type))
-                up(f"gatewayInstanceType {instance_type}")
+                result = switch.switch(instance_type, f"gatewayInstanceType {instance_type}")
             except (KeyboardInterrupt, RunError):
                 raise
             except Exception as error:  # noqa: BLE001 a refused update: recorded, next type
                 record(SWITCHED, instance_type=instance_type, ok=False, error=first_line(error),
                        seconds=round(ctx.monotonic() - started, 1))
                 continue
-            record(SWITCHED, instance_type=instance_type, ok=True,
+            record(SWITCHED, instance_type=instance_type, **result,
                    seconds=round(ctx.monotonic() - started, 1))
+            if not result["ok"]:
+                ctx.progress(f"{instance_type}: not applied: {result['error']}")
+                continue
             measure(ctx, record, pods, instance_type, seconds, streams, image)
     finally:
         pods.delete_all()
-        if changed:
+        if switch.touched:
             back = original or "the project's default"
             try:
-                if original is None:
-                    stack.remove_config(CONFIG_KEY)
-                else:
-                    stack.set_config(CONFIG_KEY, config_value(original))
-                up(f"gatewayInstanceType back to {back}")
+                result = switch.restore(f"gatewayInstanceType back to {back}")
+            except RestoreBlocked as blocked:
+                record(RESTORED, value=original, ok=False, error=str(blocked))
+                raise RunError(f"could not put gatewayInstanceType back to {back}: {blocked}") from None
             except Exception as error:  # noqa: BLE001 said loudly: the stack is changed
                 record(RESTORED, value=original, ok=False, error=first_line(error))
                 raise RunError(f"could not put gatewayInstanceType back to {back}: "
                                f"{first_line(error)}: run `pulumi config set gatewayInstanceType "
                                f"{original}` and `pulumi up`") from None
-            record(RESTORED, value=original, ok=True)
+            record(RESTORED, value=original, **result)
 
 
 # --- the analysis (pure) --------------------------------------------------------------------
@@ -623,6 +636,10 @@ def analyse(events: list[dict[str, Any]]) -> Report:
         f"kubectl -n {ns} delete pod -l {LABEL}={LABEL_VALUE}",
         f"kubectl -n {ns} get pods -l {LABEL}={LABEL_VALUE}"))
     if settings.get("instance_types"):
+        report.notes.append(
+            "each instance type replaced the gateway node group's nodes (`pulumi up` of "
+            "gatewayInstanceType), so the gateway's leader failed over at every switch and at "
+            "the restore: each type's figures are measured after that failover, on new nodes")
         restored = rec.first(events, RESTORED)
         original = (rec.first(events, ORIGINAL) or {}).get("value")
         ok = bool(restored and restored.get("ok"))

@@ -10,6 +10,27 @@ and refuses anything else with exit 255 and the call in stderr, so a new call ca
 and ``karpenterPodDeletionCostManagement`` follow ``eks-hybrid-lab:burstScenario`` (default A).
 A state key ``"up_fails": n`` makes the next n updates fail, as a refused update would.
 
+The stack is addressed as the CLI does: every command takes ``--stack``, and only ``stack
+select`` changes the workspace's current stack (``"selected"``, which ``stack ls --json`` shows
+as ``current``); ``stack --show-name --stack X`` proves X exists without selecting it.
+
+``preview`` streams the engine events the Automation API reads (a ``resourcePreEvent`` a step, a
+``summaryEvent`` with ``resourceChanges``, over gRPC to ``--event-log tcp://...`` as the CLI after
+3.205 does, or to a file) for the lab's program: what changed between the config last applied
+(``"deployed"``) and the config now — burstScenario: Kyverno's ClusterPolicy (B, C), the
+Karpenter controller's release (its gate in C), DeletionCostRanks (C); gatewayInstanceType: the
+gateway node group's launch template and node group — plus a state's ``"pending_changes"``
+(steps of an unrelated change waiting on the stack), which ``up`` applies too.
+
+``up`` and ``preview`` take the stack's lock (``"lock"``); a second one while it is held fails
+with the DIY backend's words (pulumi/pulumi pkg/backend/diy/lock.go). ``"up_seconds"`` keeps an
+``up``'s steps in flight that long; SIGINT then behaves as the CLI's cancellation scope
+(pkg/backend/cancellation_scope.go): the first asks to cancel — the process keeps running until
+the in-flight steps finish (``"cancel_seconds"``), releases the lock and fails with "update
+canceled"; a second terminates at once, leaving the steps as ``pending_operations`` (``stack
+export``) and the lock file (``cancel`` removes it). A write to a closed stdout ends it the same
+way, as SIGPIPE ends the Go CLI.
+
 Before ``up`` or ``preview`` runs anything it checks the stack's config the way the real CLI
 does (``stacks/pulumi_cli.py``, ported from pulumi/pulumi ``mergeConfig``): the project is the
 ``Pulumi.yaml`` of the working directory the Automation API runs it in, the stack's config is
@@ -30,13 +51,144 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from stacks import pulumi_cli  # noqa: E402
 
 SCENARIO_KEY = "eks-hybrid-lab:burstScenario"
+GATEWAY_KEY = "eks-hybrid-lab:gatewayInstanceType"
+PROJECT = "eks-hybrid-lab"
+DEMO = "eks-hybrid-lab:layer:Demo"
+KARPENTER = "eks-hybrid-lab:layer:Karpenter$eks-hybrid-lab:karpenter:Karpenter"
+GATEWAY_NODES = ("eks-hybrid-lab:layer:Gateway$eks-hybrid-lab:gateway:GatewayNodes"
+                 "$eks-hybrid-lab:eks:ManagedNodeGroup")
+#: Resources of the program that no switch touches (the "same" of a change summary).
+UNCHANGED = 60
+
+
+def urn(stack: str, chain: str, name: str) -> str:
+    return f"urn:pulumi:{stack}::{PROJECT}::{chain}::{name}"
+
+
+def program_steps(stack: str, old: dict, new: dict) -> list[dict]:
+    """The steps the lab's program takes from config ``old`` to ``new``, for what a switch
+    changes: [{"op", "urn", "type"}] (stacks/layers/demo.py, karpenter.py, gateway.py)."""
+    steps = []
+    before, after = old.get(SCENARIO_KEY, "A"), new.get(SCENARIO_KEY, "A")
+
+    def present(kind: str, chain: str, name: str, was: bool, now: bool) -> None:
+        if was != now:
+            steps.append({"op": "create" if now else "delete", "type": kind,
+                          "urn": urn(stack, f"{chain}${kind}", name)})
+
+    present("kubernetes:kyverno.io/v1:ClusterPolicy", f"{DEMO}$eks-hybrid-lab:demo:Kyverno",
+            "demo-kyverno-deletion-cost", before in "BC", after in "BC")
+    if (before == "C") != (after == "C"):
+        kind = "kubernetes:helm.sh/v3:Release"
+        steps.append({"op": "update", "type": kind,
+                      "urn": urn(stack, f"{KARPENTER}${kind}", "karpenter-karpenter-controller-release")})
+    present("pulumi-python:dynamic/cleanup:DeletionCostRanks", DEMO, "demo-deletion-cost-ranks",
+            before == "C", after == "C")
+    if old.get(GATEWAY_KEY, "m6i.large") != new.get(GATEWAY_KEY, "m6i.large"):
+        for kind, name in (("aws:ec2/launchTemplate:LaunchTemplate", "gateway-nodes-group-lt"),
+                           ("aws:eks/nodeGroup:NodeGroup", "gateway-nodes-group")):
+            steps.append({"op": "update", "type": kind, "urn": urn(stack, f"{GATEWAY_NODES}${kind}", name)})
+    return steps
+
+
+def program_step(op: str, kind: str, chain: str, name: str, stack: str = "dev") -> dict:
+    """A step of another change pending on the stack (``"pending_changes"``)."""
+    return {"op": op, "type": kind, "urn": urn(stack, chain, name)}
+
+
+def _change_summary(steps: list[dict]) -> dict:
+    counts: dict[str, int] = {"same": UNCHANGED}
+    for step in steps:
+        counts[step["op"]] = counts.get(step["op"], 0) + 1
+    return counts
+
+
+def _events(stack: str, steps: list[dict]) -> list[dict]:
+    """The engine events of a preview, as the CLI's event log carries them (apitype.EngineEvent
+    JSON: preludeEvent, resourcePreEvent{metadata{op, urn, type, ...}}, summaryEvent, cancelEvent)."""
+    now = int(datetime.datetime.now().timestamp())
+    root = {"op": "same", "type": "pulumi:pulumi:Stack", "urn": urn(stack, "pulumi:pulumi:Stack", f"{PROJECT}-{stack}")}
+    events: list[dict] = [{"preludeEvent": {"config": {}}}]
+    for step in [root, *steps]:
+        events.append({"resourcePreEvent": {"metadata": {**step, "provider": "", "keys": [], "diffs": []},
+                                            "planning": True}})
+    events.append({"summaryEvent": {"maybeCorrupt": False, "durationSeconds": 1,
+                                    "resourceChanges": _change_summary(steps), "PolicyPacks": {}}})
+    events.append({"cancelEvent": {}})
+    return [{"sequence": i, "timestamp": now, **e} for i, e in enumerate(events)]
+
+
+def _send_events(target: str, events: list[dict]) -> None:
+    if target.startswith("tcp://"):
+        import grpc
+        from pulumi.runtime.proto import events_pb2, events_pb2_grpc
+
+        with grpc.insecure_channel(target.removeprefix("tcp://")) as channel:
+            events_pb2_grpc.EventsStub(channel).StreamEvents(
+                iter([events_pb2.EventRequest(event=json.dumps(e)) for e in events]), timeout=10)
+    else:
+        with open(target, "a") as log:
+            for event in events:
+                log.write(json.dumps(event) + "\n")
+
+
+class _State:
+    """The state file, read and written under an flock: an interrupted `up` and the restore's
+    commands are separate processes that write it concurrently."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def read(self) -> dict:
+        return json.loads(open(self.path).read())
+
+    def update(self, change) -> dict:
+        import fcntl
+
+        with open(self.path + ".flock", "a") as guard:
+            fcntl.flock(guard, fcntl.LOCK_EX)
+            state = self.read()
+            change(state)
+            tmp = self.path + f".{os.getpid()}.tmp"
+            open(tmp, "w").write(json.dumps(state))
+            os.replace(tmp, self.path)
+            return state
+
+
+def _lock_error(name: str, lock: dict) -> str:
+    home = os.environ.get("PULUMI_HOME", "~/.pulumi")
+    return ("the stack is currently locked by 1 lock(s). Either wait for the other process(es) to "
+            "end or delete the lock file with `pulumi cancel`.\n"
+            f"  file://{home}/.pulumi/locks/organization/{PROJECT}/{name}/{lock['id']}.json: "
+            f"created by {lock['username']}@{lock['hostname']} (pid {lock['pid']}) at {lock['timestamp']}")
+
+
+def _say(text: str, stream=None) -> None:
+    """print, but a closed pipe ends the process as SIGPIPE ends the Go CLI."""
+    stream = stream or sys.stdout
+    try:
+        stream.write(text + "\n")
+        stream.flush()
+    except BrokenPipeError:
+        raise _Terminated("SIGPIPE") from None
+
+
+class _Terminated(Exception):
+    pass
 
 
 def main(argv: list[str]) -> int:
     state_path = os.environ["FAKE_PULUMI_STATE"]
     with open(os.environ["FAKE_PULUMI_LOG"], "a") as log:
         log.write(json.dumps(argv) + "\n")
-    state = json.loads(open(state_path).read())
+    store = _State(state_path)
+    state = store.read()
+    if any("deployed" not in stack for stack in state["stacks"].values()):
+        # What was last applied: the config as the first command finds it.
+        def deployed(st: dict) -> None:
+            for stack in st["stacks"].values():
+                stack.setdefault("deployed", dict(stack.get("config", {})))
+        state = store.update(deployed)
     args = [a for a in argv if a not in ("--non-interactive",)]
 
     def option(name: str):
@@ -52,6 +204,26 @@ def main(argv: list[str]) -> int:
             return 255
         state["selected"] = name
         open(state_path, "w").write(json.dumps(state))
+        return 0
+    if args[:1] == ["stack"] and "--show-name" in args:
+        # `pulumi stack --stack X`: shows X, selects nothing.
+        name = option("--stack") or state.get("selected")
+        if name not in state["stacks"]:
+            print(f"error: no stack named '{name}' found", file=sys.stderr)
+            return 255
+        print(name)
+        return 0
+    if args[:2] == ["stack", "export"]:
+        name = option("--stack") or state.get("selected")
+        stack = state["stacks"][name]
+        print(json.dumps({"version": 3, "deployment": {
+            "manifest": {"time": "2026-12-01T09:00:00Z", "magic": "", "version": "v3.210.0"},
+            "resources": [], "pending_operations": stack.get("pending_operations", [])}}))
+        return 0
+    if args[:1] == ["cancel"]:
+        name = option("--stack") or state.get("selected")
+        store.update(lambda st: st["stacks"][name].pop("lock", None))
+        print(f"The currently running update for '{name}' has been canceled!")
         return 0
     if args[:2] == ["stack", "ls"] and "--json" in args:
         print(json.dumps([{"name": name, "current": name == state.get("selected"),
@@ -76,13 +248,12 @@ def main(argv: list[str]) -> int:
         return 0
     if args[:2] == ["config", "set"] and "--" in args:
         name, key = option("--stack") or state.get("selected"), args[2]
-        state["stacks"][name].setdefault("config", {})[key] = args[args.index("--") + 1]
-        open(state_path, "w").write(json.dumps(state))
+        value = args[args.index("--") + 1]
+        store.update(lambda st: st["stacks"][name].setdefault("config", {}).__setitem__(key, value))
         return 0
     if args[:2] == ["config", "rm"]:
         name, key = option("--stack") or state.get("selected"), args[2]
-        state["stacks"][name].setdefault("config", {}).pop(key, None)
-        open(state_path, "w").write(json.dumps(state))
+        store.update(lambda st: st["stacks"][name].setdefault("config", {}).pop(key, None))
         return 0
     if args[:1] in (["up"], ["preview"]):
         name = option("--stack") or state.get("selected")
@@ -90,35 +261,125 @@ def main(argv: list[str]) -> int:
         if refusal:
             print(f"error: {refusal}", file=sys.stderr)
             return 255
-    if args[:1] == ["up"] and "--yes" in args:
-        name = option("--stack") or state.get("selected")
-        stack = state["stacks"][name]
-        print(f"Updating ({name})")
-        if state.get("up_fails"):
-            state["up_fails"] -= 1
-            open(state_path, "w").write(json.dumps(state))
-            print("error: update failed", file=sys.stderr)
+        try:
+            return _update(store, name, args, option("--event-log"))
+        except _Terminated:
             return 255
-        scenario = stack.setdefault("config", {}).get(SCENARIO_KEY, "A")
-        outputs = stack.setdefault("outputs", {})
-        if isinstance(outputs.get("demo2"), dict):
-            outputs["demo2"] = {**outputs["demo2"], "scenario": scenario}
-        outputs["karpenterPodDeletionCostManagement"] = scenario == "C"
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        stack.setdefault("history", []).insert(0, {
-            "kind": "update", "startTime": stamp, "endTime": stamp, "message": "",
-            "environment": {}, "result": "succeeded", "version": len(stack["history"]) + 1,
-            "config": {k: {"value": v, "secret": False} for k, v in stack["config"].items()},
-            "resourceChanges": {"same": 1}})
-        open(state_path, "w").write(json.dumps(state))
-        print(f"Resources: 1 unchanged ({SCENARIO_KEY}={scenario})")
-        return 0
     if args[:2] == ["stack", "history"] and "--json" in args:
         name = option("--stack") or state.get("selected")
         print(json.dumps(state["stacks"][name].get("history", [])[:1]))
         return 0
     print(f"fake pulumi: unexpected call {argv}", file=sys.stderr)
     return 255
+
+
+def _stamp() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _update(store: _State, name: str, args: list[str], event_log) -> int:
+    """``preview`` or ``up`` under the stack's lock."""
+    import signal
+    import time
+
+    preview = args[:1] == ["preview"]
+    me = {"id": f"lock-{os.getpid()}", "pid": os.getpid(), "username": "presenter",
+          "hostname": "laptop", "timestamp": _stamp()}
+    held: dict = {}
+
+    def take(state: dict) -> None:
+        stack = state["stacks"][name]
+        if stack.get("lock"):
+            held["lock"] = stack["lock"]
+            return
+        stack["lock"] = me
+        state.setdefault("timeline", []).append([os.getpid(), "start", args[0], time.time()])
+
+    state = store.update(take)
+    if held:
+        print(f"error: {_lock_error(name, held['lock'])}", file=sys.stderr)
+        return 255
+    stack = state["stacks"][name]
+    steps = program_steps(name, stack["deployed"], stack.get("config", {})) + \
+        [{k: step[k] for k in ("op", "type", "urn")} for step in stack.get("pending_changes", [])]
+
+    def release(state: dict, result: str) -> None:
+        state["stacks"][name].pop("lock", None)
+        state.setdefault("timeline", []).append([os.getpid(), "end", args[0], time.time(), result])
+
+    if preview:
+        _say(f"Previewing update ({name})")
+        if event_log:
+            _send_events(event_log, _events(name, steps))
+        _say(f"Resources: {', '.join(f'{n} to {op}' for op, n in _change_summary(steps).items() if op != 'same')}"
+             f" {UNCHANGED} unchanged")
+        store.update(lambda st: release(st, "previewed"))
+        return 0
+
+    interrupts: list[float] = []
+    signal.signal(signal.SIGINT, lambda *_: interrupts.append(time.monotonic()))
+
+    def terminated(st: dict) -> None:
+        # Terminated mid-update: the steps in flight stay pending, the lock file stays.
+        st["stacks"][name]["pending_operations"] = [
+            {"resource": {"urn": step["urn"], "type": step["type"]},
+             "type": {"create": "creating", "delete": "deleting"}.get(step["op"], "updating")}
+            for step in steps]
+        st.setdefault("timeline", []).append([os.getpid(), "terminated", args[0], time.time()])
+
+    try:
+        _say(f"Updating ({name})")
+        deadline = time.monotonic() + float(state.get("up_seconds") or 0)
+        cancelled_at = None
+        while time.monotonic() < deadline or (cancelled_at is not None and time.monotonic() < cancelled_at):
+            if len(interrupts) >= 2:
+                _say("^C received; terminating")
+                raise _Terminated("SIGINT")
+            if interrupts and cancelled_at is None:
+                _say("^C received; cancelling. If you would like to terminate immediately, press ^C again.")
+                _say("Note that terminating immediately may lead to orphaned resources and other inconsistencies.")
+                cancelled_at = interrupts[0] + float(state.get("cancel_seconds") or 0.5)
+                deadline = 0.0
+            time.sleep(0.02)
+    except _Terminated:
+        store.update(terminated)
+        raise
+
+    def finish(st: dict) -> None:
+        stack = st["stacks"][name]
+        if st.get("up_fails") and not interrupts:
+            st["up_fails"] -= 1
+            release(st, "failed")
+            return
+        # The steps in flight finish (also when cancelled): the config is applied.
+        stack["deployed"] = dict(stack.get("config", {}))
+        stack.pop("pending_changes", None)
+        scenario = stack.setdefault("config", {}).get(SCENARIO_KEY, "A")
+        outputs = stack.setdefault("outputs", {})
+        if isinstance(outputs.get("demo2"), dict):
+            outputs["demo2"] = {**outputs["demo2"], "scenario": scenario}
+        outputs["karpenterPodDeletionCostManagement"] = scenario == "C"
+        stamp = _stamp()
+        stack.setdefault("history", []).insert(0, {
+            "kind": "update", "startTime": stamp, "endTime": stamp, "message": "",
+            "environment": {}, "result": "failed" if interrupts else "succeeded",
+            "version": len(stack["history"]) + 1,
+            "config": {k: {"value": v, "secret": False} for k, v in stack["config"].items()},
+            "resourceChanges": _change_summary(steps)})
+        release(st, "canceled" if interrupts else "succeeded")
+
+    failing = bool(state.get("up_fails"))
+    final = store.update(finish)
+    if failing and not interrupts:
+        _say("error: update failed", sys.stderr)
+        return 255
+    if interrupts:
+        # pkg/resource/deploy/deployment_executor.go: reportExecResult("canceled").
+        _say("error: update canceled", sys.stderr)
+        return 255
+    scenario = final["stacks"][name]["config"].get(SCENARIO_KEY, "A")
+    _say(f"Resources: {len(steps)} changed, {UNCHANGED} unchanged ({SCENARIO_KEY}={scenario})")
+    return 0
 
 
 def _config_refusal(stack: str, state_config: dict) -> str | None:

@@ -43,7 +43,10 @@ def test_outputs_through_the_automation_api_come_with_their_secrets(fake_pulumi)
     assert found.get("kubeconfig") == "{\"secret\": true}", "secrets come back decrypted"
     assert found.get("region") == REGION
     made = calls(log)
-    assert ["--non-interactive", "stack", "select", "--stack", "dev"] in made
+    # Addressed with --stack, never selected (issue 17, item 7: a `stack select` changed the
+    # presenter's current stack).
+    assert ["--non-interactive", "stack", "--show-name", "--stack", "dev"] in made
+    assert not [call for call in made if "select" in call]
     assert any("--show-secrets" in call for call in made)
 
 

@@ -228,9 +228,13 @@ def run(emulator, tmp_path, monkeypatch, loopback_only, capsys):
         "gatewayNamespace": "eks-hybrid-nodes-gateway", "gatewayLeaseName": "hybrid-gateway-leader",
         "demo1": {"namespace": NS}}))
 
-    def go(*args: str):
+    def go(*args: str, named: bool = True, yes: bool = True):
         out = tmp_path / "rehearsals"
-        code = cli.main(["gateway-throughput", "--outputs", str(outputs), "--out", str(out), *args])
+        # A run that switches the stack names it (item 15: the file's name is not a stack) and,
+        # stdin not being a terminal, applies each previewed switch with --yes.
+        switching = "--instance-types" in args
+        extra = (["--stack", "lab"] if switching and named else []) + (["--yes"] if switching and yes else [])
+        code = cli.main(["gateway-throughput", "--outputs", str(outputs), "--out", str(out), *extra, *args])
         captured = capsys.readouterr()
         folders = sorted(out.glob("*-lab-gateway-throughput")) if out.exists() else []
         folder = folders[-1] if folders else None

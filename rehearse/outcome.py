@@ -36,6 +36,7 @@ CHANGES = {
     "throughput.pod_deleted": ("deleted a measurement pod", ("name", "pod")),
     "hostnet.created": ("created the probe namespace and pods", ()),
     "hostnet.cleanup": ("removed the probe namespace and pods", ()),
+    "hostnet.leftovers_removed": ("removed an earlier run's probe namespace and pods", ()),
 }
 #: A change and the event that undoes it: a run that ended between the two left it changed.
 UNDONE_BY = {"scenario.switched": "scenario.restored", "throughput.switched": "throughput.restored",

@@ -1,6 +1,6 @@
 """Cilium for hybrid nodes: the AWS build of the chart, configured for the hybrid nodes gateway.
 
-Values follow the EKS Hybrid Nodes guide and the gateway's requirements (REFERENCE §2): Cilium
+Values follow the EKS Hybrid Nodes guide and the gateway's requirements (docs/gateway.md#what-it-does): Cilium
 runs only on hybrid nodes (the VPC CNI serves cloud nodes), cluster-pool IPAM over the remote pod
 network, VXLAN tunnelling, and VTEP on — set at first install, since turning it on through an
 upgrade has been seen not to apply.

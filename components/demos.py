@@ -1,12 +1,12 @@
-"""The demo workloads as Kubernetes objects (plain dicts), hardened the way seed 003 asks:
-Pod Security "restricted" (non-root, RuntimeDefault seccomp, no privilege escalation, every
+"""The demo workloads as Kubernetes objects (plain dicts), hardened as docs/demo-guide.md
+(#the-style-the-demo-workloads-follow) sets out: Pod Security "restricted" (non-root, RuntimeDefault seccomp, no privilege escalation, every
 capability dropped), read-only root filesystems, requests and limits, probes, pinned images."""
 
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-#: Images pinned by digest where the seeds give one (seed 003).
+#: Images pinned by digest (docs/demo-guide.md#the-style-the-demo-workloads-follow).
 NGINX = ("nginxinc/nginx-unprivileged:1.30.4@sha256:"
          "cb92301e719d6639028de775fe8b28e15f58343aca5e5372001311958aafb300")
 BUSYBOX = ("busybox:1.37.0@sha256:"
@@ -91,7 +91,7 @@ def _http_probes(path: str, port: int, *, startup_failures: int = 30,
 
 
 def nginx_container(name: str, cpu_request: str, cpu_limit: str) -> dict:
-    """nginx-unprivileged serving / on 8080 as UID 101 (seed 003); /tmp is its only write."""
+    """nginx-unprivileged serving / on 8080 as UID 101; /tmp is its only write."""
     return {
         "name": name,
         "image": NGINX,
@@ -231,7 +231,8 @@ def vllm_server(name: str, model: str) -> dict:
                          {"name": "shm", "mountPath": "/dev/shm"},
                          {"name": "tmp", "mountPath": "/tmp"}],
         # Patient: the first start downloads the model and compiles kernels (the image pull
-        # itself, about 4.5 minutes in the seed, happens before probes start).
+        # itself, 4 min 28 s in docs/demo-guide.md#demo-3-gpu-inference-on-a-hybrid-node, happens
+        # before probes start).
         **_http_probes("/health", 8000, startup_failures=90, startup_period=10),
     }
     return deployment(

@@ -33,7 +33,8 @@ class RemoteAccess:
 
 
 #: CoreDNS runs on cloud nodes (hybrid nodes are tainted), so every pod on a hybrid node needs
-#: it: TCP and UDP 53 (AWS "Prepare networking for hybrid nodes", REFERENCE §9).
+#: it: TCP and UDP 53 (AWS "Prepare networking for hybrid nodes";
+#: docs/networking.md#where-a-hybrid-pods-packets-come-from).
 DNS = (
     RemoteAccess("udp", 53, "DNS from hybrid nodes and pods to CoreDNS on cloud nodes"),
     RemoteAccess("tcp", 53, "DNS over TCP from hybrid nodes and pods to CoreDNS on cloud nodes"),
@@ -169,7 +170,7 @@ class EksCluster(pulumi.ComponentResource):
         self.cluster_security_group_id = self.cluster.vpc_config.apply(
             lambda vpc: vpc.cluster_security_group_id)
 
-        # What hybrid nodes need of the cluster security group (REFERENCE §1): kubelets and pods
+        # What hybrid nodes need of the cluster security group (docs/networking.md#ports): kubelets and pods
         # on the remote networks reach the API server; the API server reaches kubelets.
         for index, cidr in enumerate(args.remote_node_cidrs):
             aws.vpc.SecurityGroupIngressRule(

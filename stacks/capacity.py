@@ -92,8 +92,8 @@ def burst_cpu_request_m(host_instance_type: str, co_tenant_cpu_m: int,
     (``co_tenant_cpu_m`` in all, e.g. demo 1's) land: ``pods_per_node`` fit on a node that also
     holds all of them, and one more does not fit on a node that holds none.
 
-    The seed's 930m is this arithmetic for an m5.xlarge running nothing but its daemons
-    ((3920 - 200) / 4); demo 1's pods on the same nodes leave 900m.
+    The demo guide's 930m is this arithmetic for an m5.xlarge running nothing but its daemons
+    ((3920 - 200) / 4); demo 1's pods on the same nodes leave 900m (docs/capacity.md#930m-versus-900m).
     """
     free = hybrid_allocatable(host_instance_type).cpu_m - sum(HYBRID_DAEMONSET_CPU_M.values())
     request = (free - co_tenant_cpu_m) // pods_per_node // 10 * 10

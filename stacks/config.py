@@ -438,7 +438,7 @@ _RULES: dict[str, Callable[[Any], tuple[Any, Optional[str]]]] = {
         None, "must be a Hugging Face model id such as Qwen/Qwen2.5-0.5B-Instruct"),
 }
 
-# Pairs of networks that must not overlap (REFERENCE §1): the key that is reported, then the
+# Pairs of networks that must not overlap (docs/networking.md#remote-networks): the key that is reported, then the
 # key it collides with. Each pair is reported once, on the later key of the table above.
 _DISJOINT = (
     ("onPremVpcCidr", "cloudVpcCidr"),

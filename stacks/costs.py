@@ -1,6 +1,6 @@
 """What a rehearsal costs while the lab is up: on-demand prices per layer, per hour and per day.
 
-The charges that run while the lab is up (seed 002 §8): the EKS control plane, NAT gateways,
+The charges that run while the lab is up (docs/demo-guide.md#costs-and-teardown): the EKS control plane, NAT gateways,
 Transit Gateway attachments, EC2 instances and their volumes, hybrid-node vCPU hours. Prices
 are approximate on-demand list prices; each entry says where it comes from and when it was
 read. ``priceOverrides`` (``key=usd`` items) replaces any of them, for another region or a

@@ -110,7 +110,7 @@ def export_lab(lab: Lab) -> None:
             "namespace": burst,
             "scenario": cfg.burst_scenario,
             # Four per hybrid host next to demo 1's pods (stacks/capacity.py): the number for
-            # the slide, where the seed said 930m.
+            # the slide, where the demo guide said 930m (docs/capacity.md#930m-versus-900m).
             "cpuRequestPerPod": f"{burst_cpu_request_m(cfg.hybrid_node_instance_type, demos.hybrid_co_tenant_cpu_m())}m",
             "scaleSequence": list(demo_layer.BURST_SCALE_SEQUENCE),
             "scale": f"kubectl -n {burst} scale deploy/burst --replicas=<n>   # {scale}",
@@ -135,7 +135,7 @@ def export_lab(lab: Lab) -> None:
                 "port": 8000,
                 "clientDeployment": "vllm-client",
                 "model": cfg.gpu_model,
-                "prePull": ("The vLLM image is about 10 GB (4.5 min to pull in the seed): deploy "
+                "prePull": ("The vLLM image is about 10 GB (4.5 min to pull in the demo guide's run): deploy "
                             f"well before the talk and wait: kubectl -n {gpu} rollout status "
                             "deploy/vllm --timeout=20m"),
                 "client": f"kubectl -n {gpu} logs -f deploy/vllm-client",

@@ -16,7 +16,7 @@ Endpoints come only from what registers, so a flow is evaluated only when its en
   IP (service NAT, Cilium masquerading) or from the pod IP (Cilium's VTEP encapsulates it to the
   gateway leader over UDP 8472, the leader decapsulates it into the VPC; the reply follows the
   pod-CIDR route the leader writes into the route tables of its Helm values ``routeTableIDs``
-  and goes back over VXLAN). REFERENCE §9 says both occur, so the flows ask for both. Pod-IP
+  and goes back over VXLAN). Both occur (docs/networking.md#where-a-hybrid-pods-packets-come-from), so the flows ask for both. Pod-IP
   flows exist only once the gateway's release registers.
 - the API server: the control plane's interfaces in the cluster's subnets, carrying the cluster
   security group (the Cluster's output ``vpcConfig.clusterSecurityGroupId``) and any
@@ -44,7 +44,7 @@ What the model assumes, and cannot show:
   addresses, never pod-CIDR packets the gateway forwards: those need a CIDR rule (conservative).
 - The gateway's run-time behaviour (leader election, the route it writes, VTEP for the VPC CIDR
   only, no SNAT), Cilium's masquerading and the destination of service traffic are modelled from
-  REFERENCE §2, §3 and §9, not observed. MTU, DNS resolution of names, the AWS-managed public
+  docs/gateway.md and docs/networking.md, not observed. MTU, DNS resolution of names, the AWS-managed public
   endpoint's own filtering beyond ``publicAccessCidrs`` and the internet itself are not modelled;
   "the internet" is every public address (a default route and egress to 0.0.0.0/0).
 """
@@ -111,22 +111,23 @@ WORKLOADS: dict[str, tuple[str, str]] = {
 _VXLAN = hybrid_gateway.VXLAN_PORT
 
 FLOWS: tuple[Flow, ...] = (
-    # REFERENCE §1: what hybrid nodes need of the control plane, and it of them.
-    Flow(HYBRID_NODES, API_ENDPOINT, "tcp", 443, "kubelet to the API server (REFERENCE §1)"),
+    # docs/networking.md#ports: what hybrid nodes need of the control plane, and it of them.
+    Flow(HYBRID_NODES, API_ENDPOINT, "tcp", 443, "kubelet to the API server (docs/networking.md#ports)"),
     Flow(HYBRID_PODS_NODE_IP, API_INTERFACES, "tcp", 443,
          "pods to the API server through the kubernetes Service, NATed to the node"),
     Flow(HYBRID_PODS_POD_IP, API_INTERFACES, "tcp", 443,
          "pods to the API server from their own address, through the gateway"),
-    Flow(API_INTERFACES, HYBRID_NODES, "tcp", 10250, "logs, exec, port-forward (REFERENCE §1)"),
-    # REFERENCE §9: CoreDNS runs on cloud nodes (hybrid nodes are tainted); both sources occur.
-    Flow(HYBRID_PODS_NODE_IP, COREDNS, "udp", 53, "DNS from every hybrid pod (REFERENCE §9)"),
-    Flow(HYBRID_PODS_NODE_IP, COREDNS, "tcp", 53, "DNS over TCP (large answers, REFERENCE §9)"),
-    Flow(HYBRID_PODS_POD_IP, COREDNS, "udp", 53, "DNS from every hybrid pod (REFERENCE §9)"),
-    Flow(HYBRID_PODS_POD_IP, COREDNS, "tcp", 53, "DNS over TCP (large answers, REFERENCE §9)"),
-    # REFERENCE §3: the gateway's VXLAN, each direction its own flow (dst port 8472 both ways).
+    Flow(API_INTERFACES, HYBRID_NODES, "tcp", 10250, "logs, exec, port-forward (docs/networking.md#ports)"),
+    # CoreDNS runs on cloud nodes (hybrid nodes are tainted); both sources occur
+    # (docs/networking.md#where-a-hybrid-pods-packets-come-from).
+    Flow(HYBRID_PODS_NODE_IP, COREDNS, "udp", 53, "DNS from every hybrid pod (docs/networking.md#ports)"),
+    Flow(HYBRID_PODS_NODE_IP, COREDNS, "tcp", 53, "DNS over TCP (large answers, docs/networking.md#ports)"),
+    Flow(HYBRID_PODS_POD_IP, COREDNS, "udp", 53, "DNS from every hybrid pod (docs/networking.md#ports)"),
+    Flow(HYBRID_PODS_POD_IP, COREDNS, "tcp", 53, "DNS over TCP (large answers, docs/networking.md#ports)"),
+    # docs/gateway.md#what-it-does: the gateway's VXLAN, each direction its own flow (dst port 8472 both ways).
     Flow(HYBRID_NODES, GATEWAY_NODES, "udp", _VXLAN, "Cilium VTEP to the gateway leader"),
     Flow(GATEWAY_NODES, HYBRID_NODES, "udp", _VXLAN,
-         "gateway to hybrid nodes (the return rule, REFERENCE §3)"),
+         "gateway to hybrid nodes (the return rule, docs/networking.md#ports)"),
     # Demo 1: both directions, through ClusterIP services (port 80 -> target port 8080).
     Flow("prober-cloud", "echo-hybrid (pod IP)", "tcp", 8080,
          "demo 1: cloud to hybrid through the gateway (Service echo-hybrid)"),
@@ -431,7 +432,7 @@ def _to_api(net: Network, source: Interface, protocol: str, port: int) -> str:
     subnet = net.subnets[source.subnet]
     cluster = net.clusters[0]
     # With both endpoints, nodes in the cluster's VPC resolve the private one; hybrid nodes
-    # resolve the public one (REFERENCE §1).
+    # resolve the public one (docs/networking.md#remote-networks).
     if cluster.private and (not cluster.public or subnet.vpc == cluster.vpc):
         ways = {_direct(net, source, interface, protocol, port)
                 for interface in _endpoint(net, API_INTERFACES).interfaces}

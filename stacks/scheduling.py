@@ -56,7 +56,8 @@ ADDON = "aws:eks/addon:Addon"
 COMPUTE_TYPE = "eks.amazonaws.com/compute-type"
 HOSTNAME = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
-#: The demo scales burst up to this many pods (seed 002: 3 -> 15 -> 12 -> 10 -> 3).
+#: The demo scales burst up to this many pods (docs/demo-guide.md#demo-2-bursting-and-scale-in:
+#: 3 -> 15 -> 12 -> 10 -> 3).
 BURST_PEAK = 15
 BURST = "burst"
 
@@ -191,7 +192,8 @@ class Workload:
         return any(t.get("topologyKey") == HOSTNAME for t in terms)
 
 
-#: Tolerations the DaemonSet controller adds to every DaemonSet pod (REFERENCE §9): not
+#: Tolerations the DaemonSet controller adds to every DaemonSet pod (kubernetes
+#: ``pkg/controller/daemon/util/daemonset_util.go`` ``AddOrUpdateDaemonPodTolerations``): not
 #: ``not-ready:NoSchedule``.
 DAEMONSET_TOLERATIONS = (
     {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
@@ -416,7 +418,7 @@ def _excluding(*compute_types: str) -> dict:
                                "values": list(compute_types)}]}]}}}
 
 
-#: The pods of the EKS managed add-ons, as EKS installs them (REFERENCE §1 and §9; the add-ons'
+#: The pods of the EKS managed add-ons, as EKS installs them (docs/capacity.md#allocatable; the add-ons'
 #: public charts: amazon-vpc-cni-k8s, eks-pod-identity-agent; the EKS CoreDNS and kube-proxy
 #: manifests). Keyed by add-on name.
 EKS_ADDONS: dict[str, Workload] = {

@@ -68,7 +68,7 @@ DURATIONS: dict[str, Duration] = {
     "gpu-reboot": Duration(120, 0, "only when the driver's module does not match the running kernel: hybrid-host-gpu.sh reboots once; EC2 reboot and kubelet back (estimate)"),
     "device-plugin-restart": Duration(150, 0, "the plugin pod starts before the driver, exits and restarts in CrashLoopBackOff, whose delay doubles from 10 s to a 5-minute cap (Kubernetes pod lifecycle): 0-5 min after the driver is in, half the cap typical (estimate)"),
     "crashloop-backoff-cap": Duration(300, 0, "CrashLoopBackOff's longest delay, 5 minutes (Kubernetes pod lifecycle)"),
-    "vllm-image-pull": Duration(268, 0, "the ~10 GB vllm/vllm-openai image: 4 min 28 s (seed 002)"),
+    "vllm-image-pull": Duration(268, 0, "the ~10 GB vllm/vllm-openai image: 4 min 28 s (docs/demo-guide.md#demo-3-gpu-inference-on-a-hybrid-node)"),
     "vllm-model-load": Duration(150, 0, "model download (Qwen2.5-0.5B, ~1 GB) over the on-prem NAT, load, torch.compile and CUDA graphs: 59 s to a first answer with a warm compile cache (vllm-project/vllm #20264), a cold compile adds 20-40 s (vllm #11005); estimate 2.5 min"),
 }
 DEFAULT = Duration(3, 3, "API call")
@@ -112,7 +112,7 @@ COVERS: dict[str, Covers] = {
 }
 
 #: An await must last this many times its typical duration. The figures are typical values from
-#: a handful of logs and one seed run (the 4.5-minute image pull was one network on one day):
+#: a handful of logs and one measured run (the 4.5-minute image pull was one network on one day):
 #: 1.5 lets a run be half again slower than typical (a slow mirror, a throttled registry, a
 #: busier NAT) and still pass, while a deploy that is really stuck still fails within the hour.
 #: Tail events known in advance (a reboot, the longest restart backoff) are in COVERS' worst

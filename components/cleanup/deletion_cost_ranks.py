@@ -2,8 +2,8 @@
 
 With the ``podDeletionCostManagement`` feature gate (demo 2, scenario C) Karpenter writes
 negative ``controller.kubernetes.io/pod-deletion-cost`` values on the pods of its nodes. Turning
-the gate off leaves them on the pods, and they would skew the next scenario (the seed's
-``karpenter-gate.sh off``). This resource exists only while the gate is on; when the gate is
+the gate off leaves them on the pods, and they would skew the next scenario (what the demo
+guide's ``karpenter-gate.sh off`` did, docs/scale-in.md#karpenters-pod-deletion-cost-gate-scenario-c). This resource exists only while the gate is on; when the gate is
 switched off (or the stack destroyed) Pulumi deletes it, after the controller's update, and its
 ``delete`` strips the negative values — and only those: Kyverno's "1" on hybrid pods stays.
 """

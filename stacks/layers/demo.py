@@ -26,7 +26,8 @@ ECHO_PORT = 8080
 #: The port ``python -m rehearse gateway-throughput``'s iperf3 serves on (rehearse/throughput.py
 #: PORT; stacks do not import the rehearsal tools, a test holds the two equal).
 REHEARSE_IPERF3_PORT = 5201
-#: Demo 2 scales 3 -> 15 (hybrid full, 7 burst to the cloud) -> 12 -> 10 -> 3 (seed 002).
+#: Demo 2 scales 3 -> 15 (hybrid full, 7 burst to the cloud) -> 12 -> 10 -> 3
+#: (docs/demo-guide.md#demo-2-bursting-and-scale-in).
 BURST_SCALE_SEQUENCE = (3, 15, 12, 10, 3)
 
 

@@ -21,7 +21,7 @@ from stacks.layers.network import NetworkLayer
 
 #: SSM allows an activation at most 30 days ahead.
 ACTIVATION_DAYS = 30
-#: Seed 000: workloads opt in to hybrid nodes by tolerating this taint.
+#: Workloads opt in to hybrid nodes by tolerating this taint.
 HYBRID_TAINT = ("eks.amazonaws.com/compute-type", "hybrid", "NoSchedule")
 GPU_TAINT = ("gpu", "true", "NoSchedule")
 #: The labels that mark this stack's hybrid nodes; the Node cleanups delete only these.

@@ -18,8 +18,8 @@ from stacks.layers.network import NetworkLayer
 DISCOVERY_TAG = "karpenter.sh/discovery"
 NODE_CLASS = "default"
 NODE_POOL = "cloud-burst"
-#: General-purpose types that hold several burst pods (seed 000), in two generations so
-#: spot has somewhere to go.
+#: General-purpose types that hold several burst pods, in two generations so spot has
+#: somewhere to go (docs/karpenter.md#interruption-discovery-nodepool).
 BURST_INSTANCE_TYPES = ["m6i.xlarge", "m6i.2xlarge", "m7i.xlarge", "m7i.2xlarge"]
 #: Only demo 2's burst pods tolerate it: any other pod on a burst node would keep the node from
 #: ever being empty, so it would outlive the run and skew the next one.

@@ -2,7 +2,7 @@
 
 The controller buckets ``log2(now - readyTime)`` (and creation times) with its own
 ``metav1.Now()`` at sync time (kubernetes ``pkg/controller/controller_utils.go``
-``ActivePodsWithRanks.Less``, ``logarithmicRankDiff``; REFERENCE §11): later than any snapshot a
+``ActivePodsWithRanks.Less``, ``logarithmicRankDiff``; docs/scale-in.md#ties-and-the-controllers-clock): later than any snapshot a
 client takes, and on the API server's side of whatever skew this machine has. Near a bucket edge
 (2^35 ns ≈ 34.4 s) half a second decides which pod goes. A forecast therefore takes a window —
 the controller's clock lies in ``[now + early, now + late]`` — and calls undecided every choice

@@ -1,7 +1,7 @@
 """The Kubernetes connection: the stack's kubeconfig with an EKS token minted here (as the lab's
 cleanups mint it, so the AWS CLI is optional), or a kubeconfig file given with --kubeconfig.
 
-The client is lightkube (REFERENCE §10: maintained, typed, sync, about 10 MB; the official
+The client is lightkube (maintained, typed, sync, about 10 MB; the official
 client is about 144 MB and pins a python-dateutil botocore forbids). Nothing shells out to
 kubectl. The kubeconfig and the token are never printed.
 """

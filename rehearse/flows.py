@@ -2,7 +2,7 @@
 reachability model (``stacks/reachability.py`` ``FLOWS``: source, destination, protocol, port).
 
 A tool that connects where the lab's security groups drop the packet measures nothing and
-reports a failure that points elsewhere (issue 17 item 13: iperf3's 5201 from hybrid pods to a
+reports a failure that points elsewhere (iperf3's 5201 from hybrid pods to a
 cloud pod, which the cluster security group dropped, was reported as a gateway problem). So each
 connection is listed here; ``tests/test_rehearsal_flows.py`` reads the ports from what the tools
 actually build (pod manifests, command lines, proxy paths), requires each to be listed here, and
@@ -32,7 +32,7 @@ ECHO_CLOUD = "echo-cloud"
 VLLM_POD_IP = "vllm (pod IP)"
 
 #: The gateway's metrics port (aws/eks-hybrid-nodes-gateway chart 1.0.0
-#: templates/deployment.yaml, containerPort ``metrics``; REFERENCE §10), read through the pod proxy.
+#: templates/deployment.yaml, containerPort ``metrics``; docs/gateway.md#metrics), read through the pod proxy.
 GATEWAY_METRICS_PORT = 10080
 
 

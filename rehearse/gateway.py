@@ -1,5 +1,5 @@
-"""Check that demo 1 (the EKS Hybrid Nodes gateway) is ready: the seed's verify.sh, made
-exact. Checks: two gateway pods Running and Ready on two gateway nodes in two zones; the Lease
+"""Check that demo 1 (the EKS Hybrid Nodes gateway) is ready: the demo guide's verify.sh
+(docs/demo-guide.md#demo-1-the-gateway), made exact. Checks: two gateway pods Running and Ready on two gateway nodes in two zones; the Lease
 holder (<node name>_<uuid>) is a node running a gateway pod, and the Lease was renewed within
 its duration (judged by the API server's clock: its Date header); every gateway pod's
 :8088/healthz answers 200 (through the API server's pod proxy; the standby answers too, so this

@@ -95,7 +95,7 @@ def _check_pods(lab: _Lab) -> Check:
     fix_common = (f"see why: `kubectl -n {lab.ns} describe pods -l {lab.selector}`; the gateway "
                   f"needs its two nodes labelled and tainted {lab.node_selector} in two zones "
                   "(the gateway layer's node group) and the CiliumNode/CiliumVTEPConfig CRDs "
-                  "before it starts, else it crash-loops (REFERENCE §3)")
+                  "before it starts, else it crash-loops (docs/gateway.md#what-it-does)")
     if not lab.pods_event:
         return Check(CHECK_PODS, FAIL, "the gateway's pods were not read", fix_common, command)
     pods = lab.pods
@@ -432,7 +432,7 @@ def _traffic_fix(direction: str, lab: _Lab, svc_bad: bool, pod_bad: bool) -> str
         if svc_bad and not pod_bad:
             return ("pod to pod works but the ClusterIP Service does not: cloud pods' Service "
                     f"traffic to hybrid endpoints needs AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS={cidr} "
-                    "on the vpc-cni add-on (REFERENCE §3)")
+                    "on the vpc-cni add-on (docs/gateway.md#what-it-does)")
         return ("cloud pods reach hybrid pods by the VPC route to the leader's ENI, then VXLAN "
                 "(UDP 8472) to the hybrid node: fix the route and VTEP checks above first, then "
                 "the VXLAN rules between the gateway nodes and the server LAN, and the gateway "
@@ -440,15 +440,16 @@ def _traffic_fix(direction: str, lab: _Lab, svc_bad: bool, pod_bad: bool) -> str
     if svc_bad and not pod_bad:
         return ("pod to pod works but the Service does not: Service traffic from hybrid pods is "
                 "NATed on the node and arrives from the node IP, so the cluster security group "
-                "must admit the remote node CIDR on the echo port (REFERENCE §9)")
+                "must admit the remote node CIDR on the echo port (docs/networking.md#where-a-hybrid-pods-packets-come-from)")
     if pod_bad and not svc_bad:
         return ("the Service works but pod to pod does not: that traffic arrives from the pod IP "
                 "through the gateway, so the cluster security group must admit the remote pod CIDR "
-                "on the echo port, and the VTEP config must point at the leader (REFERENCE §9)")
+                "on the echo port, and the VTEP config must point at the leader "
+                "(docs/networking.md#where-a-hybrid-pods-packets-come-from)")
     return ("hybrid pods reach the VPC through Cilium's VTEP to the leader: fix the VTEP and "
             "Cilium checks first; hybrid pods also need DNS (TCP+UDP 53) to CoreDNS on cloud "
             "nodes, which the cluster security group must admit from the remote pod and node "
-            "CIDRs (REFERENCE §9)")
+            "CIDRs (docs/networking.md#ports)")
 
 
 def _check_traffic(lab: _Lab, direction: str) -> Check:
@@ -547,7 +548,7 @@ def _check_cilium(lab: _Lab) -> Check:
     command = 'kubectl -n kube-system get configmap cilium-config -o yaml | grep -E "enable-vtep|enable-l7-proxy"'
     fix = ("set vtep.enabled=true and l7Proxy=false on the Cilium release (components/cilium.py) — "
            "at first install: turning VTEP on by a Helm upgrade has been seen not to apply "
-           "(REFERENCE §2) — then `kubectl -n kube-system rollout restart daemonset/cilium`")
+           "(docs/gateway.md#what-it-does) — then `kubectl -n kube-system rollout restart daemonset/cilium`")
     if lab.cilium is None:
         return Check(CHECK_CILIUM, FAIL, "cilium-config was not read", "run again", command)
     if not lab.cilium.get("found"):

@@ -3,7 +3,7 @@ node's primary ENI, and what the leader writes (the pod-CIDR routes, the VTEP co
 
 The Lease ``hybrid-gateway-leader`` names its holder ``<hostname>_<uuid>`` (controller-runtime's
 identity); the gateway pods use the host network, so the hostname is the node's, never a pod's
-(REFERENCE §3, §10). Passing the holder to ``kubectl delete pod`` deletes nothing; matching it
+(docs/gateway.md#the-lease). Passing the holder to ``kubectl delete pod`` deletes nothing; matching it
 with a prefix (``ip-10-0-1-1`` is a prefix of ``ip-10-0-1-10``) can pick the wrong node. Here the
 part before the last ``_`` must equal the node's name (or its ``kubernetes.io/hostname`` label),
 and exactly one live gateway pod must run on that node.

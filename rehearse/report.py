@@ -1,5 +1,5 @@
 """What a run found: checks (PASS/FAIL with what was seen, the fix, and the command to see it
-yourself) and measurements (beside the seed's figure), rendered as ``report.md`` and
+yourself) and measurements (beside the demo guide's figure, docs/demo-guide.md), rendered as ``report.md`` and
 ``report.json`` (versioned)."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class Measurement:
     name: str
     value: Optional[float]
     unit: str
-    #: The figure it is compared with (the seed's, or AWS's documentation), as text.
+    #: The figure it is compared with (the demo guide's or AWS's, docs/demo-guide.md), as text.
     reference: str = ""
     note: str = ""
 

@@ -81,7 +81,7 @@ def ask(question: str) -> Optional[bool]:
 
 def require_stack(ctx: Any, what: str) -> None:
     """A command that changes a stack must name it: outputs read from a file carry the file's
-    name, which is not a stack (issue 17, item 15)."""
+    name, which is not a stack."""
     if not getattr(ctx.outputs, "named", True):
         raise RunError(f"{what} changes the stack's config: pass --stack NAME with --outputs "
                        "(the outputs file does not say which stack it came from)")

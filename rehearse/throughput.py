@@ -1,16 +1,16 @@
 """`python -m rehearse gateway-throughput`: what the gateway carries, pod to pod, each way
-(issue 13; seed 002 §7: throughput per gateway instance type was never measured).
+(throughput per gateway instance type was never measured: docs/demo-guide.md#open-questions).
 
 In the lab's own namespace (the ``demo1`` output's, ``demo-gateway``) an iperf3 server pod on a
 hybrid node and a client pod on a cloud node measure cloud → hybrid; then the server on a cloud
 node and the client on a hybrid node measure hybrid → cloud. The client connects to the
-server pod's IP, so the traffic crosses the gateway (VXLAN to the leader, REFERENCE §3). Both
+server pod's IP, so the traffic crosses the gateway (VXLAN to the leader, docs/gateway.md#what-it-does). Both
 pods meet Pod Security "restricted", run a bounded test (``-t``, ``-P``, ``activeDeadlineSeconds``)
 and are deleted by name when it ends — also after a failure or Ctrl-C.
 
 Recorded beside the numbers: the gateway nodes' instance type, the leader node (Lease holder →
 node) and the MTU in force (Cilium's ``cilium-config`` ``mtu``, or the lab's configured 8450:
-a Transit Gateway carries at most 8500-byte packets, REFERENCE §9).
+a Transit Gateway carries at most 8500-byte packets, docs/networking.md#mtu).
 
 ``--instance-types m6i.large c6in.xlarge`` switches ``gatewayInstanceType`` through the Pulumi
 Automation API for each (``pulumi up``), measures, and puts the original back at the end; the
@@ -538,7 +538,7 @@ def analyse(events: list[dict[str, Any]]) -> Report:
     if mtu:
         report.notes.append(
             f"MTU in force: {mtu['mtu']} ({mtu['source']}" + (f": {mtu['why']}" if mtu.get("why") else "")
-            + f"); a Transit Gateway carries at most {TGW_MAX_PACKET}-byte packets (REFERENCE §9).")
+            + f"); a Transit Gateway carries at most {TGW_MAX_PACKET}-byte packets (docs/networking.md#mtu).")
     gateways = list(rec.every(events, GATEWAY))
     for gw in gateways:
         if gw.get("when") == "after":
@@ -600,9 +600,9 @@ def analyse(events: list[dict[str, Any]]) -> Report:
                     f" | .log' events.jsonl"))
                 report.measurements += [
                     Measurement(f"{prefix}{direction} (sender)", parsed["sender_gbps"], "Gbit/s",
-                                "never measured in seed 002 §7"),
+                                "never measured before (docs/demo-guide.md#open-questions)"),
                     Measurement(f"{prefix}{direction} (receiver)", parsed["receiver_gbps"], "Gbit/s",
-                                "never measured in seed 002 §7"),
+                                "never measured before (docs/demo-guide.md#open-questions)"),
                     Measurement(f"{prefix}{direction} retransmits", parsed["retransmits"], "segments",
                                 note=f"{parsed['streams']} streams, {parsed['seconds']:g} s")]
             else:

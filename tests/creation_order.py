@@ -5,7 +5,7 @@ resources its inputs' Outputs come from, and its provider — the edges ``tests/
 (the same graph, walked the other way, is the destroy order). A reference written as a plain
 string (a name taken from config, an id pasted in) creates no edge, so the engine may create the
 referring resource first. Where the cloud API does not retry — EKS ``CreateAccessEntry`` on a
-cluster that does not exist yet — the first ``pulumi up`` from scratch fails (REFERENCE §9).
+cluster that does not exist yet — the first ``pulumi up`` from scratch fails (docs/models.md#creation-order).
 
 Each check returns the problems it found (empty: the rule holds), so a test can run it over the
 real stack and prove, on planted registrations, that it catches what it claims.

@@ -1,5 +1,5 @@
 """A Kubernetes API emulator on 127.0.0.1 for the rehearsal tools: kmock's KubernetesEmulator
-(REFERENCE §10), run on a background thread because the tools' client is synchronous.
+run on a background thread because the tools' client is synchronous.
 
 Its caveats, which the tools must not depend on: it ignores label and field selectors (the
 tools filter what they list themselves), sets no resourceVersion, speaks plain HTTP, and knows

@@ -2,7 +2,7 @@
 its await — on the figures the deploy-time estimate uses (stacks/timing.py).
 
 Each planted defect below is a copy of a real run with one registration changed back to what
-broke `pulumi up` with gpuEnabled (issue 10, defect 4), or to another await that is too short.
+broke `pulumi up` with gpuEnabled, or to another await that is too short.
 """
 
 from __future__ import annotations

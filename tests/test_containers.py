@@ -47,7 +47,7 @@ IMAGE_FACTS = {
     "vllm/vllm-openai": ImageFacts(
         passwd_uids=frozenset({0, 65534}),
         # torch's compile cache calls getpass.getuser() when it loads, whatever
-        # TORCHINDUCTOR_CACHE_DIR says (REFERENCE §9).
+        # TORCHINDUCTOR_CACHE_DIR says (docs/models.md#containers-start).
         asks_user_name=True,
         writes=("$HF_HOME/hub", "$VLLM_CACHE_ROOT", "$TRITON_CACHE_DIR",
                 "$TORCHINDUCTOR_CACHE_DIR", "$HOME/.config", "/tmp"),

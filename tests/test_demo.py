@@ -95,7 +95,8 @@ def test_demo_2_burst_deployment(lab):
     pod = spec["template"]["spec"]
     [container] = pod["containers"]
     # (3920m allocatable - 200m daemons - 110m of demo 1's pods) / 4, rounded down to 10m: four
-    # per default hybrid node wherever demo 1's pods land (the seed's 930m assumed none there).
+    # per default hybrid node wherever demo 1's pods land (the demo guide's 930m assumed none there,
+    # docs/capacity.md#930m-versus-900m).
     assert container["resources"]["requests"]["cpu"] == "900m"
     assert run.outputs["demo2"]["cpuRequestPerPod"] == "900m"
     assert pod["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] == [

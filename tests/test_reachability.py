@@ -97,7 +97,7 @@ def copy_of(run: ProgramRun, name: str, new_name: str, **inputs) -> Registration
     ({"upToLayer": "cluster"}, LAYERS[:1], 2),
     ({"upToLayer": "hybrid"}, LAYERS[:2], 8),
     # The gateway layer's 2 and the demo layer's 5 (and gpu's 1) beyond the lab's own flows
-    # are the rehearsal tools' (issue 17 item 13): the gateway's ports through the pod proxy,
+    # are the rehearsal tools' (rehearse/flows.py): the gateway's ports through the pod proxy,
     # iperf3's 5201 three ways, hostnet's 9443 and its host network to echo-cloud.
     ({"upToLayer": "gateway"}, LAYERS[:3], 17),
     ({"upToLayer": "karpenter"}, LAYERS[:4], 19),
@@ -216,7 +216,7 @@ def test_the_pre_fix_program_is_exactly_defect_3(dev_run):
 
 
 def test_without_the_demo_layers_iperf3_rule_hybrid_to_cloud_throughput_is_blocked(dev_run):
-    """Issue 17 item 13: the cluster security group as it was (443, 53, 8080 from the remote
+    """The cluster security group as it once was (443, 53, 8080 from the remote
     networks) drops gateway-throughput's hybrid → cloud iperf3, and only that."""
     found = blocked(planted(dev_run, drop=["demo-rehearse-iperf3-*"]))
     assert set(found) == IPERF3_TO_CLOUD

@@ -1,4 +1,4 @@
-"""Every port a rehearsal tool connects to is a flow the lab allows (issue 17 item 13).
+"""Every port a rehearsal tool connects to is a flow the lab allows (docs/networking.md).
 
 The ports are read from what the tools build — iperf3's command lines and pod manifests,
 hostnet's probe pods, the gateway's proxy paths, the vLLM service proxy — never retyped here;
@@ -46,7 +46,8 @@ def throughput_flows() -> set[tuple]:
             # A cloud pod to the hybrid server pod's own IP: through the gateway.
             found.add((flows.REHEARSAL_CLOUD_PODS, flows.HYBRID_PODS_POD_IP, "tcp", port))
         else:
-            # A hybrid pod's packet leaves from its node's address or its own (REFERENCE §9).
+            # A hybrid pod's packet leaves from its node's address or its own
+            # (docs/networking.md#where-a-hybrid-pods-packets-come-from).
             found |= {(source, flows.REHEARSAL_CLOUD_PODS, "tcp", port)
                       for source in (flows.HYBRID_PODS_NODE_IP, flows.HYBRID_PODS_POD_IP)}
     return found

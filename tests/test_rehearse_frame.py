@@ -43,7 +43,7 @@ def test_outputs_through_the_automation_api_come_with_their_secrets(fake_pulumi)
     assert found.get("kubeconfig") == "{\"secret\": true}", "secrets come back decrypted"
     assert found.get("region") == REGION
     made = calls(log)
-    # Addressed with --stack, never selected (issue 17, item 7: a `stack select` changed the
+    # Addressed with --stack, never selected (a `stack select` would change the
     # presenter's current stack).
     assert ["--non-interactive", "stack", "--show-name", "--stack", "dev"] in made
     assert not [call for call in made if "select" in call]
@@ -270,7 +270,7 @@ def test_a_kubeconfig_file_given_with_kubeconfig_serves_objects_and_raw_calls(tm
         server.close()
 
 
-# --- tokens that expire: the stack's EKS token and a kubeconfig's exec plugin (issue 17 item 2) --
+# --- tokens that expire: the stack's EKS token and a kubeconfig's exec plugin ----------------
 
 class Clock:
     """One shifted "now" for this machine's clock, botocore's signer and the emulator's

@@ -539,7 +539,7 @@ def test_a_stack_without_the_demo_layer_cannot_be_verified(scene, capsys):
     assert err.startswith("error: the stack lab has no demo layer") and "\n" not in err
 
 
-# --- the Lease's age and the gateway's own word on leadership (issue 17, items 10 and 11) -----
+# --- the Lease's age and the gateway's own word on leadership (docs/gateway.md#metrics) ---
 
 def test_a_lease_not_renewed_for_ten_minutes_fails_the_lease_check(scene):
     """The gateway's Lease lasts 3 s and its leader renews it about every second
@@ -635,7 +635,7 @@ def test_metrics_the_proxy_cannot_read_fail_the_leadership_check(scene):
     assert "answered HTTP 503" in run.check(gateway.CHECK_LEADERSHIP)["seen"]
 
 
-# --- a refused log request is a finding, not a traceback (issue 17, item 1) -----------------
+# --- a refused log request is a finding, not a traceback ------------------------------------
 
 def test_a_hybrid_kubelet_the_api_server_cannot_dial_is_named_with_the_fix(scene, capsys):
     scene.log_refusals = {"hybridToCloud": ("kubelet",)}
@@ -673,7 +673,7 @@ def test_record_the_committed_runs(scene, recording):
     shutil.copytree(run.folder, target)
 
 
-# --- a run that stops part-way keeps its folder (issue 17, item 3) ---------------------------
+# --- a run that stops part-way keeps its folder ----------------------------------------------
 
 def test_ctrl_c_in_the_middle_keeps_the_folder_and_says_what_was_done(scene, monkeypatch, capsys):
     def interrupted(*_args, **_kwargs):
@@ -724,7 +724,7 @@ def test_a_defect_of_the_tool_keeps_the_folder_with_the_traceback_beside_it(scen
     assert "the traceback is in error.txt" in run.check("run completed")["fix"]
 
 
-# --- report --out leaves a recorded run as it is (issue 17, item 4) ---------------------------
+# --- report --out leaves a recorded run as it is -------------------------------------------
 
 def test_report_out_writes_elsewhere_and_leaves_the_recording_byte_for_byte(tmp_path):
     import hashlib

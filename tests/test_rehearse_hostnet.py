@@ -408,14 +408,14 @@ def test_a_privileged_port_is_refused(scene, port, capsys):
 @pytest.mark.parametrize("error", [KeyboardInterrupt(), RuntimeError("the cluster went away")])
 def test_a_failure_in_the_middle_leaves_no_pod_or_namespace(scene, emulator, error):  # noqa: F811
     scene.fail_with = error
-    # Interrupted: exit 1; failed: exit 2, never a traceback (issue 17 item 3).
+    # Interrupted: exit 1; failed: exit 2, never a traceback.
     run = scene.run()
     assert run.code == (1 if isinstance(error, KeyboardInterrupt) else 2)
     assert REMOVED <= deletes(emulator)
     assert emulator.get(NAMESPACES, None, hostnet.NAMESPACE) is None
     for name in (hostnet.SERVER, hostnet.HOST_CLIENT, hostnet.CLOUD_CLIENT):
         assert emulator.get(PODS, hostnet.NAMESPACE, name) is None
-    # The run's folder is kept with a report saying how it ended (issue 17 item 3).
+    # The run's folder is kept with a report saying how it ended.
     report = json.loads((run.folder / "report.json").read_text())
     assert report["checks"][0]["name"] == "run completed" and report["checks"][0]["status"] == "FAIL"
 
@@ -466,7 +466,7 @@ OURS = {hostnet.REHEARSE_LABEL: "hostnet", hostnet.STACK_LABEL: "eks-hybrid-lab"
 
 def test_a_killed_runs_pods_end_at_their_deadline_and_the_next_run_removes_them(
         scene, emulator, tmp_path, monkeypatch):  # noqa: F811
-    """Issue 17 item 9: the cluster bounds the probe pods' life (activeDeadlineSeconds: the
+    """The cluster bounds the probe pods' life (activeDeadlineSeconds: the
     kubelet stops the host-network server and marks the pod Failed, DeadlineExceeded), and the
     next run finds the namespace by the labels only this tool sets and removes it."""
     killed_run(scene, monkeypatch)

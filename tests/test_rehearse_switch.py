@@ -1,5 +1,5 @@
 """Switching a stack setting and putting it back (rehearse/switch.py, rehearse/stack.py), shared
-by `burst --scenarios` and `gateway-throughput --instance-types` (issue 17, items 5-8 and 15).
+by `burst --scenarios` and `gateway-throughput --instance-types`.
 
 Against the Automation API and the fake `pulumi` (tests/fake_pulumi.py), whose `up` keeps
 running while it cancels on Ctrl-C, holds the stack's lock, and whose `stack select` changes

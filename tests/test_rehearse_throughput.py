@@ -333,7 +333,7 @@ def test_a_failed_and_a_partial_run_fail_their_checks_without_a_number(emulator,
 
 
 def test_a_connection_never_made_is_reported_as_a_blocked_flow_not_a_gateway_problem(emulator, run):
-    """Issue 17 item 13: iperf3's hybrid → cloud connection timed out (the cluster security
+    """iperf3's hybrid → cloud connection timed out (the cluster security
     group dropped TCP 5201 from the remote networks). The fix names that flow and what opens it,
     not `verify gateway`, which passes on such a lab."""
     plant(emulator)
@@ -364,7 +364,7 @@ def test_the_pods_are_deleted_after_a_failure_in_the_middle(emulator, run, monke
     with Kubelet(emulator, samples()):
         code, folder, report, out, err = run("-t", "10")
     assert code == 2 and "cannot reach the cluster" in err
-    # The folder is kept (issue 17 item 3): its report says the run failed, and why.
+    # The folder is kept: its report says the run failed, and why.
     assert report["checks"][0]["status"] == "FAIL" and "cannot reach the cluster" in report["checks"][0]["seen"]
     assert calls["n"] == 1
     assert_created_and_deleted(emulator, 2)

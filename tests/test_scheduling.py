@@ -19,7 +19,8 @@ HYBRID_TOLERATION = {"key": "eks.amazonaws.com/compute-type", "operator": "Equal
                      "value": "hybrid", "effect": "NoSchedule"}
 GPU_TOLERATION = {"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 
-#: Where each pod is meant to run (DESIGN.md, REFERENCE §1-§5, the demos): node roles.
+#: Where each pod is meant to run (docs/networking.md, docs/gateway.md,
+#: docs/karpenter.md, docs/scale-in.md, the demos): node roles.
 ALL = {"system", "gateway", "hybrid", "gpu", "burst"}
 CLOUD = {"system", "gateway", "burst"}
 MEANT_FOR = {
@@ -34,7 +35,7 @@ MEANT_FOR = {
     "coredns": {"system"},
     "cilium-operator": {"hybrid"},
     "karpenter": {"system"},                 # never on the nodes it manages, nor on hybrid
-    "kyverno-admission-controller": {"system"},   # kept on cloud nodes (REFERENCE §5)
+    "kyverno-admission-controller": {"system"},   # kept on cloud nodes (docs/scale-in.md)
     "kyverno-background-controller": {"system"},
     "kyverno-cleanup-controller": {"system"},
     "kyverno-reports-controller": {"system"},
@@ -121,7 +122,7 @@ def test_values_helm_refuses_are_a_problem_of_the_model_not_a_crash(dev_run):
 # --- capacity arithmetic -------------------------------------------------------------------------
 
 def test_kube_reserved_and_allocatable_follow_the_eks_formula():
-    # REFERENCE §9: 6% of the first core, 1% of the second, 0.5% of cores 3-4, 0.25% beyond.
+    # docs/capacity.md#kube-reserved: 6% of the first core, 1% of the second, 0.5% of cores 3-4, 0.25% beyond.
     assert kube_reserved_cpu_m(1) == 60
     assert kube_reserved_cpu_m(2) == 70
     assert kube_reserved_cpu_m(4) == 80
@@ -131,7 +132,7 @@ def test_kube_reserved_and_allocatable_follow_the_eks_formula():
 
 
 def test_the_seeds_930m_is_the_arithmetic_for_nodes_running_nothing_else():
-    # (3920m - kube-proxy 100m - Cilium 100m) / 4 = 930m: the seed's number.
+    # (3920m - kube-proxy 100m - Cilium 100m) / 4 = 930m: the demo guide's number.
     assert burst_cpu_request_m("m5.xlarge", co_tenant_cpu_m=0) == 930
     # Demo 1's two echo pods (50m) and prober (10m) on the same nodes leave 900m.
     assert burst_cpu_request_m("m5.xlarge", co_tenant_cpu_m=110) == 900

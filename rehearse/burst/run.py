@@ -1,34 +1,6 @@
-"""Demo 2 as numbers: scale the ``burst`` Deployment 3 -> 15 -> 12 -> 10 -> 3 under scenarios
-A, B and C (seed 002 §5) and measure which pods each scale-in removes, beside what
-``rehearse.predict`` forecast and what the scenario's rule says (REFERENCE §6).
-
-For each scenario asked (``--scenarios A B C``; default the stack's current one) the run
-switches the stack's ``burstScenario`` through the Pulumi Automation API and runs ``pulumi up``
-(only when it differs), restarts the Deployment at 3 replicas (annotations outlive a scenario),
-waits for the cloud-burst NodeClaims of a previous run to go, and proves the scenario is in
-place — B and C: Kyverno's admission and background controllers may ``get nodes``
-(SubjectAccessReview), Kyverno sees pod bindings, the policy is Ready and the pods bound to
-hybrid nodes carry ``pod-deletion-cost: "1"`` within seconds; C: the running Karpenter has
-``PodDeletionCostManagement`` on, is 1.15.0 or later and may patch pods, and the NodePool's
-budget is 100%; A: nobody writes costs. A scenario that is not in place is refused, not
-measured. Then the seed's sequence: the time from the scale to 15 until the first NodeClaim
-exists and until all 15 pods are Ready (cluster clocks, beside the seed's 1-2 s and 37-38 s);
-before each scale-in a snapshot and the forecast; after it the pods removed (hybrid or cloud,
-node, cost), Karpenter's evictions (``DisruptionTarget``) told apart from scale-in victims. After
-the last scale-in the consolidation watch (``--watch S``, default 180, 0 skips it) asks seed 002
-§7's open question: does Karpenter disrupt a cloud node whose burst pods would fit in the hybrid
-nodes' free room (it should not, REFERENCE §4)? It records every NodeClaim and node that goes,
-every burst pod that goes or appears and where, and Karpenter's events (``DisruptionTerminating``,
-``DisruptionBlocked``, ``Unconsolidatable``...), and answers per scenario with that evidence. The
-stack's original scenario is put back at the end, also on an interrupt or a failure.
-
-``verify burst`` is the preconditions alone, quick enough for the minutes before the talk: the
-stack's scenario in place (without restarting anything), the NodePool's limits and budget, and
-the capacity arithmetic (8 burst pods fit on the two hybrid nodes, a 9th does not).
-
-The collector records what it saw (events.jsonl); the analysis is pure over those events, so
-``python -m rehearse report <folder>`` gives the same report, tables and chart again.
-"""
+"""The collector of ``rehearse burst`` and ``verify burst`` (demo 2): the scenarios one after
+another, the scale sequence of each, and the stack's scenario put back at the end. What the
+command does is told in the package's docstring (rehearse/burst/__init__.py), which is its help."""
 
 from __future__ import annotations
 
@@ -1175,14 +1147,15 @@ SCENARIO_SCOPE = Scope(
 class Switcher:
     """Switches ``burstScenario`` (rehearse.switch: preview, confirm, up) and puts it back."""
 
-    def __init__(self, ctx: Any, record: Any):
+    def __init__(self, ctx: Any, record: Any, open_stack: Callable[[str, Path], Any] = open_stack):
         self.ctx, self.record = ctx, record
+        self._open_stack = open_stack
         self.config = ConfigSwitch(ctx, self._open, SCENARIO_SCOPE)
 
     def _open(self) -> Any:
-        work_dir = getattr(self.ctx, "work_dir", None) or Path(__file__).resolve().parent.parent
+        work_dir = getattr(self.ctx, "work_dir", None) or Path(__file__).resolve().parents[2]
         try:
-            return open_stack(self.ctx.outputs.stack, Path(work_dir))
+            return self._open_stack(self.ctx.outputs.stack, Path(work_dir))
         except FileNotFoundError:
             raise RunError("switching scenarios needs the pulumi CLI (the Automation API runs "
                            "it): install it, or run one scenario at a time without "
@@ -1633,12 +1606,13 @@ def collect_verify(ctx: Any, record: Any) -> None:
     record(PRECONDITIONS, **observed)
 
 
-def collect(ctx: Any, record: Any) -> None:
+def collect(ctx: Any, record: Any, open_stack: Callable[[str, Path], Any] = open_stack,
+            require_confirmation: Callable[[Any, str], None] = require_confirmation) -> None:
     settings = settings_from(ctx, "burst")
     record(SETTINGS, **_settings_event(settings))
     runner = Runner(ctx, record, settings)
     deployed = settings.stack_scenario
-    switcher = Switcher(ctx, record)
+    switcher = Switcher(ctx, record, open_stack)
     switching = any(x != deployed for x in settings.scenarios)
     if switching:
         # Before anything changes: a stack named, and someone to confirm each plan.

@@ -33,13 +33,34 @@ from __future__ import annotations
 
 from typing import Any
 
+# The package is the command (rehearse.cli loads ``TITLE``, ``add_arguments``, ``collect`` and
+# ``analyse`` from it, and its docstring is the help); its modules are the concerns:
+#   names          what the lab deploys, the event kinds and the check names
+#   settings       the command line and the run's settings
+#   reading        reading the cluster: the summaries recorded, and Cluster (collect)
+#   preconditions  the preconditions collected, and judging them (pure)
+#   capacity       the NodePool and the capacity arithmetic (pure)
+#   switching      switching scenarios through rehearse.switch (collect)
+#   run            the collector: the scenarios and the scale sequence of each
+#   analysis       the scale-in steps, the scale-up measurements, each scenario's result (pure)
+#   watch          the consolidation watch's answer (pure)
+#   report         report.md and report.json (pure)
+from rehearse.burst import run
+from rehearse.burst.analysis import compare  # noqa: F401
+from rehearse.burst.capacity import capacity_check  # noqa: F401
+from rehearse.burst.names import *  # noqa: F401,F403 the vocabulary tests and report readers use
+from rehearse.burst.reading import (cost_of, feature_gates, image_version,  # noqa: F401
+                                    neighbour_summary, node_summary)
+from rehearse.burst.report import analyse  # noqa: F401
+from rehearse.burst.run import collect_verify  # noqa: F401
+from rehearse.burst.settings import add_arguments, add_verify_arguments  # noqa: F401
+from rehearse.burst.switching import SCENARIO_SCOPE, clear_costs  # noqa: F401
+from rehearse.burst.watch import hybrid_room  # noqa: F401
 # The seams a test replaces (``mock.patch.object(burst, "open_stack", ...)``: a stand-in stack;
 # ``require_confirmation``: a terminal): ``collect`` looks them up here each time it runs and
 # hands them to the collector, so the collector's modules never import this package back.
 from rehearse.stack import open_stack
 from rehearse.switch import require_confirmation
-from rehearse.burst import run
-from rehearse.burst.run import *  # noqa: F401,F403 the command's names, as before the split
 
 
 def collect(ctx: Any, record: Any) -> None:

@@ -226,7 +226,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "report":
             return run_report(args.folder, args.out)
         if args.command == "predict":
-            return importlib.import_module("rehearse.predict").main(args)
+            # The CLI's own readers, looked up here when it runs (tests replace ``_connect``).
+            return importlib.import_module("rehearse.predict").main(args, _outputs, _connect)
         command = f"verify {args.target}" if args.command == "verify" else args.command
         return run_command(command, args)
     except KeyboardInterrupt:

@@ -32,7 +32,7 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from rehearse import clock_window
 from rehearse.errors import RunError
@@ -787,7 +787,10 @@ def _owner_names(pods: Iterable[dict]) -> list[str]:
     return sorted({(controller_of(p) or {}).get("name", "") for p in pods if is_active(p)} - {""})
 
 
-def main(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace, read_outputs: Callable[[argparse.Namespace], Any],
+         connect: Callable[[argparse.Namespace, Any], Any]) -> int:
+    """``read_outputs`` and ``connect`` are rehearse.cli's (the stack's outputs, the cluster),
+    handed in by the CLI so this module does not import it back."""
     replicas = parse_replicas(args.replicas)
     now = parse_now(args.now)
     # Measured below when live; otherwise --skew, 0 when --now names the controller's clock.
@@ -809,11 +812,10 @@ def main(args: argparse.Namespace) -> int:
                                f"({', '.join(owners)}): the controller scales each on its own; "
                                "choose one with --replicaset NAME")
     else:
-        from rehearse import cli
         from rehearse.record import utc_now
 
-        stack_outputs = None if args.kubeconfig else cli._outputs(args)
-        kube = cli._connect(args, stack_outputs)
+        stack_outputs = None if args.kubeconfig else read_outputs(args)
+        kube = connect(args, stack_outputs)
         try:
             if args.skew is None and args.now is None:
                 offset = clock_window.measure_offset(kube, utc_now)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from rehearse import clock_window
+from rehearse.arguments import stack_arguments
 from rehearse.errors import RunError
 from rehearse.predict_analysis import Forecast, RULES, _NS, forecast, is_active, parse_time
 # The model's names, importable from the command as before the split (rehearse.burst forecasts
@@ -197,17 +198,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     live.add_argument("--deployment", default=DEFAULT_DEPLOYMENT,
                       help=f"the Deployment (default: {DEFAULT_DEPLOYMENT}); its current "
                            "ReplicaSet's pods are the candidates")
-    live.add_argument("--stack", metavar="NAME",
-                      help="read this stack's outputs with the Pulumi Automation API (default: the "
-                           "selected stack)")
-    live.add_argument("--outputs", type=Path, metavar="FILE",
-                      help="read the outputs from FILE, written by "
-                           "`pulumi stack output --json --show-secrets > FILE`, instead")
-    live.add_argument("--work-dir", type=Path, default=Path(__file__).resolve().parent.parent,
-                      metavar="DIR", help="the Pulumi project folder (default: this project)")
-    live.add_argument("--kubeconfig", type=Path, metavar="PATH",
-                      help="use this kubeconfig instead of the stack's")
-
+    stack_arguments(live, "use this kubeconfig instead of the stack's")
 
 def parse_replicas(text: Any) -> int:
     try:

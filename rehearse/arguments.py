@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import Callable, Optional
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
 def seconds(low: float, high: Optional[float] = None) -> Callable[[str], float]:
@@ -19,3 +22,17 @@ def seconds(low: float, high: Optional[float] = None) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def stack_arguments(group: Any, kubeconfig_help: str) -> None:
+    """Where a command reads the stack's outputs and the cluster from (--stack, --outputs,
+    --work-dir, --kubeconfig): one wording for every command (rehearse.cli's and predict's)."""
+    group.add_argument("--stack", metavar="NAME",
+                       help="read this stack's outputs with the Pulumi Automation API "
+                            "(default: the selected stack)")
+    group.add_argument("--outputs", type=Path, metavar="FILE",
+                       help="read the outputs from FILE, written by "
+                            "`pulumi stack output --json --show-secrets > FILE`, instead")
+    group.add_argument("--work-dir", type=Path, default=PROJECT_DIR, metavar="DIR",
+                       help="the Pulumi project folder (default: this project)")
+    group.add_argument("--kubeconfig", type=Path, metavar="PATH", help=kubeconfig_help)

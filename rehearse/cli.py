@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from rehearse import outcome, record
+from rehearse.arguments import stack_arguments
 from rehearse.errors import RunError
-
-PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 #: command -> module with ``TITLE``, ``add_arguments(parser)``, ``collect(ctx, record)`` and
 #: ``analyse(events) -> Report``.
@@ -37,18 +36,9 @@ def _module(command: str) -> Any:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    source = parser.add_argument_group("the stack")
-    source.add_argument("--stack", metavar="NAME",
-                        help="read this stack's outputs with the Pulumi Automation API "
-                             "(default: the selected stack)")
-    source.add_argument("--outputs", type=Path, metavar="FILE",
-                        help="read the outputs from FILE, written by "
-                             "`pulumi stack output --json --show-secrets > FILE`, instead")
-    source.add_argument("--work-dir", type=Path, default=PROJECT_DIR, metavar="DIR",
-                        help="the Pulumi project folder (default: this project)")
-    source.add_argument("--kubeconfig", type=Path, metavar="PATH",
-                        help="use this kubeconfig instead of the stack's (whose token is "
-                             "minted here with your AWS credentials)")
+    stack_arguments(parser.add_argument_group("the stack"),
+                    "use this kubeconfig instead of the stack's (whose token is minted here with "
+                    "your AWS credentials)")
     parser.add_argument("--out", type=Path, default=Path("rehearsals"), metavar="DIR",
                         help="where the run's folder goes (default: ./rehearsals)")
 
@@ -226,7 +216,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "report":
             return run_report(args.folder, args.out)
         if args.command == "predict":
-            return importlib.import_module("rehearse.predict").main(args)
+            # The CLI's own readers, looked up here when it runs (tests replace ``_connect``).
+            return importlib.import_module("rehearse.predict").main(args, _outputs, _connect)
         command = f"verify {args.target}" if args.command == "verify" else args.command
         return run_command(command, args)
     except KeyboardInterrupt:

@@ -28,7 +28,7 @@ BASELINE_FRESH_SECONDS = 10.0
 DOCUMENTED = "AWS documents 3–5 s"
 #: How far this machine's DELETE time may lie from the API server's deletionTimestamp (less
 #: the grace, whole seconds) and still stand for the cluster's clock: the slack either side of
-#: that second, and so the bound on the deletion moment in the cluster's clock (issue 17, 14).
+#: that second, and so the bound on the deletion moment in the cluster's clock (docs/gateway.md#the-lease).
 AGREEMENT_SLACK = 0.5
 AGREEMENT_BOUND = 1.0 + AGREEMENT_SLACK
 #: The deletionTimestamp's resolution, when it is the moment used.

@@ -36,8 +36,8 @@ PROMPT, MAX_TOKENS = "EKS Hybrid Nodes are", 16
 #: The client calls every 30 s, each call bounded by wget -T 60.
 CLIENT_PERIOD_SECONDS, CALL_TIMEOUT_SECONDS = 30, 60
 
-#: Seed 002 §6: the ~10 GB vLLM image took 4m28s to pull (g6.xlarge, 2026-10-15).
-SEED_PULL = "4m28s (268 s) in the seed, ~10 GB"
+#: The demo guide (docs/demo-guide.md#demo-3-gpu-inference-on-a-hybrid-node): the ~10 GB vLLM image took 4m28s to pull (g6.xlarge, 2026-10-15).
+SEED_PULL = "4m28s (268 s) in the demo guide, ~10 GB"
 
 DEFAULT_WINDOW_MINUTES = 10.0
 #: 95 %: ten minutes hold about 20 calls, and 19 of 20 passes. One failed call in ten minutes
@@ -345,7 +345,7 @@ def _why_not_ready(ns: str, app: str, pod: dict, events: list[dict],
     if pulling and not pulled:
         since = pulling[-1].get("first") or pulling[-1].get("event_time") or "?"
         return (f"{head}; pulling the image since {since}",
-                f"the ~10 GB image took 4m28s in the seed: wait with `kubectl -n {ns} rollout "
+                f"the ~10 GB image took 4m28s in the demo guide: wait with `kubectl -n {ns} rollout "
                 f"status deploy/{app} --timeout=20m` (and pre-pull before the talk)")
     if "CrashLoopBackOff" in reasons:
         return head, (f"vLLM keeps exiting: `kubectl -n {ns} logs {name} --previous` (a model "
@@ -529,7 +529,7 @@ def _client_measurements(settings: dict, calls: list[Call]) -> list[Measurement]
     return [
         Measurement(M_SUCCESS, rate, "%", f"pass at ≥ {threshold:g} % and the latest call ok",
                     f"{len(ok)} of {len(calls)} calls in the last {window:g} min"),
-        Measurement(M_P50, percentile(ok, 50), "s", "the seed checked it, gave no figure",
+        Measurement(M_P50, percentile(ok, 50), "s", "the demo guide checked it, gave no figure",
                     f"{rank(50)}, by the client's clock (name lookup, ClusterIP, cloud → hybrid, "
                     f"{MAX_TOKENS} tokens)"),
         Measurement(M_P95, percentile(ok, 95), "s", "", rank(95)),

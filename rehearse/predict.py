@@ -1,7 +1,7 @@
 """Which pods the ReplicaSet controller deletes when a Deployment scales in, in order, each with
 the rule that decided it — and where no rule decides, which the controller picks at random.
 
-The model is the kube-controller-manager's own (REFERENCE §6): the ReplicaSet's active pods
+The model is the kube-controller-manager's own (docs/scale-in.md#the-replicaset-controllers-ranking): the ReplicaSet's active pods
 (not Succeeded or Failed, not being deleted) are sorted by ActivePodsWithRanks.Less and the
 first `active - replicas` are deleted, all at once. The rules, first difference decides:
 1 not scheduled, 2 phase Pending < Unknown < Running, 3 not Ready, 4 lower

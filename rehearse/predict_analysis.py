@@ -22,7 +22,7 @@ from rehearse import clock_window
 # getPodsRankedByRelatedPodsOnSameNode, getIndirectlyRelatedPods) and pkg/apis/core/helper
 # (GetDeletionCostFromPodAnnotations), read at mmorel-35/kubernetes@0b0abd6c11b6103e3f00dfe46975d1494c484a11
 # (a mirror of upstream between 1.32 and 1.36: LogarithmicScaleDown still gated, sidecar restarts
-# counted). Where that source says more than REFERENCE §6, this follows the source:
+# counted). Where that source says more than docs/scale-in.md, this follows the source:
 # - rule 7 compares the regular containers' highest restartCount, then — only if equal — the
 #   sidecars' (init containers with restartPolicy: Always); kubernetes#124952, merged November
 #   2024 for 1.32;

@@ -1,6 +1,6 @@
 """`python -m rehearse burst` and `verify burst` (demo 2) against the Kubernetes emulator, the
 test playing the cluster on a simulated clock: the Deployment and ReplicaSet controllers (the
-ReplicaSet deletes the pods REFERENCE §6's rules pick, through ``rehearse.predict``, whose own
+ReplicaSet deletes the pods docs/scale-in.md's rules pick, through ``rehearse.predict``, whose own
 tests port the upstream controller's cases), the scheduler (hybrid nodes first, 4 burst pods
 each by their real allocatable), Karpenter (it batches the pending pods for 1.2 s, creates one
 NodeClaim per 4 pods, whose node is Ready 32 s later; consolidates an empty node after 30 s;
@@ -61,7 +61,7 @@ def stamp(t: float) -> str:
 
 @dataclass
 class Faults:
-    #: Kyverno's background controller may not get nodes (the seed's B that looked like A).
+    #: Kyverno's background controller may not get nodes (the demo guide's B that looked like A).
     background_nodes: bool = True
     #: The Karpenter image running (1.14.1 ignores the gate: C would look like B).
     karpenter_version: str = "1.15.0"
@@ -296,7 +296,7 @@ class Cluster:
                 self.pods[pod.name] = pod
                 self.touch(pod)
         elif len(mine) > replicas:
-            # The ReplicaSet controller's own rules (REFERENCE §6), as rehearse.predict implements
+            # The ReplicaSet controller's own rules (docs/scale-in.md), as rehearse.predict implements
             # them and its tests prove on the upstream controller's cases; among exact ties the
             # real controller picks at random, this one takes predict's order. With the
             # ignore_cost fault the costs are not seen (the PodDeletionCost gate off).
@@ -820,7 +820,7 @@ def test_verify_b_in_place_with_the_nodepool_and_the_capacity_arithmetic(lab_for
 
 
 def test_verify_b_without_get_nodes_for_kyverno_is_not_in_place(lab_for):
-    """The seed's B that looked like A: the background controller may not get nodes, so Kyverno
+    """The demo guide's B that looked like A: the background controller may not get nodes, so Kyverno
     drops the rule silently and no pod carries "1"."""
     lab = lab_for(scenario="B", faults=Faults(background_nodes=False))
     assert lab.run("verify", "--within", "3") == 1
@@ -886,7 +886,7 @@ def test_scenario_b_runs_the_sequence_and_ends_as_the_rules_say(lab_for):
     assert all(s["verdict"] == "same" for s in steps[1:])
     # No switch: the stack was left alone, and the Deployment is back at 3.
     assert lab.stack.calls == []
-    # The timings, from the cluster's own clocks, beside the seed's.
+    # The timings, from the cluster's own clocks, beside the demo guide's.
     numbers = _numbers(report)
     created = [p for p in lab.cluster.log if p[1].startswith("NodeClaim")]
     assert numbers[_name("B", burst.M_NODECLAIM)] in (1.0, 2.0)
@@ -911,7 +911,7 @@ def test_scenario_a_rank_decides(lab_for):
     # 15 -> 12 the 12 pods on nodes holding 4 tie on rank, and rule 6 takes the most recently
     # Ready — the 4-pod cloud node's, Ready half a minute after the hybrid pods, in a younger
     # log2 bucket. At 12 -> 10 only the hybrid nodes still hold 4: hybrid pods go before cloud
-    # pods (A's point, REFERENCE §6: it depends on how Karpenter packed the 7).
+    # pods (A's point, docs/scale-in.md: it depends on how Karpenter packed the 7).
     assert [_removed(s) for s in steps[1:]] == [(0, 3), (2, 0), (4, 3)]
     assert all(s["verdict"] == "same" for s in steps[1:])
     assert all(p["cost"] is None for s in steps[1:] for p in s["removed"])
@@ -1178,12 +1178,12 @@ def neighbour_summary_of(name: str, node: str, cpu: str) -> dict:
 
 def test_an_interrupt_in_the_middle_puts_the_scenario_back(lab_for):
     lab = lab_for(scenario="A", faults=Faults(fail_at_12=KeyboardInterrupt()))
-    # Ctrl-C: exit 1 with the folder kept (issue 17 item 3); the restore previews before it
+    # Ctrl-C: exit 1 with the folder kept (a run never loses its folder); the restore previews before it
     # applies (item 6).
     assert lab.run("--scenarios", "B") == 1
     assert lab.stack.calls[-3:] == [("set", burst.SCENARIO_KEY, "A"), ("preview", "A"), ("up", "A")]
     assert lab.cluster.scenario == "A"
-    # The folder is kept (issue 17 item 3), its report saying the run was interrupted.
+    # The folder is kept (a run never loses its folder), its report saying the run was interrupted.
     checks = _checks(lab.report())
     assert checks["run completed"]["seen"].startswith("interrupted (Ctrl-C)")
 
@@ -1415,7 +1415,7 @@ def test_every_new_command_has_help():
 
 
 def test_a_step_whose_victims_the_controllers_clock_decided_is_not_unexplained():
-    """Issue 17 item 12: the forecast called a and b undecided (Ready 34 s and 35 s ago, a log2
+    """The controller's clock window: the forecast called a and b undecided (Ready 34 s and 35 s ago, a log2
     bucket edge within the sync lag and skew); the controller took b. Explained, not a FAIL."""
     snapshot = [{"name": n, "node": "n1", "place": "cloud", "cost": None, "phase": "Running",
                  "deleting": False} for n in ("a", "b", "c")]

@@ -468,7 +468,7 @@ def test_python_m_rehearse_report_replays_a_recorded_run(tmp_path):
 
 
 def test_ctrl_c_after_the_deletion_keeps_the_record_that_the_leader_pod_was_deleted(lab_for, monkeypatch, capsys):
-    """Issue 17 item 3: the run folder survives an interrupt, with the deletion in it."""
+    """The run folder survives an interrupt, with the deletion in it."""
     from rehearse import failover
 
     lab = lab_for()
@@ -604,7 +604,7 @@ def test_recorded_healthy_failover_gives_exact_figures():
 
 
 def test_the_handover_beside_aws_3_to_5_s_says_its_clock_bound():
-    """Issue 17 item 14: the handover is the new acquireTime (a gateway node's clock) less the
+    """The clock bound: the handover is the new acquireTime (a gateway node's clock) less the
     deletion moment, which is this machine's clock when it agrees with the API server's within
     ±1.5 s: the figure beside AWS's 3–5 s says so, in report.md and report.json alike."""
     healthy = {m["name"]: m for m in _fixture("failover-healthy")["measurements"]}[HANDOVER]

@@ -389,7 +389,7 @@ def test_a_window_option_reaches_the_log_request_and_the_analysis(emulator, veri
 def test_a_stack_without_the_gpu_host_cannot_run(emulator, verify):
     code, folder, report, out, err = verify(drop=("demo3",))
     assert code == 2
-    # The run's folder is kept (issue 17 item 3), its report saying why the run failed.
+    # The run's folder is kept (a run never loses its folder), its report saying why the run failed.
     assert report["checks"][0]["name"] == "run completed" and "no GPU host" in report["checks"][0]["seen"]
     assert err.count("\n") == 1 and "Traceback" not in err
     assert "gpuEnabled" in err and "pulumi up" in err
@@ -438,7 +438,7 @@ def test_recorded_run_gives_the_figures_worked_out_by_hand(tmp_path):
     markdown = (folder / "report.md").read_text()
     assert markdown == report.to_markdown()
     assert "| client latency p95 | 0.52 s |" in markdown
-    assert "| vLLM image pull (kubelet) | 267.912 s | 4m28s (268 s) in the seed, ~10 GB |" in markdown
+    assert "| vLLM image pull (kubelet) | 267.912 s | 4m28s (268 s) in the demo guide, ~10 GB |" in markdown
 
 
 # --- the parsers ----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""`python -m rehearse predict`: which pods a ReplicaSet scale-in deletes, and why (REFERENCE §6).
+"""`python -m rehearse predict`: which pods a ReplicaSet scale-in deletes, and why (docs/scale-in.md).
 
 The model is checked against the controller's own unit tests, ported case by case:
 - ``TestSortingActivePodsWithRanks`` from kubernetes ``pkg/controller/controller_utils_test.go``
@@ -16,7 +16,7 @@ The rules themselves were read in the same mmorel-35 commit's ``pkg/controller/c
 ``getIndirectlyRelatedPods``), and ``GetDeletionCostFromPodAnnotations`` in
 ``pkg/apis/core/helper/helpers.go``.
 
-Then the lab's own scenarios (REFERENCE §6, end): 8 pods on two hybrid nodes, 7 on Karpenter
+Then the lab's own scenarios (docs/scale-in.md#what-each-scenario-should-show): 8 pods on two hybrid nodes, 7 on Karpenter
 nodes, scaled 15 -> 12 -> 10 -> 3 under A (no costs), B (Kyverno's "1" on hybrid pods) and C
 (Karpenter's negative ranks as well); then the command, offline and live against the emulator.
 """
@@ -713,7 +713,7 @@ def test_live_reads_the_current_replicasets_pods_and_ranks_by_all_its_replicaset
     assert code == 2 and err.strip() == "error: Deployment demo-burst/nope not found"
 
 
-# --- the controller's clock: sync lag and skew (issue 17 item 12) --------------------------------
+# --- the controller's clock: sync lag and skew (docs/scale-in.md) --------------------------------
 
 def edge_pods() -> list[dict]:
     """Ready 34 s and 35 s ago: buckets 34 and 35 at the snapshot (2^35 ns ≈ 34.36 s); half a

@@ -1,6 +1,6 @@
 """Demo 2 as numbers: scale the ``burst`` Deployment 3 -> 15 -> 12 -> 10 -> 3 under scenarios
-A, B and C (seed 002 §5) and measure which pods each scale-in removes, beside what
-``rehearse.predict`` forecast and what the scenario's rule says (REFERENCE §6).
+A, B and C (docs/demo-guide.md#demo-2-bursting-and-scale-in) and measure which pods each scale-in removes, beside what
+``rehearse.predict`` forecast and what the scenario's rule says (docs/scale-in.md#what-each-scenario-should-show).
 
 For each scenario asked (``--scenarios A B C``; default the stack's current one) the run
 switches the stack's ``burstScenario`` through the Pulumi Automation API and runs ``pulumi up``
@@ -11,13 +11,13 @@ place — B and C: Kyverno's admission and background controllers may ``get node
 hybrid nodes carry ``pod-deletion-cost: "1"`` within seconds; C: the running Karpenter has
 ``PodDeletionCostManagement`` on, is 1.15.0 or later and may patch pods, and the NodePool's
 budget is 100%; A: nobody writes costs. A scenario that is not in place is refused, not
-measured. Then the seed's sequence: the time from the scale to 15 until the first NodeClaim
-exists and until all 15 pods are Ready (cluster clocks, beside the seed's 1-2 s and 37-38 s);
+measured. Then the demo guide's sequence: the time from the scale to 15 until the first NodeClaim
+exists and until all 15 pods are Ready (cluster clocks, beside the demo guide's 1-2 s and 37-38 s);
 before each scale-in a snapshot and the forecast; after it the pods removed (hybrid or cloud,
 node, cost), Karpenter's evictions (``DisruptionTarget``) told apart from scale-in victims. After
-the last scale-in the consolidation watch (``--watch S``, default 180, 0 skips it) asks seed 002
+the last scale-in the consolidation watch (``--watch S``, default 180, 0 skips it) asks the demo guide
 §7's open question: does Karpenter disrupt a cloud node whose burst pods would fit in the hybrid
-nodes' free room (it should not, REFERENCE §4)? It records every NodeClaim and node that goes,
+nodes' free room (it should not, docs/karpenter.md#interruption-discovery-nodepool)? It records every NodeClaim and node that goes,
 every burst pod that goes or appears and where, and Karpenter's events (``DisruptionTerminating``,
 ``DisruptionBlocked``, ``Unconsolidatable``...), and answers per scenario with that evidence. The
 stack's original scenario is put back at the end, also on an interrupt or a failure.

@@ -22,7 +22,7 @@ from rehearse.burst.watch import consolidation_answer, consolidation_check
 # --- the analysis (pure: events -> report) ---------------------------------------------------------
 
 def rank_of(pods: list[dict], pod: dict) -> int:
-    """Related active pods on the pod's node, itself included (REFERENCE §6, rule 5)."""
+    """Related active pods on the pod's node, itself included (docs/scale-in.md#the-replicaset-controllers-ranking, rule 5)."""
     return len([p for p in pods if active(p) and p.get("node") == pod.get("node")])
 
 
@@ -105,7 +105,7 @@ def compare(snapshot: list[dict], victims: list[dict], forecast: Optional[dict],
               f"{', '.join(extra) or 'no other pod'} — " + ", ".join(
                   f"{n} (cost {key(n)[0]}, rank {key(n)[1]})" for n in missing + extra))
     return "unexplained", (detail + ": no tie, eviction or cost change explains it; check the "
-                           "cluster's kube-controller-manager against REFERENCE §6, and the "
+                           "cluster's kube-controller-manager against docs/scale-in.md#the-replicaset-controllers-ranking, and the "
                            "predictor")
 
 
@@ -188,7 +188,7 @@ def _victim_text(pod: dict) -> str:
 
 def _rule_check(scenario: str, rows: list[StepRow], snapshots: dict[int, list[dict]],
                 settled: Optional[dict]) -> Check:
-    """What the scenario should show (REFERENCE §6): A — nobody writes costs and rule 5
+    """What the scenario should show (docs/scale-in.md#what-each-scenario-should-show): A — nobody writes costs and rule 5
     decides (the pods on the nodes holding the most burst pods go first); B — every cost-0
     cloud pod goes before any cost-1 hybrid pod; C — Karpenter's negative-cost cloud pods
     first, then cost 0, then hybrid (1)."""
@@ -243,7 +243,7 @@ def _rule_check(scenario: str, rows: list[StepRow], snapshots: dict[int, list[di
     if problems:
         return Check(name, FAIL, "; ".join(problems),
                      "see the step table: the scenario's writers or the controller did not act as "
-                     "REFERENCE §6 says")
+                     "docs/scale-in.md#what-each-scenario-should-show says")
     if not facts:
         return Check(name, SKIP, "no scale-in measured")
     return Check(name, PASS, "; ".join(facts))

@@ -144,7 +144,7 @@ def capacity_check(observed: dict, settings: dict) -> Check:
         return Check(CHECK_CAPACITY, PASS, f"{seen}: {total} fit, a {total + 1}th does not", "", command)
     if total > expected:
         consequence = (f"{total} fit: at {settings['peak']} only {settings['peak'] - total} burst to "
-                       "the cloud and the scale-ins show other numbers than the seed's")
+                       "the cloud and the scale-ins show other numbers than the demo guide's (docs/demo-guide.md#demo-2-bursting-and-scale-in)")
     else:
         consequence = (f"only {total} fit: {settings['peak'] - total} burst to the cloud instead of "
                        f"{settings['peak'] - expected}")

@@ -23,7 +23,7 @@ KYVERNO_NS = "kyverno"
 KYVERNO_CONTROLLERS = (("admission", "kyverno-admission-controller"),
                        ("background", "kyverno-background-controller"))
 KYVERNO_CONFIGMAP = "kyverno"
-#: The default filters drop bindings; the lab re-enables them (REFERENCE §5).
+#: The default filters drop bindings; the lab re-enables them (docs/scale-in.md#kyvernos-policy-scenarios-b-and-c).
 BINDING_FILTERS = ("[Pod/binding,*,*]", "[Binding,*,*]")
 KARPENTER_NS, KARPENTER_DEPLOYMENT, KARPENTER_SA = "kube-system", "karpenter", "karpenter"
 KARPENTER_POD_LABEL = ("app.kubernetes.io/name", "karpenter")
@@ -36,10 +36,10 @@ SCENARIO_WORDS = {"A": "no policy, Karpenter's gate off",
                   "B": "Kyverno writes pod-deletion-cost \"1\" on hybrid pods",
                   "C": "B plus Karpenter's podDeletionCostManagement"}
 DEFAULT_SEQUENCE = (3, 15, 12, 10, 3)
-#: Seed 002 §5: four burst pods per hybrid node on two hybrid nodes (stacks/capacity.py).
+#: The demo guide (docs/demo-guide.md#demo-2-bursting-and-scale-in): four burst pods per hybrid node on two hybrid nodes (docs/capacity.md).
 HYBRID_NODES, PODS_PER_HYBRID_NODE = 2, 4
-SEED_NODECLAIM = "seed: 1–2 s"
-SEED_READY = "seed: 37–38 s"
+SEED_NODECLAIM = "demo guide: 1–2 s"
+SEED_READY = "demo guide: 37–38 s"
 SAR_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 
 DEFAULTS = {"interval": 0.5, "timeout": 300.0, "within": 15.0, "rank_timeout": 150.0, "pause": 5.0,

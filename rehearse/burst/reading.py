@@ -21,7 +21,7 @@ def _condition(obj: dict, kind: str) -> Optional[dict]:
 
 
 def cost_of(value: Optional[str]) -> int:
-    """The ReplicaSet controller's reading of a pod-deletion-cost (REFERENCE §6): absent or
+    """The ReplicaSet controller's reading of a pod-deletion-cost (docs/scale-in.md#the-replicaset-controllers-ranking): absent or
     invalid counts as 0."""
     if value is None or not re.fullmatch(r"-?[1-9][0-9]*|0", value):
         return 0

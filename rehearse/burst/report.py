@@ -176,9 +176,9 @@ def _analyse_burst(events: list[dict], settings: dict, report: BurstReport) -> R
     report.data = {"scenarios": {r.scenario: _result_json(r) for r in results}}
     report.notes.append("Times are the cluster's own: NodeClaim creationTimestamp and the pods' "
                         "Ready conditions, against the scale (the first pod the scale created), in "
-                        "whole seconds. The seed measured each scenario once (seed 002 §5).")
+                        "whole seconds. The demo guide measured each scenario once (docs/demo-guide.md#demo-2-bursting-and-scale-in).")
     report.notes.append("pod-deletion-cost is a preference: it does not apply to node failures or "
-                        "evictions (seed 002 §5's talking point); Karpenter's evictions are listed "
+                        "evictions (the demo guide's talking point, docs/demo-guide.md#demo-2-bursting-and-scale-in); Karpenter's evictions are listed "
                         "apart from the scale-in's victims.")
     return report
 
@@ -221,7 +221,7 @@ def _scenario_section(result: ScenarioResult, settings: dict) -> str:
         if r.verdict in ("explained", "unexplained"):
             lines.append(f"  {'⚠ ' if r.verdict == 'unexplained' else ''}Divergence: {r.explanation}")
         lines.append("")
-    lines += ["| timing | measured | seed |", "|---|---|---|",
+    lines += ["| timing | measured | demo guide |", "|---|---|---|",
               f"| scale to 15 → first NodeClaim | {_fmt(result.nodeclaim_s)} | 1–2 s |",
               f"| scale to 15 → all 15 Ready | {_fmt(result.ready_s)} | 37–38 s |", ""]
     if result.aborted:

@@ -102,7 +102,7 @@ def settings_from(ctx: Any, mode: str) -> Settings:
     sequence = tuple(int(n) for n in (demo2.get("scaleSequence") or DEFAULT_SEQUENCE))
     if len(sequence) < 3 or max(sequence) != sequence[1]:
         raise RunError(f"the stack's demo2 scaleSequence {list(sequence)} is not a scale-up "
-                       "followed by scale-ins (the seed's is 3, 15, 12, 10, 3)")
+                       "followed by scale-ins (the demo guide's is 3, 15, 12, 10, 3)")
     options = ctx.options
 
     def number(key: str) -> float:

@@ -85,7 +85,7 @@ def clear_costs(cluster: "Cluster", scenario: str) -> list[dict]:
     """After a restore: removes from the running burst pods the deletion costs ``scenario``
     does not write — in A every one, in B all but Kyverno's "1" (Karpenter's negative ranks);
     C writes both. Deleting the ClusterPolicy or turning Karpenter's gate off stops new
-    writes but leaves the values on the pods (the seed's ``karpenter-gate.sh off`` strips
+    writes but leaves the values on the pods (the demo guide's ``karpenter-gate.sh off`` strips
     them; DeletionCostRanks strips Karpenter's only), and A would then rank like B.
     Stripping, not a rollout restart: the pods stay (no new pods, no NodeClaims, nothing to
     wait for), and it is exactly the annotation ``verify burst`` checks."""

@@ -16,7 +16,7 @@ from rehearse.burst.capacity import capacity
 
 EXPECTATION = ("Karpenter disrupts no cloud node whose burst pods would fit in the hybrid "
                "nodes' free room: it does not manage hybrid nodes (no NodeClaim), though it "
-               "counts them as capacity when simulating consolidation (REFERENCE §4)")
+               "counts them as capacity when simulating consolidation (docs/karpenter.md#interruption-discovery-nodepool)")
 
 
 #: Under WhenEmpty, Karpenter's consolidation methods skip non-empty nodes without an event
@@ -24,7 +24,7 @@ EXPECTATION = ("Karpenter disrupts no cloud node whose burst pods would fit in t
 WHEN_EMPTY_NOTE = ("with consolidationPolicy WhenEmpty Karpenter considers only empty nodes and "
                    "says nothing about the others (no Unconsolidatable event), so this shows the "
                    "policy at work; whether its consolidation simulation would use the hybrid "
-                   "room (REFERENCE §4: it counts hybrid nodes as capacity) is put to the test "
+                   "room (it counts hybrid nodes as capacity: docs/karpenter.md#interruption-discovery-nodepool) is put to the test "
                    "only under WhenEmptyOrUnderutilized")
 
 

@@ -1011,7 +1011,7 @@ def in_place(scenario: str, checks: list[Check], measuring: bool = True) -> Chec
 def _quantity_cpu(value: Any) -> Optional[int]:
     if value is None:
         return None
-    from stacks.scheduling import cpu_millis
+    from offline.scheduling import cpu_millis
 
     return cpu_millis(value)
 
@@ -1046,7 +1046,7 @@ def nodepool_check(observed: dict, settings: dict) -> Check:
 
 
 def _burst_request(observed: dict):
-    from stacks.scheduling import pod_request
+    from offline.scheduling import pod_request
 
     deployment = observed.get("deployment") or {}
     if not deployment.get("found"):
@@ -1079,8 +1079,8 @@ def capacity(observed: dict) -> dict:
     container). Each node's allocatable is also set beside stacks.capacity's EKS AMI formula
     (capacity - kube-reserved), which sized the burst request: a kubelet reserving more shows
     there."""
-    from stacks.capacity import kube_reserved_cpu_m
-    from stacks.scheduling import Request, memory_mib, pod_request
+    from components.capacity import kube_reserved_cpu_m
+    from offline.scheduling import Request, memory_mib, pod_request
 
     request = _burst_request(observed)
     tolerations = (observed.get("deployment") or {}).get("tolerations") or []

@@ -3,7 +3,7 @@
 The ports are read from what the tools build — iperf3's command lines and pod manifests,
 hostnet's probe pods, the gateway's proxy paths, the vLLM service proxy — never retyped here;
 each must be listed in ``rehearse/flows.py`` (and nothing else listed), each listed flow must be
-in the reachability model's table (``stacks/reachability.py`` FLOWS), and the model must find it
+in the reachability model's table (``offline/reachability.py`` FLOWS), and the model must find it
 ALLOWED over what the dev stack registers (the GPU one over the dev stack with ``gpuEnabled``).
 A tool that moves to a port the lab drops fails here, before a presenter finds out on stage.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rehearse import flows, gateway, gpu, hostnet, throughput
-from stacks import reachability
+from offline import reachability
 from stacks.layers import demo
 
 CHART = Path(__file__).resolve().parents[2] / "shared" / "charts" / "eks-hybrid-nodes-gateway"
@@ -128,5 +128,5 @@ def test_the_tools_ports_are_the_ones_the_lab_opens_and_the_chart_serves():
 def test_a_blocked_connection_names_its_flow_and_what_opens_it():
     text = flows.blocked_text("gateway-throughput", "hybrid → cloud")
     assert text.startswith("hybrid pods (node IP) or hybrid pods (pod IP) → rehearsal pods (cloud), TCP 5201")
-    assert "stacks/layers/demo.py" in text and "python -m stacks.plan" in text
+    assert "stacks/layers/demo.py" in text and "python -m offline.plan" in text
     assert flows.blocked_text("nothing", "here") == ""

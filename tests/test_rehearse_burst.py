@@ -1352,7 +1352,7 @@ def test_compare_explains_a_tie_and_a_cost_change():
 
 
 def test_capacity_sets_allocatable_beside_the_formula_that_sized_the_request():
-    from stacks.capacity import BURST_PODS_PER_HYBRID_NODE
+    from components.capacity import BURST_PODS_PER_HYBRID_NODE
 
     assert burst.PODS_PER_HYBRID_NODE == BURST_PODS_PER_HYBRID_NODE
     observed = {"deployment": {"found": True, "tolerations": [

@@ -26,7 +26,7 @@ from botocore.exceptions import (BotoCoreError, ClientError, ConnectTimeoutError
                                  EndpointConnectionError, NoCredentialsError,
                                  PartialCredentialsError)
 
-from ops.principals import same_role
+from components.principals import same_role
 
 PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
 
@@ -652,7 +652,7 @@ def check_names_free(session: boto3.Session, needs: LabNeeds) -> Check:
                      f"give this stack a name no one uses in {needs.region}: pulumi config set "
                      f"{setting} <name> (by default it is hybrid-lab-<stack>); if they are what "
                      "an earlier run of this lab left behind, remove them (python -m "
-                     "stacks.leftovers lists them with the commands)")
+                     "ops.leftovers lists them with the commands)")
     if unchecked:
         action, exc = unchecked[0]
         return _call_failed(name, action, exc)

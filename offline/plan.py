@@ -1,6 +1,6 @@
 """The offline plan: what `pulumi up` would build for a stack, without AWS or the Pulumi CLI.
 
-    python -m stacks.plan [--stack dev]
+    python -m offline.plan [--stack dev]
 
 Reads ``Pulumi.<stack>.yaml``, runs the real program against a stand-in for AWS and prints the
 layers in creation order with their resources, the destroy order, cost and time, where every
@@ -21,14 +21,14 @@ from typing import Optional, TextIO
 from components.eks_versions import (EXTENDED_SUPPORT_USD_PER_HOUR, STANDARD_SUPPORT_USD_PER_HOUR,
                                      SUPPORT_TYPE, support_window)
 from stacks.config import LAYERS, ConfigError
-from stacks import chart_render, reachability, scheduling
+from offline import chart_render, reachability, scheduling
 from stacks.costs import READ_ON
 from stacks.costs import estimate as estimate_costs
 from stacks.costs import totals as cost_totals
-from stacks.timing import (SAFETY_FACTOR, awaits, estimate_destroy, estimate_layer_by_layer,
+from offline.timing import (SAFETY_FACTOR, awaits, estimate_destroy, estimate_layer_by_layer,
                            estimate_up)
-from stacks.pulumi_cli import CliConfigError, StackFileError
-from stacks.offline import ProgramRun, load_stack_config, provider_default_tags, run_program
+from offline.pulumi_cli import CliConfigError, StackFileError
+from offline.runner import ProgramRun, load_stack_config, provider_default_tags, run_program
 
 _MAX_NAMES = 4
 
@@ -102,8 +102,8 @@ def render(run: ProgramRun, out: TextIO) -> None:
 
 def _render_values_not_read(run: ProgramRun, out: TextIO) -> None:
     """The values the lab sets that the chart source the models render does not read: the
-    inert-value test allows exactly these (stacks/chart_render.py NOT_READ)."""
-    out.write("\nChart values not read by the chart source here (stacks/chart_render.py)\n")
+    inert-value test allows exactly these (offline/chart_render.py NOT_READ)."""
+    out.write("\nChart values not read by the chart source here (offline/chart_render.py)\n")
     found = [(release, path, why) for release in chart_render.registered_releases(run)
              for path, why in chart_render.documented_not_read(release).items()]
     for release, path, why in found:
@@ -144,7 +144,7 @@ def _render_costs(run: ProgramRun, out: TextIO) -> None:
 def _render_times(run: ProgramRun, out: TextIO) -> None:
     up, down = estimate_up(run), estimate_destroy(run)
     layered = estimate_layer_by_layer(run)
-    out.write("\nTime (critical path; typical durations per resource type in stacks/timing.py)\n")
+    out.write("\nTime (critical path; typical durations per resource type in offline/timing.py)\n")
     out.write(f"  pulumi up       ~{up.seconds / 60:.0f} min: {' -> '.join(up.chain)}\n")
     out.write(f"  pulumi destroy  ~{down.seconds / 60:.0f} min: {' -> '.join(down.chain)}\n")
     out.write(f"  layer by layer  ~{layered / 60:.0f} min (if each layer waited for the whole "
@@ -164,7 +164,7 @@ def _render_times(run: ProgramRun, out: TextIO) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stacks.plan", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m offline.plan", description=__doc__.split("\n")[0])
     parser.add_argument("--stack", default="dev",
                         help="stack whose Pulumi.<stack>.yaml to plan (default: dev)")
     parser.add_argument("--stack-file", type=Path, metavar="PATH",
@@ -198,6 +198,6 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except BrokenPipeError:
-        # `python -m stacks.plan | head`: the reader left; that is not an error.
+        # `python -m offline.plan | head`: the reader left; that is not an error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)

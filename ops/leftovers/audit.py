@@ -1,6 +1,6 @@
 """The leftovers audit: what one stack of the lab caused in an AWS account and is still there.
 
-Run after ``pulumi destroy`` (``python -m stacks.leftovers``). Read-only: every AWS request is a
+Run after ``pulumi destroy`` (``python -m ops.leftovers``). Read-only: every AWS request is a
 Describe, List or Get call. Each check takes a boto3 ``Session`` and a ``Scope`` and returns
 ``Leftover`` records; ``scan`` runs them all and collects what could not be looked at.
 

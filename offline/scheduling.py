@@ -7,10 +7,10 @@ A small, explicit model of the kube-scheduler and the DaemonSet controller, over
   hybrid hosts (the labels and taints their NodeConfig registers them with, read back from their
   user data, plus the ``compute-type=hybrid`` label nodeadm adds), and one node of each instance
   type the Karpenter NodePool may launch (its template labels and taints). Allocatable CPU and
-  memory come from ``stacks/capacity.py``.
+  memory come from ``components/capacity.py``.
 - **Pods**: the lab's Deployments as registered; each Helm release's DaemonSets and
   Deployments as Helm's own engine renders them from the registered values, name and namespace
-  (``stacks/chart_render.py``: rendered here when helm-python-sdk and the chart sources are
+  (``offline/chart_render.py``: rendered here when helm-python-sdk and the chart sources are
   present, else the render it recorded for exactly those values; a release with neither is
   listed as not modelled); the EKS add-ons' pods from their documented defaults
   (``EKS_ADDONS``).
@@ -42,9 +42,9 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, TextIO
 import yaml
 
 from components.instance_types import architecture
-from stacks import chart_render
-from stacks.capacity import HYBRID_MAX_PODS, allocatable
-from stacks.offline import ProgramRun, Registration, Secret
+from offline import chart_render
+from components.capacity import HYBRID_MAX_PODS, allocatable
+from offline.runner import ProgramRun, Registration, Secret
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -457,7 +457,7 @@ def _pod_workload(obj: Mapping[str, Any], source: str) -> Workload:
 
 def release_renders(run: ProgramRun) -> list[chart_render.Rendered]:
     """Each registered release's workloads, rendered by Helm here or recorded by it
-    (``stacks/chart_render.py``)."""
+    (``offline/chart_render.py``)."""
     return [chart_render.release_workloads(release)
             for release in sorted(chart_render.registered_releases(run), key=lambda r: r.chart)]
 
@@ -714,7 +714,7 @@ class SchedulingModel:
     unschedulable: list[str]
     intruders: list[str]
     burst: Optional[BurstCapacity]
-    #: How each release's pods were read (stacks/chart_render.py).
+    #: How each release's pods were read (offline/chart_render.py).
     renders: list[chart_render.Rendered] = field(default_factory=list)
 
     @property
@@ -727,7 +727,7 @@ class SchedulingModel:
         """Instance types whose size the model does not know (their capacity is not checked),
         and the releases whose pods are not modelled (what they place and ask is not checked)."""
         sizes = sorted({f"capacity of {n.instance_type} nodes ({n.role}): size unknown to "
-                        "stacks/capacity.py" for n in self.nodes if n.allocatable == UNKNOWN_SIZE})
+                        "components/capacity.py" for n in self.nodes if n.allocatable == UNKNOWN_SIZE})
         return sizes + self.unmodelled
 
     @property
@@ -787,7 +787,7 @@ def _where(result: Schedule, placement: Placement) -> str:
 
 def render(model: SchedulingModel, out: TextIO) -> None:
     out.write("\nScheduling (model over the registered nodes, taints and pods, charts' pods as "
-              "Helm renders the registered values; stacks/scheduling.py)\n")
+              "Helm renders the registered values; offline/scheduling.py)\n")
     out.write(f"  chart releases: {_origins(model.renders)}\n")
     groups = Counter((n.role, n.instance_type, n.allocatable.cpu_m)
                      for n in model.nodes if not n.elastic)

@@ -758,7 +758,7 @@ def _origins(renders: Sequence[chart_render.Rendered]) -> str:
         parts.append(f"{counts['helm']} rendered by Helm here")
     if counts["recorded"]:
         parts.append(f"{counts['recorded']} from Helm's recorded render "
-                     f"(stacks/{chart_render.RECORDED.name}, same values)")
+                     f"(offline/{chart_render.RECORDED.name}, same values)")
     if counts[""]:
         parts.append(f"{counts['']} NOT MODELLED")
     return ", ".join(parts) or "none"

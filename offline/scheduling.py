@@ -37,7 +37,7 @@ import itertools
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping, Optional, Sequence, TextIO
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import yaml
 
@@ -762,60 +762,3 @@ def _origins(renders: Sequence[chart_render.Rendered]) -> str:
     if counts[""]:
         parts.append(f"{counts['']} NOT MODELLED")
     return ", ".join(parts) or "none"
-
-
-# --- the plan's summary -------------------------------------------------------------------------
-
-def _where(result: Schedule, placement: Placement) -> str:
-    by_name = {n.name: n for n in result.nodes}
-    parts = []
-    roles = Counter()
-    for name, count in placement.nodes.items():
-        if count and not by_name[name].elastic:
-            roles[by_name[name].role] += count
-    for role, count in sorted(roles.items()):
-        parts.append(f"{count} on {role}")
-    if placement.workload.kind == "DaemonSet" and any(
-            placement.nodes[n.name] for n in result.nodes if n.elastic):
-        parts.append("each burst node")
-    if placement.karpenter:
-        parts.append(f"{placement.karpenter} on Karpenter burst nodes")
-    if placement.pending:
-        parts.append(f"{placement.pending} PENDING")
-    return ", ".join(parts) or "nowhere"
-
-
-def render(model: SchedulingModel, out: TextIO) -> None:
-    out.write("\nScheduling (model over the registered nodes, taints and pods, charts' pods as "
-              "Helm renders the registered values; offline/scheduling.py)\n")
-    out.write(f"  chart releases: {_origins(model.renders)}\n")
-    groups = Counter((n.role, n.instance_type, n.allocatable.cpu_m)
-                     for n in model.nodes if not n.elastic)
-    out.write("  nodes: " + ", ".join(
-        f"{role} {count}x {itype} ({cpu}m allocatable)"
-        for (role, itype, cpu), count in sorted(groups.items())) + "\n")
-    burst_types = sorted({n.instance_type for n in model.nodes if n.elastic})
-    if burst_types:
-        taints = sorted({str(t) for n in model.nodes if n.elastic for t in n.taints})
-        out.write(f"  burst: Karpenter nodes of {', '.join(burst_types)}"
-                  f" (taint {', '.join(taints) or 'none'})\n")
-    width = max((len(p.workload.name) for p in model.result.placements), default=10)
-    for p in model.result.placements:
-        count = "" if p.workload.kind == "DaemonSet" else f" x{p.workload.replicas}"
-        out.write(f"  {p.workload.name:<{width}}  {p.workload.kind + count:<15} "
-                  f"{_where(model.result, p)}\n")
-    if model.burst:
-        b = model.burst
-        nodes = ", ".join(f"{name} {alloc}m - {daemons}m daemons" for name, (alloc, daemons)
-                          in sorted(b.nodes.items()))
-        others = ", ".join(f"{name} {n}x{cpu}m" for name, n, cpu in b.co_tenants) or "none"
-        verdict = (f"{b.fewest} fit" if b.fewest == b.most
-                   else f"{b.fewest} to {b.most} fit, depending on where the others land")
-        out.write(f"  hybrid capacity for burst ({b.request_m}m each): {nodes}; shared with "
-                  f"{others}: {verdict}, for every placement of the others\n")
-    for unchecked in model.unchecked:
-        out.write(f"  not checked: {unchecked}\n")
-    problems = model.problems
-    out.write("  problems: " + ("none" if not problems else "") + "\n")
-    for problem in problems:
-        out.write(f"    ! {problem}\n")

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from offline import chart_render, scheduling
+from offline import chart_render, plan, scheduling
 from components.capacity import (allocatable, burst_cpu_request_m, hybrid_allocatable,
                              kube_reserved_cpu_m)
 from offline.runner import ProgramRun
@@ -289,7 +289,7 @@ def test_a_pods_request_is_the_larger_of_its_containers_and_init_containers():
 def test_the_plan_prints_where_each_workload_runs_and_the_hybrid_capacity(dev_run):
     import io
     out = io.StringIO()
-    scheduling.render(scheduling.evaluate(dev_run), out)
+    plan.render_scheduling(scheduling.evaluate(dev_run), out)
     text = out.getvalue()
     assert "burst" in text and "8 on hybrid, 7 on Karpenter burst nodes" in text
     assert "hybrid capacity for burst (900m each)" in text and ": 8 fit" in text

@@ -24,7 +24,8 @@ from botocore.exceptions import BotoCoreError
 
 from components.zones import EKS_UNSUPPORTED_ZONE_IDS
 from ops.preflight.checks import (FAIL, PASS, SKIP, WARN, Check, InstanceNeed, LabNeeds, Run, Which,
-                           counts, run_command, run_preflight)
+                                  run_command)
+from ops.preflight.sequence import counts, run_preflight
 from offline.runner import config_from_stack_file
 from stacks.config import ConfigError, LabConfig
 from stacks.layers.cluster import SYSTEM_NODE_COUNT

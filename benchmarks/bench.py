@@ -25,7 +25,7 @@ _CAPTURE = textwrap.dedent("""
     import json, sys
     sys.path.insert(0, {project!r})
     before = set(sys.modules)
-    from stacks.offline import load_stack_config, run_program
+    from offline.runner import load_stack_config, run_program
     run_program(load_stack_config("dev"))
     print(json.dumps(sorted(m for m in set(sys.modules) - before
                             if m.split(".")[0] in ("pulumi", "pulumi_aws", "pulumi_kubernetes",
@@ -47,7 +47,7 @@ _EVALUATE = textwrap.dedent("""
     import json, resource, sys, time
     start = time.perf_counter()
     sys.path.insert(0, {project!r})
-    from stacks.offline import load_stack_config, run_program
+    from offline.runner import load_stack_config, run_program
     run = run_program(load_stack_config("dev"))
     print(json.dumps({"seconds": time.perf_counter() - start, "resources": len(run.resources()),
                       "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
@@ -63,7 +63,7 @@ def _python(code: str, *args: str) -> dict:
 def _plan_seconds() -> float:
     import time
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "stacks.plan"], cwd=PROJECT, capture_output=True, check=True)
+    subprocess.run([sys.executable, "-m", "offline.plan"], cwd=PROJECT, capture_output=True, check=True)
     return time.perf_counter() - start
 
 

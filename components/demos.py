@@ -179,7 +179,7 @@ def burst(name: str, replicas: int, cpu_request_m: int,
     """Demo 2: prefers hybrid nodes (weight 100) and tolerates their taint, so hybrid fills
     first and the overflow goes to the cloud-burst NodePool (whose taint ``extra_tolerations``
     lets it onto, and nothing else). ``cpu_request_m`` is sized so exactly four pods fit on a
-    default hybrid node (``stacks.capacity.burst_cpu_request_m``)."""
+    default hybrid node (``components.capacity.burst_cpu_request_m``)."""
     spec = deployment(
         name, replicas=replicas, uid=101,
         containers=[nginx_container("web", f"{cpu_request_m}m", "1")],

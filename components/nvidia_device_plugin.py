@@ -51,7 +51,7 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
             # Helm v3 returns once the plugin pod is scheduled on the GPU host (one node, less
             # maxUnavailable 1, leaves none that must be ready), before the host's driver is in.
             # A wait that counts ready pods would also cover the driver install, a possible
-            # reboot and the plugin's CrashLoopBackOff: about 13 min (stacks/timing.py), not
+            # reboot and the plugin's CrashLoopBackOff: about 13 min (offline/timing.py), not
             # Helm's default 300 s.
             timeout=1200,
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.wait_for)),

@@ -1,5 +1,5 @@
 """Every network connection a rehearsal tool makes inside the lab, as a flow of the lab's
-reachability model (``stacks/reachability.py`` ``FLOWS``: source, destination, protocol, port).
+reachability model (``offline/reachability.py`` ``FLOWS``: source, destination, protocol, port).
 
 A tool that connects where the lab's security groups drop the packet measures nothing and
 reports a failure that points elsewhere (iperf3's 5201 from hybrid pods to a
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The model's endpoint names (stacks/reachability.py).
+# The model's endpoint names (offline/reachability.py).
 HYBRID_NODES = "hybrid nodes"
 HYBRID_PODS_NODE_IP = "hybrid pods (node IP)"
 HYBRID_PODS_POD_IP = "hybrid pods (pod IP)"
@@ -97,5 +97,5 @@ def blocked_text(tool: str, what: str) -> str:
     first = found[0]
     sources = " or ".join(dict.fromkeys(c.source for c in found))
     return (f"{sources} → {first.destination}, {first.protocol.upper()} {first.port}, must be "
-            f"allowed by {first.opened_by}; `python -m stacks.plan` prints the reachability "
+            f"allowed by {first.opened_by}; `python -m offline.plan` prints the reachability "
             "model's verdict for it (its BLOCKED line names the rule missing)")

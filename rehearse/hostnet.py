@@ -15,7 +15,7 @@ A source address that is the hybrid node's own IP means node to node across the 
 gateway (Cilium's VTEP, VXLAN to the leader, whose ENI the VPC routes the pod CIDR to). The
 route each reply or request followed in the cloud route tables (longest prefix) is read with
 DescribeRouteTables and shown beside it. The expectation is the lab's reachability model
-(``stacks/reachability.py``) and docs/networking.md#where-a-hybrid-pods-packets-come-from: a host-network pod has the node's address, so
+(``offline/reachability.py``) and docs/networking.md#where-a-hybrid-pods-packets-come-from: a host-network pod has the node's address, so
 both ways go node to node across the Transit Gateway; only pod-CIDR addresses use the gateway.
 
 Host-network pods cannot meet Pod Security "baseline", let alone "restricted": they run in their
@@ -730,7 +730,7 @@ def _verdict(name: str, said: str, found: tuple[str, str, bool], command: str) -
     if expected:
         return Check(name, PASS, seen, command=command)
     return Check(name, FAIL, seen,
-                 "the lab's reachability model (stacks/reachability.py) and docs/networking.md send the "
+                 "the lab's reachability model (offline/reachability.py) and docs/networking.md send the "
                  "hybrid node CIDR over the Transit Gateway and only pod-CIDR addresses through the "
                  "gateway: this cluster does otherwise — tell the presenter, and record it in "
                  "docs/networking.md and the model", command)

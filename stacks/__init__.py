@@ -1,1 +1,1 @@
-"""This lab: its config, the six layers and their wiring, exports and the offline plan."""
+"""What `pulumi up` runs: the lab's config, the six layers and their wiring, the exports and the cost estimate they carry."""

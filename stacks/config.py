@@ -21,7 +21,7 @@ import pulumi
 
 from components.eks_versions import (EXTENDED_SUPPORT_USD_PER_HOUR, STANDARD_SUPPORT_USD_PER_HOUR,
                                      offered_versions, support_window)
-from ops.principals import same_role
+from components.principals import same_role
 
 PROJECT = "eks-hybrid-lab"
 
@@ -539,7 +539,8 @@ def _capacity_violations(parsed: Mapping[str, Any]) -> list[Violation]:
     """The hosts must be instance types whose size the lab knows: demo 2 sizes its burst pods
     from the hybrid hosts' CPU, and demo 3 asks for one GPU."""
     from components import demos
-    from stacks.capacity import burst_cpu_request_m, instance_capacity
+    from components.capacity import burst_cpu_request_m
+    from components.instance_types import instance_capacity
 
     found = []
     hybrid = parsed.get("hybridNodeInstanceType")
@@ -590,14 +591,3 @@ def read_pulumi_config() -> LabConfig:
     # defaults for keys that are absent come from SETTINGS.
     return load_config(values, stack=pulumi.get_stack(), project=pulumi.get_project(),
                        region=pulumi.Config("aws").get("region"))
-
-
-def config_from_stack_file(stack: str, path=None, region: Optional[str] = None) -> LabConfig:
-    """The validated config of ``Pulumi.<stack>.yaml`` (or ``path``), for the command-line tools
-    that run outside Pulumi. ``region`` overrides ``aws:region``."""
-    from stacks.offline import load_stack_config
-
-    raw = load_stack_config(stack, path=path)
-    prefix = f"{PROJECT}:"
-    values = {k[len(prefix):]: v for k, v in raw.items() if k.startswith(prefix)}
-    return load_config(values, stack=stack, region=region or raw.get("aws:region"))

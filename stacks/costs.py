@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+from components.instance_types import vcpus
 from stacks.config import LabConfig
 
 READ_ON = "2026-11-29"
@@ -67,24 +68,11 @@ PRICES: dict[str, dict[str, Price]] = {
         "ec2.m6i.2xlarge": Price(0.472, "hour", _SEOUL_EC2),
         "ec2.m7i.xlarge": Price(0.2478, "hour", _SEOUL_EC2),
         "ec2.m7i.2xlarge": Price(0.4956, "hour", _SEOUL_EC2),
-        "ec2.g6.xlarge": Price(1.00, "hour", "estimate (g6 in Seoul not confirmed: run stacks.preflight)"),
+        "ec2.g6.xlarge": Price(1.00, "hour", "estimate (g6 in Seoul not confirmed: run ops.preflight)"),
     },
 }
 #: Regions without a table use this one's prices (and say so).
 FALLBACK_REGION = "us-east-1"
-
-_SIZE_VCPUS = {"medium": 1, "large": 2, "xlarge": 4}
-
-
-def vcpus(instance_type: str) -> int:
-    """vCPUs of a standard size name (large 2, xlarge 4, Nxlarge 4N)."""
-    size = instance_type.split(".", 1)[1]
-    if size in _SIZE_VCPUS:
-        return _SIZE_VCPUS[size]
-    if size.endswith("xlarge") and size[:-6].isdigit():
-        return 4 * int(size[:-6])
-    raise ValueError(f"cannot tell the vCPUs of {instance_type}")
-
 
 @dataclass(frozen=True)
 class LayerCost:

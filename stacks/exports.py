@@ -6,7 +6,7 @@ import pulumi
 
 from stacks.config import LAYERS
 from components import demos, hybrid_gateway
-from stacks.capacity import burst_cpu_request_m
+from components.capacity import burst_cpu_request_m
 from stacks.costs import estimate as estimate_costs
 from stacks.costs import totals as cost_totals
 from stacks.layers import Lab
@@ -24,7 +24,7 @@ def export_lab(lab: Lab) -> None:
     costs, _ = estimate_costs(cfg, dict(cfg.price_overrides))
     low, high = cost_totals(costs)
     # Approximate on-demand USD per hour with everything built running; the maximum adds
-    # Karpenter's burst at its cap. `python -m stacks.plan` shows the breakdown.
+    # Karpenter's burst at its cap. `python -m offline.plan` shows the breakdown.
     pulumi.export("estimatedHourlyCostUsd", low)
     pulumi.export("estimatedMaxHourlyCostUsd", high)
 
@@ -109,7 +109,7 @@ def export_lab(lab: Lab) -> None:
         pulumi.export("demo2", {
             "namespace": burst,
             "scenario": cfg.burst_scenario,
-            # Four per hybrid host next to demo 1's pods (stacks/capacity.py): the number for
+            # Four per hybrid host next to demo 1's pods (components/capacity.py): the number for
             # the slide, where the demo guide said 930m (docs/capacity.md#930m-versus-900m).
             "cpuRequestPerPod": f"{burst_cpu_request_m(cfg.hybrid_node_instance_type, demos.hybrid_co_tenant_cpu_m())}m",
             "scaleSequence": list(demo_layer.BURST_SCALE_SEQUENCE),

@@ -18,7 +18,7 @@ if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
 from stacks.config import PROJECT  # noqa: E402
-from stacks.offline import ProgramRun, _config_string, load_stack_config, run_program  # noqa: E402
+from offline.runner import ProgramRun, _config_string, load_stack_config, run_program  # noqa: E402
 
 #: The dev stack's config: the defaults, written out, in ap-northeast-2.
 DEV_CONFIG = load_stack_config("dev")

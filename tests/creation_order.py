@@ -57,7 +57,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from stacks.offline import ProgramRun, Registration, Secret
+from offline.runner import ProgramRun, Registration, Secret
 from tests.graph import DestroyGraph
 
 CLUSTER_TYPE = "aws:eks/cluster:Cluster"

@@ -32,7 +32,7 @@ export``) and the lock file (``cancel`` removes it). A write to a closed stdout 
 way, as SIGPIPE ends the Go CLI.
 
 Before ``up`` or ``preview`` runs anything it checks the stack's config the way the real CLI
-does (``stacks/pulumi_cli.py``, ported from pulumi/pulumi ``mergeConfig``): the project is the
+does (``offline/pulumi_cli.py``, ported from pulumi/pulumi ``mergeConfig``): the project is the
 ``Pulumi.yaml`` of the working directory the Automation API runs it in, the stack's config is
 its ``Pulumi.<stack>.yaml`` there (if any) with the state's ``config`` set over it (what
 ``config set`` would have written), and a refused config ends the command with the CLI's
@@ -48,7 +48,7 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from stacks import pulumi_cli  # noqa: E402
+from offline import pulumi_cli  # noqa: E402
 
 SCENARIO_KEY = "eks-hybrid-lab:burstScenario"
 GATEWAY_KEY = "eks-hybrid-lab:gatewayInstanceType"

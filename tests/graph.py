@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Optional
 
-from stacks.offline import ProgramRun, Registration
+from offline.runner import ProgramRun, Registration
 
 
 class DestroyGraph:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from stacks import chart_render
-from stacks.offline import ProgramRun
+from offline import chart_render
+from offline.runner import ProgramRun
 
 #: Tests of charts' pods use Helm's own render, never the recorded one.
 needs_helm = pytest.mark.skipif(chart_render.engine_problem() is not None,

@@ -11,7 +11,7 @@ import ipaddress
 from typing import Any, Iterable
 
 from stacks.config import RFC1918
-from stacks.offline import ProgramRun, Registration, Secret, provider_default_tags
+from offline.runner import ProgramRun, Registration, Secret, provider_default_tags
 
 LOAD_BALANCER_TYPE_PREFIXES = ("aws:lb/", "aws:alb/", "aws:elb/", "aws:elasticloadbalancing",
                                "aws:elasticloadbalancingv2/", "aws:globalaccelerator/")

@@ -13,7 +13,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-from stacks.offline import Registration
+from offline.runner import Registration
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "shared" / "crds"
 CRD_FILES = {

@@ -32,8 +32,8 @@ from typing import Any, Mapping
 import dill
 from pulumi.runtime import rpc
 
-from stacks.fake_cloud import FakeCloud
-from stacks.offline import ProgramRun, Registration, Secret, run_program
+from offline.fake_cloud import FakeCloud
+from offline.runner import ProgramRun, Registration, Secret, run_program
 
 UNKNOWN = rpc.UNKNOWN
 DYNAMIC_PREFIX = "pulumi-python:dynamic"

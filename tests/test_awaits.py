@@ -1,5 +1,5 @@
 """The awaits model: every resource Pulumi waits for outlasts, with a margin, what happens inside
-its await — on the figures the deploy-time estimate uses (stacks/timing.py).
+its await — on the figures the deploy-time estimate uses (offline/timing.py).
 
 Each planted defect below is a copy of a real run with one registration changed back to what
 broke `pulumi up` with gpuEnabled, or to another await that is too short.
@@ -12,9 +12,9 @@ import itertools
 
 import pytest
 
-from stacks import timing
-from stacks.offline import ProgramRun, Registration
-from stacks.timing import (COVERS, DURATIONS, SAFETY_FACTOR, await_limit, await_problems, awaits,
+from offline import timing
+from offline.runner import ProgramRun, Registration
+from offline.timing import (COVERS, DURATIONS, SAFETY_FACTOR, await_limit, await_problems, awaits,
                            estimate_up, go_duration_seconds, schedule)
 
 VARIANTS = [dict(gpuEnabled=False, burstScenario="A")] + [

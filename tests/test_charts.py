@@ -13,8 +13,8 @@ import json
 import pytest
 
 from components.cilium import CHART_OPERATOR_TOLERATIONS
-from stacks import chart_render, plan, scheduling
-from stacks.capacity import HYBRID_DAEMONSET_CPU_M
+from offline import chart_render, plan, scheduling
+from components.capacity import HYBRID_DAEMONSET_CPU_M
 from tests.conftest import run_lab
 from tests.helm_engine import needs_helm, release
 from tests.kube_checks import core_problems
@@ -133,7 +133,7 @@ def test_a_value_equal_to_the_charts_default_is_still_read(dev_run):
 # --- the capacity model's constant is the rendered request ---------------------------------------
 
 def test_the_burst_sizing_counts_the_daemonsets_the_charts_render_on_hybrid_nodes(dev_run):
-    """stacks/capacity.py sizes ``burst`` at program time (no Helm) from HYBRID_DAEMONSET_CPU_M;
+    """components/capacity.py sizes ``burst`` at program time (no Helm) from HYBRID_DAEMONSET_CPU_M;
     the DaemonSets the model places on a hybrid node, Cilium's as Helm renders it, ask that."""
     model = scheduling.evaluate(dev_run)
     [hybrid, *_] = [n for n in model.nodes if n.role == "hybrid"]
@@ -146,12 +146,12 @@ def test_the_burst_sizing_counts_the_daemonsets_the_charts_render_on_hybrid_node
 # --- the recorded render and the fallback --------------------------------------------------------
 
 def test_the_recorded_renders_are_current():
-    """stacks/recorded_renders.json is what Helm renders now for the recorded configs: rewrite
-    it with `python -m stacks.chart_render --write` when values or charts change."""
+    """offline/recorded_renders.json is what Helm renders now for the recorded configs: rewrite
+    it with `python -m offline.chart_render --write` when values or charts change."""
     assert chart_render.RECORDED.exists()
     current = chart_render.dumps(chart_render.record(run_for=run_lab))
     assert chart_render.RECORDED.read_text() == current, (
-        "stale: run python -m stacks.chart_render --write")
+        "stale: run python -m offline.chart_render --write")
 
 
 def test_without_helm_the_model_reads_the_recorded_render(dev_run, monkeypatch):

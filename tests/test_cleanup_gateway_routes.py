@@ -27,7 +27,7 @@ from moto.moto_server import threaded_moto_server
 from moto.server import ThreadedMotoServer
 
 from components.cleanup.gateway_routes import GatewayRouteCleanup, GatewayRouteCleanupProvider
-from stacks.offline import Secret, run_program
+from offline.runner import Secret, run_program
 from tests.fake_kube_api import (CLUSTER, FAKE_AWS_ENV, REGION, FakeApiServer, Pki,
                                  assert_authorized)
 from tests.fake_kube_api import api, fake_aws, pki  # noqa: F401 (fixtures)

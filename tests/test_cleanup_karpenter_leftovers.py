@@ -34,7 +34,7 @@ from moto.core.responses import ActionResult
 from moto.iam.responses import IamResponse
 
 from components.cleanup.karpenter_leftovers import KarpenterLeftoverCleanupProvider
-from stacks.offline import Secret, run_program
+from offline.runner import Secret, run_program
 from tests.fake_kube_api import FAKE_AWS_ENV, REGION
 from tests.fake_kube_api import fake_aws  # noqa: F401 (fixture)
 from tests.offline_guard import forbid_network

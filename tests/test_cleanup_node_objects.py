@@ -14,7 +14,7 @@ import time
 import pytest
 
 from components.cleanup.node_objects import NodeObjectCleanupProvider
-from stacks.offline import Secret, run_program
+from offline.runner import Secret, run_program
 from tests.fake_kube_api import (CLUSTER, FAKE_AWS_ENV, REGION, FakeApiServer, Pki,
                                  assert_authorized)
 from tests.fake_kube_api import api, fake_aws, other_pki, pki  # noqa: F401 (fixtures)

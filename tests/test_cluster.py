@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from stacks.offline import ProgramRun, Registration, Secret
+from offline.runner import ProgramRun, Registration, Secret
 
 CLUSTER = "aws:eks/cluster:Cluster"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"

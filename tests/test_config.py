@@ -13,8 +13,8 @@ from stacks import config as config_module
 from stacks.config import (AVAILABLE_LAYERS, CLUSTER_NAME_MAX, LAYERS, SETTINGS, ConfigError,
                            LabConfig, default_cluster_name, load_config)
 from tests.conftest import PROJECT_DIR, lab_config
-from stacks.fake_cloud import ACCOUNT_ID, FakeCloud
-from stacks.offline import run_program
+from offline.fake_cloud import ACCOUNT_ID, FakeCloud
+from offline.runner import run_program
 
 
 def load(**raw: str) -> LabConfig:

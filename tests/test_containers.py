@@ -16,7 +16,7 @@ from unittest import mock
 import pytest
 
 from components import demos
-from stacks import chart_render
+from offline import chart_render
 from tests.helm_engine import needs_helm
 from tests.kube_checks import as_object, pod_spec_of
 
@@ -57,7 +57,7 @@ IMAGE_FACTS = {
 }
 
 
-#: The charts' images (as Helm renders them, stacks/chart_render.py): Go programs that never ask
+#: The charts' images (as Helm renders them, offline/chart_render.py): Go programs that never ask
 #: for a user name (so their passwd entries do not matter) and, by their charts' own design,
 #: write only to the volumes the chart mounts. What is checked for them is that the rendered pod
 #: gives each container what this says; a chart that brings a new image fails until it is added.

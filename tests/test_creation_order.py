@@ -11,7 +11,7 @@ import itertools
 import pytest
 
 from stacks.config import LAYERS
-from stacks.offline import ProgramRun, Registration
+from offline.runner import ProgramRun, Registration
 from tests import creation_order
 from tests.creation_order import creation_order_problems, outside_cluster_scope, unwaited_references
 

@@ -9,7 +9,7 @@ import copy
 import pytest
 
 from components import demos
-from stacks.offline import ProgramRun, Registration
+from offline.runner import ProgramRun, Registration
 from tests.kube_checks import (CRD_DIR, as_object, core_problems, crd_problems, pod_problems,
                                pod_spec_of)
 

@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 from stacks.config import LAYERS
-from stacks.offline import ProgramRun
+from offline.runner import ProgramRun
 from tests.graph import DestroyGraph
 
 VARIANTS = [dict(gpuEnabled=gpu, burstScenario=s) for gpu, s in itertools.product((False, True), "ABC")]

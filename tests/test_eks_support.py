@@ -12,9 +12,10 @@ import pytest
 
 from components.eks_versions import STANDARD_SUPPORT_ENDS, support_window
 from stacks import config as config_module
-from stacks import costs, plan
+from offline import plan
+from stacks import costs
 from stacks.config import LAB_LIFETIME_DAYS, SETTINGS_BY_KEY, ConfigError, load_config
-from stacks.offline import run_program
+from offline.runner import run_program
 from tests.conftest import lab_config
 
 CLUSTER = "aws:eks/cluster:Cluster"

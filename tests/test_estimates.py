@@ -6,7 +6,7 @@ import pytest
 
 from stacks import costs
 from stacks.config import load_config
-from stacks.timing import (DEPLOYMENT, DURATIONS, SERVICE, estimate_destroy,
+from offline.timing import (DEPLOYMENT, DURATIONS, SERVICE, estimate_destroy,
                            estimate_layer_by_layer, estimate_up, schedule)
 
 

@@ -14,7 +14,7 @@ import pytest
 from parliament import analyze_policy_string
 
 from components.hybrid_gateway import gateway_node_user_data
-from stacks.offline import ProgramRun, Registration
+from offline.runner import ProgramRun, Registration
 from tests.test_user_data import SHELLCHECK
 
 RELEASE = "kubernetes:helm.sh/v3:Release"

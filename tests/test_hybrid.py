@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from components.expiry import ExpiryProvider
-from stacks.offline import ProgramRun, Registration, Secret
+from offline.runner import ProgramRun, Registration, Secret
 
 INSTANCE = "aws:ec2/instance:Instance"
 ACTIVATION = "aws:ssm/activation:Activation"

@@ -9,7 +9,7 @@ import json
 import pytest
 from parliament import analyze_policy_string
 
-from stacks.offline import ProgramRun
+from offline.runner import ProgramRun
 
 # Configurations that add roles; later layers add theirs.
 VARIANTS = [{}, {"gpuEnabled": True, "adminRoleArns": ["arn:aws:iam::111122223333:role/Admin"]}]

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from stacks.offline import ProgramRun, Registration
+from offline.runner import ProgramRun, Registration
 from tests.kube_checks import CRD_DIR, as_object, crd_problems
 
 needs_crds = pytest.mark.skipif(not CRD_DIR.is_dir(), reason=f"no CRDs at {CRD_DIR} (../shared/crds)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stacks.config import AVAILABLE_LAYERS, LAYERS
-from stacks.offline import ProgramRun
+from offline.runner import ProgramRun
 
 LAYER_KINDS = {"network": "Network", "cluster": "Cluster", "hybrid": "Hybrid",
                "gateway": "Gateway", "karpenter": "Karpenter", "demo": "Demo"}

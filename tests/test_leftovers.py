@@ -1,4 +1,4 @@
-"""The leftovers audit (ops/leftovers.py) and its command (python -m stacks.leftovers).
+"""The leftovers audit (ops/leftovers/audit.py) and its command (python -m ops.leftovers).
 
 AWS is moto: in-process (``mock_aws``) for the checks and the command's ``main``, a moto server
 on 127.0.0.1 for the real command in a fresh process (``AWS_ENDPOINT_URL``, fake keys). The
@@ -37,7 +37,7 @@ import dataclasses
 
 import pytest
 
-from stacks.config import config_from_stack_file
+from offline.runner import config_from_stack_file
 from stacks.costs import PRICES
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
@@ -46,9 +46,9 @@ from moto.core.responses import ActionResult
 from moto.ssm.exceptions import InvalidResourceId
 from moto.ssm.responses import SimpleSystemManagerResponse
 
-from ops import leftovers as audit
-from ops.leftovers import Leftover, Report, Scope, find_managed_instances, scan
-from stacks import leftovers as command
+from ops.leftovers import audit
+from ops.leftovers.audit import Leftover, Report, Scope, find_managed_instances, scan
+from ops.leftovers import cli as command
 from tests.fake_kube_api import FAKE_AWS_ENV, REGION
 from tests.fake_kube_api import fake_aws  # noqa: F401 (fixture)
 from tests.test_cleanup_gateway_routes import (aws_session, moto_server,  # noqa: F401 (fixtures)
@@ -597,7 +597,7 @@ def test_command_in_a_fresh_process_against_a_moto_server(dev_account, fake_aws,
                                                               "all_proxy")}
     env.update(FAKE_AWS_ENV, AWS_ENDPOINT_URL=moto_server, NO_PROXY="127.0.0.1,localhost")
     done = subprocess.run(
-        [sys.executable, "-m", "stacks.leftovers", "--stack-file",
+        [sys.executable, "-m", "ops.leftovers", "--stack-file",
          str(write_stack_file(tmp_path, "dev")), "--json"],
         cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done.stderr

@@ -8,7 +8,7 @@ import ipaddress
 import pytest
 
 from components.vpc import plan_subnets
-from stacks.offline import ProgramRun, Registration
+from offline.runner import ProgramRun, Registration
 
 VPC = "aws:ec2/vpc:Vpc"
 SUBNET = "aws:ec2/subnet:Subnet"

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from stacks.fake_cloud import FakeCloud, UnknownInvoke
-from stacks.offline import Secret, run_program
+from offline.fake_cloud import FakeCloud, UnknownInvoke
+from offline.runner import Secret, run_program
 from tests.conftest import lab_config
 
 

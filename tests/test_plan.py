@@ -1,4 +1,4 @@
-"""The README's first command: `python -m stacks.plan`, run as a user runs it."""
+"""The README's first command: `python -m offline.plan`, run as a user runs it."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def plan(*args: str, cwd=PROJECT_DIR) -> tuple[subprocess.CompletedProcess, floa
     slower plan.)"""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PULUMI_"))}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, "-m", "stacks.plan", *args], cwd=cwd, env=env,
+    done = subprocess.run([sys.executable, "-m", "offline.plan", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=60)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -94,7 +94,7 @@ def test_the_plan_on_a_machine_without_helm_reads_the_recorded_render():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PULUMI_"))}
     env["EKS_HYBRID_LAB_CHARTS"] = str(PROJECT_DIR / "no-charts-here")
     blocked = ("import runpy, sys; sys.modules['helm_python'] = None; "
-               "runpy.run_module('stacks.plan', run_name='__main__')")
+               "runpy.run_module('offline.plan', run_name='__main__')")
     done = subprocess.run([sys.executable, "-c", blocked], cwd=PROJECT_DIR, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

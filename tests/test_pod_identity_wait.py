@@ -10,7 +10,7 @@ import time
 import pytest
 
 from components.propagation import POD_IDENTITY_SETTLE_SECONDS, PropagationWaitProvider
-from stacks import timing
+from offline import timing
 
 WAIT = "pulumi-python:dynamic/wait:Propagation"
 ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"

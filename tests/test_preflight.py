@@ -1,4 +1,4 @@
-"""The preflight (`python -m stacks.preflight`): read-only checks that an account and a machine
+"""The preflight (`python -m ops.preflight`): read-only checks that an account and a machine
 can hold the lab.
 
 EC2 and STS come from moto (its ap-northeast-2 offers every default type: m6i.large, m5.xlarge,
@@ -24,10 +24,10 @@ from botocore.stub import Stubber
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
-from ops.preflight import (FAIL, PASS, SKIP, SPOT_ROLE, WARN, CommandResult, LabNeeds,
+from ops.preflight.checks import (FAIL, PASS, SKIP, SPOT_ROLE, WARN, CommandResult, LabNeeds,
                            check_admin_roles, check_aws_cli, check_names_free,
                            check_pulumi_cli, check_spot_role, vcpu_quota_class)
-from stacks.preflight import lab_needs, main
+from ops.preflight.cli import lab_needs, main
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 DEV_STACK = yaml.safe_load((PROJECT_DIR / "Pulumi.dev.yaml").read_text())
@@ -431,7 +431,7 @@ def test_command_against_a_moto_server(tmp_path, monkeypatch):
                # No retries with backoff on the server's 500s for what it does not implement.
                "AWS_MAX_ATTEMPTS": "1"}
         result = subprocess.run(
-            [sys.executable, "-m", "stacks.preflight", "--stack-file", str(stack_file(tmp_path))],
+            [sys.executable, "-m", "ops.preflight", "--stack-file", str(stack_file(tmp_path))],
             cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=60)
     finally:
         server.stop()
@@ -501,7 +501,7 @@ def test_names_taken_by_another_stack_fail_naming_cluster_name(aws, tmp_path, ca
     assert line.endswith(f"creating the lab's would fail (clusterName = {DEV_CLUSTER})")
     fix = fix_of(lines, line)
     assert "pulumi config set clusterName <name>" in fix and "hybrid-lab-<stack>" in fix
-    assert "python -m stacks.leftovers" in fix
+    assert "python -m ops.leftovers" in fix
 
 
 def test_one_taken_name_is_enough_to_fail(aws, tmp_path, capsys):

@@ -1,11 +1,11 @@
-"""ops/principals.py: which role a caller ARN stands for, as the program and the preflight use it
+"""components/principals.py: which role a caller ARN stands for, as the program and the preflight use it
 to refuse an adminRoleArns item that is the deployer's own role."""
 
 from __future__ import annotations
 
 import pytest
 
-from ops.principals import RoleIdentity, role_of, same_role
+from components.principals import RoleIdentity, role_of, same_role
 
 ACCOUNT = "111122223333"
 

@@ -14,7 +14,7 @@ import sys
 
 import dill
 
-from stacks.offline import Secret
+from offline.runner import Secret
 from tests.conftest import PROJECT_DIR
 
 _PROGRAM = """

@@ -1,5 +1,5 @@
 """The Pulumi CLI's own checks, before the program runs: Pulumi.yaml against Pulumi's project
-schema, and every stack file through the ported ``mergeConfig`` (``stacks/pulumi_cli.py``).
+schema, and every stack file through the ported ``mergeConfig`` (``offline/pulumi_cli.py``).
 
 The port is pinned by pulumi/pulumi's own cases (``pkg/workspace/config_project_test.go``, each
 named below), and applied where the real CLI would apply it: the offline plan, the stack files
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stacks import plan, pulumi_cli
+from offline import plan, pulumi_cli
 from stacks.config import SETTINGS
-from stacks.pulumi_cli import CliConfigError, StackValue, merge_config, read_yaml
+from offline.pulumi_cli import CliConfigError, StackValue, merge_config, read_yaml
 from tests import fake_pulumi as fake_pulumi_cli
 from tests.conftest import PROJECT_DIR
 
@@ -148,7 +148,7 @@ def test_a_stack_file_that_is_not_yaml_is_one_line_and_exit_2(tmp_path, capsys):
 
 
 def test_the_program_gets_the_projects_defaults_for_what_the_stack_leaves_out(tmp_path):
-    from stacks.offline import load_stack_config
+    from offline.runner import load_stack_config
 
     path = tmp_path / "Pulumi.alice.yaml"
     path.write_text("config:\n  aws:region: eu-west-1\n")

@@ -1,4 +1,4 @@
-"""The reachability model (stacks/reachability.py): every flow the lab needs is allowed by what
+"""The reachability model (offline/reachability.py): every flow the lab needs is allowed by what
 registers, on the dev stack and its variants, nothing outside RFC 1918 reaches an interface, and
 each check is shown to fail on a planted defect. Defects are planted in copies of the recorded
 registrations (the program is never edited), and every plant must change something."""
@@ -13,9 +13,9 @@ from typing import Callable, Iterable, Optional
 
 import pytest
 
-from stacks import reachability
-from stacks.offline import ProgramRun, Registration
-from stacks.reachability import (API_ENDPOINT, API_INTERFACES, COREDNS, FLOWS, GATEWAY_NODES,
+from offline import reachability
+from offline.runner import ProgramRun, Registration
+from offline.reachability import (API_ENDPOINT, API_INTERFACES, COREDNS, FLOWS, GATEWAY_NODES,
                                  HYBRID_NODES, HYBRID_PODS_NODE_IP, HYBRID_PODS_POD_IP, INTERNET,
                                  KARPENTER_NODES, REHEARSAL_CLOUD_PODS, SYSTEM_NODES)
 

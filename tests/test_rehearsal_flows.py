@@ -3,7 +3,7 @@
 The ports are read from what the tools build — iperf3's command lines and pod manifests,
 hostnet's probe pods, the gateway's proxy paths, the vLLM service proxy — never retyped here;
 each must be listed in ``rehearse/flows.py`` (and nothing else listed), each listed flow must be
-in the reachability model's table (``stacks/reachability.py`` FLOWS), and the model must find it
+in the reachability model's table (``offline/reachability.py`` FLOWS), and the model must find it
 ALLOWED over what the dev stack registers (the GPU one over the dev stack with ``gpuEnabled``).
 A tool that moves to a port the lab drops fails here, before a presenter finds out on stage.
 """
@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import re
 import tarfile
-from pathlib import Path
 
 import pytest
 
 from rehearse import flows, gateway, gpu, hostnet, throughput
-from stacks import reachability
+from offline import chart_render, reachability
 from stacks.layers import demo
 
-CHART = Path(__file__).resolve().parents[2] / "shared" / "charts" / "eks-hybrid-nodes-gateway"
 
 
 def _flag(args: list[str], flag: str) -> int:
@@ -117,8 +115,13 @@ def test_the_tools_ports_are_the_ones_the_lab_opens_and_the_chart_serves():
 
     assert throughput.PORT == demo.REHEARSE_IPERF3_PORT
     assert hostnet.PORT == WEBHOOK_PORT
-    # The gateway's ports as its chart declares them (host network: the node's ports).
-    with tarfile.open(CHART / "1.0.0" / "eks-hybrid-nodes-gateway-1.0.0.tgz") as archive:
+    # The gateway's ports as its chart declares them (host network: the node's ports), where
+    # the chart sources are (../shared/charts or EKS_HYBRID_LAB_CHARTS), as the chart tests.
+    source = (chart_render.charts_dir() / "eks-hybrid-nodes-gateway" / "1.0.0"
+              / "eks-hybrid-nodes-gateway-1.0.0.tgz")
+    if not source.exists():
+        pytest.skip(f"no chart source at {source}")
+    with tarfile.open(source) as archive:
         text = archive.extractfile("eks-hybrid-nodes-gateway/templates/deployment.yaml").read().decode()
     assert "hostNetwork: true" in text
     ports = dict(re.findall(r"- name: (\w+)\s+containerPort: (\d+)", text))
@@ -129,5 +132,5 @@ def test_the_tools_ports_are_the_ones_the_lab_opens_and_the_chart_serves():
 def test_a_blocked_connection_names_its_flow_and_what_opens_it():
     text = flows.blocked_text("gateway-throughput", "hybrid → cloud")
     assert text.startswith("hybrid pods (node IP) or hybrid pods (pod IP) → rehearsal pods (cloud), TCP 5201")
-    assert "stacks/layers/demo.py" in text and "python -m stacks.plan" in text
+    assert "stacks/layers/demo.py" in text and "python -m offline.plan" in text
     assert flows.blocked_text("nothing", "here") == ""

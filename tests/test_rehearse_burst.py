@@ -1352,7 +1352,7 @@ def test_compare_explains_a_tie_and_a_cost_change():
 
 
 def test_capacity_sets_allocatable_beside_the_formula_that_sized_the_request():
-    from stacks.capacity import BURST_PODS_PER_HYBRID_NODE
+    from components.capacity import BURST_PODS_PER_HYBRID_NODE
 
     assert burst.PODS_PER_HYBRID_NODE == BURST_PODS_PER_HYBRID_NODE
     observed = {"deployment": {"found": True, "tolerations": [
@@ -1366,7 +1366,7 @@ def test_capacity_sets_allocatable_beside_the_formula_that_sized_the_request():
     check = burst.capacity_check(observed, {"on_hybrid": 8, "peak": 15})
     assert check.status == FAIL
     assert "hybrid-1: 3920m allocatable − 0m (nothing) = 3920m → 4 × 900m" in check.seen
-    assert "hybrid-2: 3500m allocatable (stacks/capacity.py's formula gives 3920m: the kubelet " \
+    assert "hybrid-2: 3500m allocatable (components/capacity.py's formula gives 3920m: the kubelet " \
            "reserves otherwise) − 0m (nothing) = 3500m → 3 × 900m" in check.seen
     assert "only 7 fit" in check.seen
 

@@ -318,7 +318,7 @@ def test_a_source_in_the_pod_cidr_means_through_the_gateway_and_fails_the_expect
     assert f"Path: {hostnet.GATEWAY}" in check["seen"]
     assert f"172.17.3.14, in the hybrid pod CIDR {POD_CIDR}" in check["seen"]
     assert f"{POD_CIDR} → {LEADER_ENI}" in check["seen"]
-    assert "stacks/reachability.py" in check["fix"]
+    assert "offline/reachability.py" in check["fix"]
 
 
 def test_the_cloud_pods_own_address_is_told_apart_from_its_nodes(scene):

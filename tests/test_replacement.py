@@ -21,8 +21,8 @@ from components.instance_types import architecture
 
 import components.hybrid_user_data as hybrid_user_data
 from components.cleanup.node_objects import NodeObjectCleanupProvider
-from stacks.offline import ProgramRun, run_program
-from stacks.scheduling import node_config_of
+from offline.runner import ProgramRun, run_program
+from offline.scheduling import node_config_of
 from tests.conftest import lab_config, run_lab
 from tests.replacement import Plan, fresh_ids_run, input_path, plain, plan
 

@@ -1,4 +1,4 @@
-"""The scheduling and capacity model (stacks/scheduling.py): every pod the lab causes lands where
+"""The scheduling and capacity model (offline/scheduling.py): every pod the lab causes lands where
 it is meant to, every node can become Ready, nothing but burst lands on burst nodes, and demo 2's
 arithmetic holds — each check proven to fail on the defect it exists for."""
 
@@ -9,10 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from stacks import chart_render, scheduling
-from stacks.capacity import (allocatable, burst_cpu_request_m, hybrid_allocatable,
+from offline import chart_render, plan, scheduling
+from components.capacity import (allocatable, burst_cpu_request_m, hybrid_allocatable,
                              kube_reserved_cpu_m)
-from stacks.offline import ProgramRun
+from offline.runner import ProgramRun
 from tests.helm_engine import needs_helm, release
 
 HYBRID_TOLERATION = {"key": "eks.amazonaws.com/compute-type", "operator": "Equal",
@@ -290,7 +290,7 @@ def test_a_pods_request_is_the_larger_of_its_containers_and_init_containers():
 def test_the_plan_prints_where_each_workload_runs_and_the_hybrid_capacity(dev_run):
     import io
     out = io.StringIO()
-    scheduling.render(scheduling.evaluate(dev_run), out)
+    plan.render_scheduling(scheduling.evaluate(dev_run), out)
     text = out.getvalue()
     assert "burst" in text and "8 on hybrid, 7 on Karpenter burst nodes" in text
     assert "hybrid capacity for burst (900m each)" in text and ": 8 fit" in text
@@ -302,7 +302,7 @@ def test_a_node_size_the_model_does_not_know_is_placed_and_said_unchecked(lab):
     model = scheduling.evaluate(lab(systemNodeInstanceType="t3.large"))
     assert model.problems == []
     assert model.unchecked == [
-        "capacity of t3.large nodes (system): size unknown to stacks/capacity.py"]
+        "capacity of t3.large nodes (system): size unknown to components/capacity.py"]
     assert scheduling.evaluate(lab()).unchecked == []
 
 

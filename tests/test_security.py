@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from stacks.offline import ProgramRun, Registration
+from offline.runner import ProgramRun, Registration
 from tests import invariants
 
 # Configurations that change what registers; later layers add their own variants here.

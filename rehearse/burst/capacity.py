@@ -13,7 +13,7 @@ from rehearse.burst.preconditions import budget_check
 def _quantity_cpu(value: Any) -> Optional[int]:
     if value is None:
         return None
-    from stacks.scheduling import cpu_millis
+    from offline.scheduling import cpu_millis
 
     return cpu_millis(value)
 
@@ -48,7 +48,7 @@ def nodepool_check(observed: dict, settings: dict) -> Check:
 
 
 def _burst_request(observed: dict):
-    from stacks.scheduling import pod_request
+    from offline.scheduling import pod_request
 
     deployment = observed.get("deployment") or {}
     if not deployment.get("found"):
@@ -77,12 +77,12 @@ def _tolerates(toleration: dict, taint: dict) -> bool:
 def capacity(observed: dict) -> dict:
     """How many burst pods fit on each hybrid node the burst pods may use: (allocatable - what
     the node's other pods request) // the burst pod's request, as the scheduler counts requests
-    (stacks.scheduling.pod_request: the larger of the containers' sum and the largest init
-    container). Each node's allocatable is also set beside stacks.capacity's EKS AMI formula
+    (offline.scheduling.pod_request: the larger of the containers' sum and the largest init
+    container). Each node's allocatable is also set beside components.capacity's EKS AMI formula
     (capacity - kube-reserved), which sized the burst request: a kubelet reserving more shows
     there."""
-    from stacks.capacity import kube_reserved_cpu_m
-    from stacks.scheduling import Request, memory_mib, pod_request
+    from components.capacity import kube_reserved_cpu_m
+    from offline.scheduling import Request, memory_mib, pod_request
 
     request = _burst_request(observed)
     tolerations = (observed.get("deployment") or {}).get("tolerations") or []
@@ -134,7 +134,7 @@ def capacity_check(observed: dict, settings: dict) -> Check:
                          f"not tolerate: {', '.join(t['key'] for t in r['taints'])})")
             continue
         others = ", ".join(f"{n} {m}m" for n, m in r["others"] if m) or "nothing"
-        formula = (f" (stacks/capacity.py's formula gives {r['formula_cpu_m']}m: the kubelet "
+        formula = (f" (components/capacity.py's formula gives {r['formula_cpu_m']}m: the kubelet "
                    "reserves otherwise)" if r["formula_cpu_m"] not in (None, r["allocatable_cpu_m"]) else "")
         parts.append(f"{r['node']}: {r['allocatable_cpu_m']}m allocatable{formula} − {r['used_cpu_m']}m "
                      f"({others}) = {r['free_cpu_m']}m → {r['fit']} × {found['request_cpu_m']}m")
@@ -150,5 +150,5 @@ def capacity_check(observed: dict, settings: dict) -> Check:
                        f"{settings['peak'] - expected}")
     return Check(CHECK_CAPACITY, FAIL, f"{seen}: {consequence}",
                  "the burst request is sized for 4 pods per hybrid node next to demo 1's pods "
-                 "(stacks/capacity.py): another pod on a hybrid node, or a different host type, "
+                 "(components/capacity.py): another pod on a hybrid node, or a different host type, "
                  "breaks it — move the extra pod off, or `pulumi up` to resize", command)

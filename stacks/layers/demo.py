@@ -11,7 +11,7 @@ from components import demos
 from components.cleanup.deletion_cost_ranks import DeletionCostRanks
 from components.eks_cluster import RemoteAccess
 from components.kyverno import Kyverno, KyvernoArgs
-from stacks.capacity import burst_cpu_request_m
+from components.capacity import burst_cpu_request_m
 from stacks.config import LabConfig
 from stacks.layers.base import Layer
 from stacks.layers.cluster import ClusterLayer
@@ -113,7 +113,7 @@ class DemoLayer(Layer):
         if self.kyverno.policy is not None:
             burst_needs.append(self.kyverno.policy)
         # Sized so that exactly four burst pods fit on each default hybrid node next to demo 1's
-        # pods there, wherever those land (stacks/capacity.py; tests/test_scheduling.py).
+        # pods there, wherever those land (components/capacity.py; tests/test_scheduling.py).
         co_tenants = demos.cpu_requested_m(echo_hybrid) + demos.cpu_requested_m(prober_hybrid)
         burst_request = burst_cpu_request_m(cfg.hybrid_node_instance_type, co_tenants)
         workload(BURST_NS, "burst", demos.burst(
@@ -139,7 +139,7 @@ class DemoLayer(Layer):
                      depends_on=needs, service_port=(8000, 8000),
                      # Typically 14 min, over Pulumi's default 10: the pod waits for the GPU
                      # host's driver and the device plugin, then pulls ~10 GB and loads the model
-                     # (stacks/timing.py). An update is a Recreate rollout: the old pod stops,
+                     # (offline/timing.py). An update is a Recreate rollout: the old pod stops,
                      # the new one may pull a new image and loads the model again.
                      timeouts=pulumi.CustomTimeouts(create="30m", update="30m"))
             workload(GPU_NS, "vllm-client", demos.vllm_client(

@@ -1,23 +1,23 @@
 """Each Helm release the program registers, rendered by Helm's own engine — or, where that engine
 is not installed, read back from a render it recorded.
 
-    python -m stacks.chart_render --write     # re-record stacks/recorded_renders.json
-    python -m stacks.chart_render --check     # exit 1 if the recorded file is stale
+    python -m offline.chart_render --write     # re-record offline/recorded_renders.json
+    python -m offline.chart_render --check     # exit 1 if the recorded file is stale
 
-The scheduling and capacity models (``stacks/scheduling.py``) and the tests read each chart's
+The scheduling and capacity models (``offline/scheduling.py``) and the tests read each chart's
 pods from here: the DaemonSets and Deployments the chart renders with the values, release name
 and namespace the program registers, against the chart source ``../shared/charts`` holds for the
 version the lab pins (``CHART_SOURCES``; ``docs/charts.md`` says why each is the nearest).
 
 The engine, ``helm-python-sdk`` (Helm's Go SDK, a 244 MB wheel), is a test dependency only, and
-``../shared`` is not part of the repository; ``python -m stacks.plan`` must still run after
+``../shared`` is not part of the repository; ``python -m offline.plan`` must still run after
 ``pip install -r requirements.txt``. So a render's workload objects are recorded in
 ``recorded_renders.json``, keyed by chart, pinned version, release name, namespace and the sha256
 of the canonical values JSON: exactly those values, and nothing else, reproduce the entry. A
 release whose key is not recorded and cannot be rendered here is reported by name with the
 reason (``Rendered.problem``), never silently left out.
 
-Self-contained: it imports nothing from the rest of the project but ``stacks.offline``'s
+Self-contained: it imports nothing from the rest of the project but ``offline.runner``'s
 registration types, so it can move with the offline tooling.
 """
 
@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import yaml
 
-from stacks.offline import PROJECT_DIR, ProgramRun, Registration, Secret
+from offline.runner import PROJECT_DIR, ProgramRun, Registration, Secret
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 #: Overrides where the chart sources are (default: ``../shared/charts`` beside the project).
@@ -191,7 +191,7 @@ def _archive(release: Release) -> str:
     source = release.source
     if source is None:
         raise LookupError(f"no chart source known for {release.chart} {release.version} "
-                          "(stacks/chart_render.py CHART_SOURCES)")
+                          "(offline/chart_render.py CHART_SOURCES)")
     archive = source.archive(charts_dir())
     if not archive.exists():
         raise FileNotFoundError(f"{archive} is absent")
@@ -420,7 +420,7 @@ RECORDED_CONFIGS: tuple[dict[str, Any], ...] = (
 
 def _run_config(overrides: Mapping[str, Any]) -> ProgramRun:
     from stacks.config import PROJECT
-    from stacks.offline import _config_string, load_stack_config, run_program
+    from offline.runner import _config_string, load_stack_config, run_program
     config = load_stack_config("dev")
     for key, value in overrides.items():
         config[f"{PROJECT}:{key}"] = _config_string(value)
@@ -445,8 +445,8 @@ def record(configs: Sequence[Mapping[str, Any]] = RECORDED_CONFIGS,
                 "workloads": workloads_of(render_workloads(release)),
             })
     return {
-        "about": "Workload objects Helm rendered for the lab's releases (stacks/chart_render.py); "
-                 "rewrite with `python -m stacks.chart_render --write`.",
+        "about": "Workload objects Helm rendered for the lab's releases (offline/chart_render.py); "
+                 "rewrite with `python -m offline.chart_render --write`.",
         "configs": [dict(c) for c in configs],
         "renders": sorted(entries.values(), key=lambda e: (e["key"]["chart"], e["key"]["valuesSha256"])),
     }
@@ -457,7 +457,7 @@ def dumps(document: dict) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stacks.chart_render",
+    parser = argparse.ArgumentParser(prog="python -m offline.chart_render",
                                      description=__doc__.split("\n")[0])
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--write", action="store_true", help=f"rewrite {RECORDED.name}")
@@ -473,7 +473,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"wrote {RECORDED}")
         return 0
     if not RECORDED.exists() or RECORDED.read_text() != text:
-        print(f"{RECORDED.name} is stale: run python -m stacks.chart_render --write", file=sys.stderr)
+        print(f"{RECORDED.name} is stale: run python -m offline.chart_render --write", file=sys.stderr)
         return 1
     print(f"{RECORDED.name} is current")
     return 0

@@ -57,8 +57,8 @@ from typing import Any, Iterable, Optional, Sequence, TextIO
 
 from components import cilium, hybrid_gateway
 from stacks.config import RFC1918
-from stacks.offline import ProgramRun, Registration
-from stacks.registered_network import (ADDON, ANYWHERE, CLUSTER, COMPUTE_TYPE, EIP,
+from offline.runner import ProgramRun, Registration
+from offline.registered_network import (ADDON, ANYWHERE, CLUSTER, COMPUTE_TYPE, EIP,
                                        EIP_ASSOCIATION, INSTANCE, LAUNCH_TEMPLATE, NODE_CLASS,
                                        NODE_GROUP, NODE_POOL, SUBNET, TGW_ATTACHMENT,
                                        UNMODELLED_TYPE_PREFIXES, Blocked, Endpoint, Gateway,

@@ -1,6 +1,6 @@
 """Can this account and this machine hold the lab? Read-only checks to run before `pulumi up`.
 
-    python -m stacks.preflight [--stack dev] [--stack-file PATH] [--region R]
+    python -m ops.preflight [--stack dev] [--stack-file PATH] [--region R]
 
 Reads ``Pulumi.<stack>.yaml`` and checks, with Describe/List/Get calls only: the AWS
 credentials, the region, the availability zones, the instance types, the quota headroom, that
@@ -23,9 +23,11 @@ import boto3
 from botocore.exceptions import BotoCoreError
 
 from components.zones import EKS_UNSUPPORTED_ZONE_IDS
-from ops.preflight import (FAIL, PASS, SKIP, WARN, Check, InstanceNeed, LabNeeds, Run, Which,
-                           counts, run_command, run_preflight)
-from stacks.config import ConfigError, LabConfig, config_from_stack_file
+from ops.preflight.checks import (FAIL, PASS, SKIP, WARN, Check, InstanceNeed, LabNeeds, Run, Which,
+                                  run_command)
+from ops.preflight.sequence import counts, run_preflight
+from offline.runner import config_from_stack_file
+from stacks.config import ConfigError, LabConfig
 from stacks.layers.cluster import SYSTEM_NODE_COUNT
 from stacks.layers.gateway import GATEWAY_NODE_COUNT
 from stacks.layers.karpenter import BURST_INSTANCE_TYPES
@@ -89,7 +91,7 @@ def render(checks: list[Check], out: TextIO) -> None:
 
 def main(argv: Optional[list[str]] = None, *, session: Optional[boto3.Session] = None,
          which: Which = shutil.which, run: Run = run_command) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stacks.preflight",
+    parser = argparse.ArgumentParser(prog="python -m ops.preflight",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--stack", default="dev",
                         help="stack whose Pulumi.<stack>.yaml to check for (default: dev)")

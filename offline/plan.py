@@ -1,6 +1,6 @@
 """The offline plan: what `pulumi up` would build for a stack, without AWS or the Pulumi CLI.
 
-    python -m stacks.plan [--stack dev]
+    python -m offline.plan [--stack dev]
 
 Reads ``Pulumi.<stack>.yaml``, runs the real program against a stand-in for AWS and prints the
 layers in creation order with their resources, the destroy order, cost and time, where every
@@ -21,14 +21,14 @@ from typing import Optional, TextIO
 from components.eks_versions import (EXTENDED_SUPPORT_USD_PER_HOUR, STANDARD_SUPPORT_USD_PER_HOUR,
                                      SUPPORT_TYPE, support_window)
 from stacks.config import LAYERS, ConfigError
-from stacks import chart_render, reachability, scheduling
+from offline import chart_render, reachability, scheduling
 from stacks.costs import READ_ON
 from stacks.costs import estimate as estimate_costs
 from stacks.costs import totals as cost_totals
-from stacks.timing import (SAFETY_FACTOR, awaits, estimate_destroy, estimate_layer_by_layer,
+from offline.timing import (SAFETY_FACTOR, awaits, estimate_destroy, estimate_layer_by_layer,
                            estimate_up)
-from stacks.pulumi_cli import CliConfigError, StackFileError
-from stacks.offline import ProgramRun, load_stack_config, provider_default_tags, run_program
+from offline.pulumi_cli import CliConfigError, StackFileError
+from offline.runner import ProgramRun, load_stack_config, provider_default_tags, run_program
 
 _MAX_NAMES = 4
 
@@ -87,7 +87,7 @@ def render(run: ProgramRun, out: TextIO) -> None:
 
     _render_costs(run, out)
     _render_times(run, out)
-    scheduling.render(scheduling.evaluate(run), out)
+    render_scheduling(scheduling.evaluate(run), out)
     _render_values_not_read(run, out)
     out.write("\n")
     reachability.render(reachability.evaluate(run), out, reachability.internet_exposure(run))
@@ -102,8 +102,8 @@ def render(run: ProgramRun, out: TextIO) -> None:
 
 def _render_values_not_read(run: ProgramRun, out: TextIO) -> None:
     """The values the lab sets that the chart source the models render does not read: the
-    inert-value test allows exactly these (stacks/chart_render.py NOT_READ)."""
-    out.write("\nChart values not read by the chart source here (stacks/chart_render.py)\n")
+    inert-value test allows exactly these (offline/chart_render.py NOT_READ)."""
+    out.write("\nChart values not read by the chart source here (offline/chart_render.py)\n")
     found = [(release, path, why) for release in chart_render.registered_releases(run)
              for path, why in chart_render.documented_not_read(release).items()]
     for release, path, why in found:
@@ -111,6 +111,64 @@ def _render_values_not_read(run: ProgramRun, out: TextIO) -> None:
         out.write(f"  {release.name}: {path} (source {source.directory} {source.version}): {why}\n")
     if not found:
         out.write("  none\n")
+
+
+# --- the scheduling model's summary ---------------------------------------------------------------
+
+def _where(result: scheduling.Schedule, placement: scheduling.Placement) -> str:
+    by_name = {n.name: n for n in result.nodes}
+    parts = []
+    roles = Counter()
+    for name, count in placement.nodes.items():
+        if count and not by_name[name].elastic:
+            roles[by_name[name].role] += count
+    for role, count in sorted(roles.items()):
+        parts.append(f"{count} on {role}")
+    if placement.workload.kind == "DaemonSet" and any(
+            placement.nodes[n.name] for n in result.nodes if n.elastic):
+        parts.append("each burst node")
+    if placement.karpenter:
+        parts.append(f"{placement.karpenter} on Karpenter burst nodes")
+    if placement.pending:
+        parts.append(f"{placement.pending} PENDING")
+    return ", ".join(parts) or "nowhere"
+
+
+def render_scheduling(model: scheduling.SchedulingModel, out: TextIO) -> None:
+    """The scheduling model's part of the plan."""
+    out.write("\nScheduling (model over the registered nodes, taints and pods, charts' pods as "
+              "Helm renders the registered values; offline/scheduling.py)\n")
+    out.write(f"  chart releases: {scheduling._origins(model.renders)}\n")
+    groups = Counter((n.role, n.instance_type, n.allocatable.cpu_m)
+                     for n in model.nodes if not n.elastic)
+    out.write("  nodes: " + ", ".join(
+        f"{role} {count}x {itype} ({cpu}m allocatable)"
+        for (role, itype, cpu), count in sorted(groups.items())) + "\n")
+    burst_types = sorted({n.instance_type for n in model.nodes if n.elastic})
+    if burst_types:
+        taints = sorted({str(t) for n in model.nodes if n.elastic for t in n.taints})
+        out.write(f"  burst: Karpenter nodes of {', '.join(burst_types)}"
+                  f" (taint {', '.join(taints) or 'none'})\n")
+    width = max((len(p.workload.name) for p in model.result.placements), default=10)
+    for p in model.result.placements:
+        count = "" if p.workload.kind == "DaemonSet" else f" x{p.workload.replicas}"
+        out.write(f"  {p.workload.name:<{width}}  {p.workload.kind + count:<15} "
+                  f"{_where(model.result, p)}\n")
+    if model.burst:
+        b = model.burst
+        nodes = ", ".join(f"{name} {alloc}m - {daemons}m daemons" for name, (alloc, daemons)
+                          in sorted(b.nodes.items()))
+        others = ", ".join(f"{name} {n}x{cpu}m" for name, n, cpu in b.co_tenants) or "none"
+        verdict = (f"{b.fewest} fit" if b.fewest == b.most
+                   else f"{b.fewest} to {b.most} fit, depending on where the others land")
+        out.write(f"  hybrid capacity for burst ({b.request_m}m each): {nodes}; shared with "
+                  f"{others}: {verdict}, for every placement of the others\n")
+    for unchecked in model.unchecked:
+        out.write(f"  not checked: {unchecked}\n")
+    problems = model.problems
+    out.write("  problems: " + ("none" if not problems else "") + "\n")
+    for problem in problems:
+        out.write(f"    ! {problem}\n")
 
 
 def _render_costs(run: ProgramRun, out: TextIO) -> None:
@@ -144,7 +202,7 @@ def _render_costs(run: ProgramRun, out: TextIO) -> None:
 def _render_times(run: ProgramRun, out: TextIO) -> None:
     up, down = estimate_up(run), estimate_destroy(run)
     layered = estimate_layer_by_layer(run)
-    out.write("\nTime (critical path; typical durations per resource type in stacks/timing.py)\n")
+    out.write("\nTime (critical path; typical durations per resource type in offline/timing.py)\n")
     out.write(f"  pulumi up       ~{up.seconds / 60:.0f} min: {' -> '.join(up.chain)}\n")
     out.write(f"  pulumi destroy  ~{down.seconds / 60:.0f} min: {' -> '.join(down.chain)}\n")
     out.write(f"  layer by layer  ~{layered / 60:.0f} min (if each layer waited for the whole "
@@ -164,7 +222,7 @@ def _render_times(run: ProgramRun, out: TextIO) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stacks.plan", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m offline.plan", description=__doc__.split("\n")[0])
     parser.add_argument("--stack", default="dev",
                         help="stack whose Pulumi.<stack>.yaml to plan (default: dev)")
     parser.add_argument("--stack-file", type=Path, metavar="PATH",
@@ -198,6 +256,6 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except BrokenPipeError:
-        # `python -m stacks.plan | head`: the reader left; that is not an error.
+        # `python -m offline.plan | head`: the reader left; that is not an error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)

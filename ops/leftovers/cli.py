@@ -1,6 +1,6 @@
 """What a stack of the lab left in AWS: run after `pulumi destroy`.
 
-    python -m stacks.leftovers [--stack dev] [--stack-file PATH] [--region R] [--json]
+    python -m ops.leftovers [--stack dev] [--stack-file PATH] [--region R] [--json]
 
 Reads ``Pulumi.<stack>.yaml`` (or the stack file given) for the cluster name, the region, the
 hybrid pod CIDR and the stack's lab tag, then lists — read-only, Describe/List/Get calls only —
@@ -21,8 +21,8 @@ from typing import Any, Optional, TextIO
 
 import yaml
 
-from ops import leftovers as audit
-from ops.leftovers import COST_NOTE, AwsUnavailable, Report, Scope, scan
+from ops.leftovers import audit
+from ops.leftovers.audit import COST_NOTE, AwsUnavailable, Report, Scope, scan
 from stacks.costs import PriceBook
 
 #: Pulumi's rule for stack names (without an organization or project prefix).
@@ -116,7 +116,7 @@ def _stack_name(args: argparse.Namespace) -> str:
 
 
 def main(argv: Optional[list[str]] = None, session: Any = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stacks.leftovers",
+    parser = argparse.ArgumentParser(prog="python -m ops.leftovers",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--stack", help="stack whose leftovers to list (default: dev, or the "
                                         "name in --stack-file's Pulumi.<name>.yaml)")
@@ -131,7 +131,8 @@ def main(argv: Optional[list[str]] = None, session: Any = None) -> int:
         if not _STACK_NAME.fullmatch(stack) or stack.startswith("."):
             raise ValueError(f"{stack!r} is not a stack name (letters, digits, '-', '_' and "
                              "'.', at most 100)")
-        from stacks.config import ConfigError, config_from_stack_file
+        from offline.runner import config_from_stack_file
+        from stacks.config import ConfigError
 
         source = args.stack_file or f"Pulumi.{stack}.yaml"
         try:

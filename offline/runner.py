@@ -26,9 +26,9 @@ from pulumi.runtime import rpc, settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from stacks import pulumi_cli
-from stacks.config import PROJECT
-from stacks.fake_cloud import FakeCloud
+from offline import pulumi_cli
+from offline.fake_cloud import FakeCloud
+from stacks.config import PROJECT, load_config
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 PROGRAM = PROJECT_DIR / "__main__.py"
@@ -326,7 +326,7 @@ def load_stack_config(stack: str, path: Optional[Path] = None) -> dict[str, str]
     """The config ``pulumi preview`` would start the program with for ``Pulumi.<stack>.yaml``
     (or ``path``): full keys, string values, the project's defaults applied.
 
-    The stack file is first put through the Pulumi CLI's own checks (``stacks/pulumi_cli.py``):
+    The stack file is first put through the Pulumi CLI's own checks (``offline/pulumi_cli.py``):
     a stack the CLI would refuse raises ``CliConfigError`` with the CLI's message, as `pulumi
     preview` stops before the program runs."""
     path = path or PROJECT_DIR / f"Pulumi.{stack}.yaml"
@@ -340,3 +340,15 @@ def load_stack_config(stack: str, path: Optional[Path] = None) -> dict[str, str]
                              "secrets (use a plain value in a copy of the stack file)")
     merged = pulumi_cli.merge_config(stack, project, values)
     return pulumi_cli.program_config(merged)
+
+
+def config_from_stack_file(stack: str, path: Optional[Path] = None,
+                           region: Optional[str] = None):
+    """The validated ``LabConfig`` of ``Pulumi.<stack>.yaml`` (or ``path``), for the
+    command-line tools that run outside Pulumi (the plan, preflight, the leftovers audit).
+    ``region`` overrides ``aws:region``. Raises what ``load_stack_config`` raises, and
+    ``ConfigError`` for a value the lab's own rules refuse."""
+    raw = load_stack_config(stack, path=path)
+    prefix = f"{PROJECT}:"
+    values = {k[len(prefix):]: v for k, v in raw.items() if k.startswith(prefix)}
+    return load_config(values, stack=stack, region=region or raw.get("aws:region"))

@@ -93,7 +93,7 @@ class FakeCloud(pulumi.runtime.Mocks):
         if handler is None:
             raise UnknownInvoke(
                 f"the offline fake cloud does not answer invoke {args.token}; "
-                "add it to stacks/fake_cloud.py")
+                "add it to offline/fake_cloud.py")
         return handler(args.args)
 
     def _availability_zones(self, args: dict) -> dict:

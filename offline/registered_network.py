@@ -3,7 +3,7 @@ their rules, subnets and route tables (with the route the hybrid nodes gateway w
 time), the Transit Gateway's attachments and routes, NAT and internet gateways, the cluster,
 and where each kind of node puts its interfaces.
 
-It reads registrations only; what a packet may do with them is ``stacks.reachability``'s. The
+It reads registrations only; what a packet may do with them is ``offline.reachability``'s. The
 assumptions (EKS's default cluster security group rules, the provider stripping AWS's default
 egress, Karpenter's selector semantics) are stated where they are made.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
 from components import hybrid_gateway
-from stacks.offline import ProgramRun, Registration, Secret
+from offline.runner import ProgramRun, Registration, Secret
 
 Net = ipaddress.IPv4Network
 ANYWHERE = ipaddress.ip_network("0.0.0.0/0")

@@ -26,7 +26,7 @@ from botocore.exceptions import (BotoCoreError, ClientError, ConnectTimeoutError
                                  EndpointConnectionError, NoCredentialsError,
                                  PartialCredentialsError)
 
-from ops.principals import same_role
+from components.principals import same_role
 
 PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
 
@@ -652,7 +652,7 @@ def check_names_free(session: boto3.Session, needs: LabNeeds) -> Check:
                      f"give this stack a name no one uses in {needs.region}: pulumi config set "
                      f"{setting} <name> (by default it is hybrid-lab-<stack>); if they are what "
                      "an earlier run of this lab left behind, remove them (python -m "
-                     "stacks.leftovers lists them with the commands)")
+                     "ops.leftovers lists them with the commands)")
     if unchecked:
         action, exc = unchecked[0]
         return _call_failed(name, action, exc)
@@ -775,49 +775,3 @@ def check_pulumi_cli(which: Which = shutil.which, run: Run = run_command) -> Che
         return Check(name, FAIL, f"pulumi {version} at {path}; the project needs 3.0 or newer",
                      f"upgrade: {PULUMI_INSTALL}")
     return Check(name, PASS, f"pulumi {version} at {path}")
-
-
-# --- all of it -----------------------------------------------------------------------------------
-
-
-def run_preflight(session: boto3.Session, needs: LabNeeds, *, which: Which = shutil.which,
-                  run: Run = run_command) -> list[Check]:
-    """Every check, in order. An AWS check that cannot run because an earlier one failed
-    (no credentials, a disabled region, too few zones) is reported as SKIP, not attempted."""
-    credentials, caller_arn = _credentials(session, needs.region)
-    checks = [credentials]
-    regional = ("region", "availability zones", "instance types", "quotas",
-                "names in the region")
-    account = ("spot service-linked role", "admin access entries")
-    if caller_arn is None:
-        checks += [skipped(n, "no working AWS credentials (see credentials)")
-                   for n in regional + account]
-    else:
-        checks.append(check_region(session, needs.region))
-        if checks[-1].status == FAIL:
-            checks += [skipped(n, f"{needs.region} is not usable (see region)")
-                       for n in regional[1:]]
-        else:
-            zone_check, zones = check_availability_zones(session, needs)
-            checks.append(zone_check)
-            if zone_check.status == PASS:
-                checks += check_instance_types(session, needs, zones)
-            else:
-                checks.append(skipped("instance types", "the lab's zones are not settled "
-                                                        "(see availability zones)"))
-            checks += check_quotas(session, needs, zones)
-            if needs.cluster_name:
-                checks.append(check_names_free(session, needs))
-        # IAM is global: these hold whatever the region.
-        checks.append(check_spot_role(session, needs.region))
-        checks.append(check_admin_roles(caller_arn, needs))
-    checks.append(check_aws_cli(which, run))
-    checks.append(check_pulumi_cli(which, run))
-    return checks
-
-
-def counts(checks: Iterable[Check]) -> dict[str, int]:
-    result = {PASS: 0, WARN: 0, FAIL: 0, SKIP: 0}
-    for check in checks:
-        result[check.status] += 1
-    return result

@@ -1,23 +1,15 @@
 """Node capacity arithmetic: what an instance type offers pods, and the CPU request that makes
 demo 2's shape hold — eight ``burst`` pods on the two default hybrid nodes, a ninth bursting.
 
-Pure functions over instance type names and numbers, so the demo layer can size ``burst`` when
-the program runs and the scheduling model (``stacks/scheduling.py``) can check it against what
-registers.
+Pure functions over instance type names and numbers, so the config can refuse a host type that
+cannot hold demo 2's shape, the demo layer can size ``burst`` when the program runs and the
+scheduling model (``offline/scheduling.py``) can check it against what registers. What an
+instance type has (vCPUs, memory, GPUs) is in ``components/instance_types.py``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from stacks.costs import vcpus
-
-#: Memory per vCPU of the instance families the lab uses (general purpose and the G GPU
-#: families: 4 GiB; compute 2; memory 8), from the EC2 instance type tables.
-_MEMORY_GIB_PER_VCPU = {"m": 4, "g": 4, "c": 2, "r": 8}
-#: GPUs of G4dn/G5/G6/G6e sizes: one up to 16xlarge, four at 12xlarge and 24xlarge, eight at 48xlarge.
-_GPU_FAMILIES = ("g4dn", "g5", "g6", "g6e")
-_MULTI_GPU_SIZES = {"12xlarge": 4, "24xlarge": 4, "48xlarge": 8}
+from components.instance_types import Capacity, instance_capacity
 
 #: kubelet's hard eviction threshold (memory.available), kept free by the EKS AMIs and nodeadm.
 EVICTION_HARD_MIB = 100
@@ -32,26 +24,6 @@ HYBRID_MAX_PODS = 110
 HYBRID_DAEMONSET_CPU_M = {"kube-proxy": 100, "cilium": 100}
 #: Demo 2's shape: four burst pods per default hybrid node.
 BURST_PODS_PER_HYBRID_NODE = 4
-
-
-@dataclass(frozen=True)
-class Capacity:
-    cpu_m: int
-    memory_mib: int
-    gpus: int
-
-
-def instance_capacity(instance_type: str) -> Capacity:
-    """What the instance has (not what pods get: see ``allocatable``)."""
-    family, size = instance_type.split(".", 1)
-    cpus = vcpus(instance_type)
-    letter = family[0]
-    if letter not in _MEMORY_GIB_PER_VCPU:
-        raise ValueError(f"no memory figure for the {family} family ({instance_type})")
-    gpus = 0
-    if family in _GPU_FAMILIES:
-        gpus = _MULTI_GPU_SIZES.get(size, 1)
-    return Capacity(cpus * 1000, cpus * _MEMORY_GIB_PER_VCPU[letter] * 1024, gpus)
 
 
 def kube_reserved_cpu_m(cpus: int) -> int:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from stacks.config import LAYERS
-from stacks.offline import ProgramRun, Registration
+from offline.runner import ProgramRun, Registration
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ A small, explicit model of the kube-scheduler and the DaemonSet controller, over
   hybrid hosts (the labels and taints their NodeConfig registers them with, read back from their
   user data, plus the ``compute-type=hybrid`` label nodeadm adds), and one node of each instance
   type the Karpenter NodePool may launch (its template labels and taints). Allocatable CPU and
-  memory come from ``stacks/capacity.py``.
+  memory come from ``components/capacity.py``.
 - **Pods**: the lab's Deployments as registered; each Helm release's DaemonSets and
   Deployments as Helm's own engine renders them from the registered values, name and namespace
-  (``stacks/chart_render.py``: rendered here when helm-python-sdk and the chart sources are
+  (``offline/chart_render.py``: rendered here when helm-python-sdk and the chart sources are
   present, else the render it recorded for exactly those values; a release with neither is
   listed as not modelled); the EKS add-ons' pods from their documented defaults
   (``EKS_ADDONS``).
@@ -37,14 +37,14 @@ import itertools
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping, Optional, Sequence, TextIO
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import yaml
 
 from components.instance_types import architecture
-from stacks import chart_render
-from stacks.capacity import HYBRID_MAX_PODS, allocatable
-from stacks.offline import ProgramRun, Registration, Secret
+from offline import chart_render
+from components.capacity import HYBRID_MAX_PODS, allocatable
+from offline.runner import ProgramRun, Registration, Secret
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -459,7 +459,7 @@ def _pod_workload(obj: Mapping[str, Any], source: str) -> Workload:
 
 def release_renders(run: ProgramRun) -> list[chart_render.Rendered]:
     """Each registered release's workloads, rendered by Helm here or recorded by it
-    (``stacks/chart_render.py``)."""
+    (``offline/chart_render.py``)."""
     return [chart_render.release_workloads(release)
             for release in sorted(chart_render.registered_releases(run), key=lambda r: r.chart)]
 
@@ -716,7 +716,7 @@ class SchedulingModel:
     unschedulable: list[str]
     intruders: list[str]
     burst: Optional[BurstCapacity]
-    #: How each release's pods were read (stacks/chart_render.py).
+    #: How each release's pods were read (offline/chart_render.py).
     renders: list[chart_render.Rendered] = field(default_factory=list)
 
     @property
@@ -729,7 +729,7 @@ class SchedulingModel:
         """Instance types whose size the model does not know (their capacity is not checked),
         and the releases whose pods are not modelled (what they place and ask is not checked)."""
         sizes = sorted({f"capacity of {n.instance_type} nodes ({n.role}): size unknown to "
-                        "stacks/capacity.py" for n in self.nodes if n.allocatable == UNKNOWN_SIZE})
+                        "components/capacity.py" for n in self.nodes if n.allocatable == UNKNOWN_SIZE})
         return sizes + self.unmodelled
 
     @property
@@ -760,64 +760,7 @@ def _origins(renders: Sequence[chart_render.Rendered]) -> str:
         parts.append(f"{counts['helm']} rendered by Helm here")
     if counts["recorded"]:
         parts.append(f"{counts['recorded']} from Helm's recorded render "
-                     f"(stacks/{chart_render.RECORDED.name}, same values)")
+                     f"(offline/{chart_render.RECORDED.name}, same values)")
     if counts[""]:
         parts.append(f"{counts['']} NOT MODELLED")
     return ", ".join(parts) or "none"
-
-
-# --- the plan's summary -------------------------------------------------------------------------
-
-def _where(result: Schedule, placement: Placement) -> str:
-    by_name = {n.name: n for n in result.nodes}
-    parts = []
-    roles = Counter()
-    for name, count in placement.nodes.items():
-        if count and not by_name[name].elastic:
-            roles[by_name[name].role] += count
-    for role, count in sorted(roles.items()):
-        parts.append(f"{count} on {role}")
-    if placement.workload.kind == "DaemonSet" and any(
-            placement.nodes[n.name] for n in result.nodes if n.elastic):
-        parts.append("each burst node")
-    if placement.karpenter:
-        parts.append(f"{placement.karpenter} on Karpenter burst nodes")
-    if placement.pending:
-        parts.append(f"{placement.pending} PENDING")
-    return ", ".join(parts) or "nowhere"
-
-
-def render(model: SchedulingModel, out: TextIO) -> None:
-    out.write("\nScheduling (model over the registered nodes, taints and pods, charts' pods as "
-              "Helm renders the registered values; stacks/scheduling.py)\n")
-    out.write(f"  chart releases: {_origins(model.renders)}\n")
-    groups = Counter((n.role, n.instance_type, n.allocatable.cpu_m)
-                     for n in model.nodes if not n.elastic)
-    out.write("  nodes: " + ", ".join(
-        f"{role} {count}x {itype} ({cpu}m allocatable)"
-        for (role, itype, cpu), count in sorted(groups.items())) + "\n")
-    burst_types = sorted({n.instance_type for n in model.nodes if n.elastic})
-    if burst_types:
-        taints = sorted({str(t) for n in model.nodes if n.elastic for t in n.taints})
-        out.write(f"  burst: Karpenter nodes of {', '.join(burst_types)}"
-                  f" (taint {', '.join(taints) or 'none'})\n")
-    width = max((len(p.workload.name) for p in model.result.placements), default=10)
-    for p in model.result.placements:
-        count = "" if p.workload.kind == "DaemonSet" else f" x{p.workload.replicas}"
-        out.write(f"  {p.workload.name:<{width}}  {p.workload.kind + count:<15} "
-                  f"{_where(model.result, p)}\n")
-    if model.burst:
-        b = model.burst
-        nodes = ", ".join(f"{name} {alloc}m - {daemons}m daemons" for name, (alloc, daemons)
-                          in sorted(b.nodes.items()))
-        others = ", ".join(f"{name} {n}x{cpu}m" for name, n, cpu in b.co_tenants) or "none"
-        verdict = (f"{b.fewest} fit" if b.fewest == b.most
-                   else f"{b.fewest} to {b.most} fit, depending on where the others land")
-        out.write(f"  hybrid capacity for burst ({b.request_m}m each): {nodes}; shared with "
-                  f"{others}: {verdict}, for every placement of the others\n")
-    for unchecked in model.unchecked:
-        out.write(f"  not checked: {unchecked}\n")
-    problems = model.problems
-    out.write("  problems: " + ("none" if not problems else "") + "\n")
-    for problem in problems:
-        out.write(f"    ! {problem}\n")

@@ -1,0 +1,61 @@
+"""Every preflight check, in order, and the tally of their results.
+
+An AWS check that cannot run because an earlier one failed is reported as SKIP, not attempted.
+The checks themselves are in ``ops/preflight/checks.py``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import Iterable
+
+import boto3
+
+from ops.preflight.checks import (FAIL, PASS, SKIP, WARN, Check, LabNeeds, Run, Which, _credentials,
+                                  check_admin_roles, check_availability_zones, check_aws_cli,
+                                  check_instance_types, check_names_free, check_pulumi_cli,
+                                  check_quotas, check_region, check_spot_role, run_command,
+                                  skipped)
+
+
+def run_preflight(session: boto3.Session, needs: LabNeeds, *, which: Which = shutil.which,
+                  run: Run = run_command) -> list[Check]:
+    """Every check, in order. An AWS check that cannot run because an earlier one failed
+    (no credentials, a disabled region, too few zones) is reported as SKIP, not attempted."""
+    credentials, caller_arn = _credentials(session, needs.region)
+    checks = [credentials]
+    regional = ("region", "availability zones", "instance types", "quotas",
+                "names in the region")
+    account = ("spot service-linked role", "admin access entries")
+    if caller_arn is None:
+        checks += [skipped(n, "no working AWS credentials (see credentials)")
+                   for n in regional + account]
+    else:
+        checks.append(check_region(session, needs.region))
+        if checks[-1].status == FAIL:
+            checks += [skipped(n, f"{needs.region} is not usable (see region)")
+                       for n in regional[1:]]
+        else:
+            zone_check, zones = check_availability_zones(session, needs)
+            checks.append(zone_check)
+            if zone_check.status == PASS:
+                checks += check_instance_types(session, needs, zones)
+            else:
+                checks.append(skipped("instance types", "the lab's zones are not settled "
+                                                        "(see availability zones)"))
+            checks += check_quotas(session, needs, zones)
+            if needs.cluster_name:
+                checks.append(check_names_free(session, needs))
+        # IAM is global: these hold whatever the region.
+        checks.append(check_spot_role(session, needs.region))
+        checks.append(check_admin_roles(caller_arn, needs))
+    checks.append(check_aws_cli(which, run))
+    checks.append(check_pulumi_cli(which, run))
+    return checks
+
+
+def counts(checks: Iterable[Check]) -> dict[str, int]:
+    result = {PASS: 0, WARN: 0, FAIL: 0, SKIP: 0}
+    for check in checks:
+        result[check.status] += 1
+    return result

@@ -183,20 +183,8 @@ def test_the_graph_sees_every_kind_of_import():
     assert imports_of("a", "from a import b\nfrom .c import x\n", modules) == {"a.b", "a.c"}
 
 
-def _in_rehearse(circle: list[str]) -> bool:
-    return all(_top(m) == "rehearse" for m in circle)
-
-
 def test_no_import_circles(graph):
-    assert [c for c in circles(graph) if not _in_rehearse(c)] == [], (
-        "modules that import each other, directly or round a circle")
-
-
-@pytest.mark.xfail(strict=False, reason="rehearse.cli and rehearse.predict import each other; "
-                   "another change splits rehearse/ and removes the circle (then drop this test "
-                   "and the exception in test_no_import_circles)")
-def test_no_import_circles_in_rehearse(graph):
-    assert [c for c in circles(graph) if _in_rehearse(c)] == []
+    assert circles(graph) == [], "modules that import each other, directly or round a circle"
 
 
 @pytest.mark.parametrize("owner", sorted(RULES))
@@ -213,7 +201,7 @@ def _planted(graph: Mapping[str, set[str]], module: str, code: str) -> dict[str,
 
 
 def _other_circles(graph: Mapping[str, set[str]]) -> list[list[str]]:
-    return [c for c in circles(graph) if not _in_rehearse(c)]
+    return circles(graph)
 
 
 def test_planted_imports_fail(graph):
@@ -246,17 +234,5 @@ def _over_limit() -> dict[str, int]:
     return over
 
 
-#: Still over the limit: the rehearsal's commands, which another change (the rehearse split)
-#: turns into collect / analyse / report modules. Remove the xfail mark once that lands.
-STILL_OVER = ("rehearse.burst", "rehearse.failover", "rehearse.gpu", "rehearse.predict")
-
-
-@pytest.mark.xfail(strict=False, reason="rehearse/ modules still over 800 lines, split by the rehearse change: "
-                   + ", ".join(STILL_OVER))
 def test_no_module_over_800_lines():
     assert _over_limit() == {}
-
-
-def test_only_the_listed_modules_are_over_800_lines():
-    # The xfail above must not hide a new long module.
-    assert set(_over_limit()) <= set(STILL_OVER)

@@ -374,16 +374,12 @@ def sweep_leftovers(ctx: Any, record: Any, stack: str, timeout: float) -> None:
     ctx.progress(f"removing namespace {NAMESPACE} left by an earlier run "
                  f"({(meta.get('labels') or {}).get(RUN_LABEL, '?')}) and its {len(ours)} pod(s)")
     deleted, failed = [], []
-    for pod in ours:
-        name = pod["metadata"]["name"]
-        try:
-            client.delete(Pod, name, namespace=NAMESPACE, grace_period=0)
-            deleted.append(f"pod/{name}")
-        except Exception as error:  # noqa: BLE001 keep deleting the rest
-            (deleted if not_found(error) else failed).append(f"pod/{name}")
+    _delete_pods(client, [pod["metadata"]["name"] for pod in ours], deleted, failed)
     phases = {p["metadata"]["name"]: {"phase": (p.get("status") or {}).get("phase"),
                                       "reason": (p.get("status") or {}).get("reason")} for p in ours}
-    gone = _delete_namespace(ctx, min(timeout, 60.0), deleted, failed)
+    gone, interrupted = _delete_namespace(ctx, min(timeout, 60.0), deleted, failed)
+    if interrupted is not None:
+        raise interrupted
     record(SWEPT, namespace=NAMESPACE, run=(meta.get("labels") or {}).get(RUN_LABEL),
            pods=phases, deleted=deleted, failed=failed, namespaceGone=gone)
     if not gone or failed:
@@ -391,8 +387,23 @@ def sweep_leftovers(ctx: Any, record: Any, stack: str, timeout: float) -> None:
                        f"({', '.join(failed) or 'terminating'}): `kubectl get all -n {NAMESPACE}`")
 
 
-def _delete_namespace(ctx: Any, wait: float, deleted: list, failed: list) -> bool:
-    """Deletes the namespace and waits at most ``wait`` seconds for it to go."""
+def _delete_pods(client: Any, names: list[str], deleted: list, failed: list) -> None:
+    """Deletes each pod on its own: one failure does not keep the rest."""
+    from lightkube.resources.core_v1 import Pod
+
+    for name in names:
+        try:
+            client.delete(Pod, name, namespace=NAMESPACE, grace_period=0)
+            deleted.append(f"pod/{name}")
+        except Exception as error:  # noqa: BLE001 keep deleting the rest
+            (deleted if not_found(error) else failed).append(f"pod/{name}")
+
+
+def _delete_namespace(ctx: Any, wait: float, deleted: list,
+                      failed: list) -> tuple[bool, Optional[BaseException]]:
+    """Deletes the namespace and waits at most ``wait`` seconds for it to go: (gone, the
+    Ctrl-C that stopped the waiting). The deletion is made before the wait, so a Ctrl-C only
+    stops the waiting; the caller decides what to do with it."""
     from lightkube.resources.core_v1 import Namespace
 
     client = ctx.kube.client
@@ -405,11 +416,16 @@ def _delete_namespace(ctx: Any, wait: float, deleted: list, failed: list) -> boo
     while True:
         try:
             client.get(Namespace, NAMESPACE)
+        except KeyboardInterrupt as stop:
+            return False, stop
         except Exception as error:  # noqa: BLE001 anything but a 404 leaves it unknown
-            return not_found(error)
+            return not_found(error), None
         if ctx.monotonic() - started >= wait:
-            return False
-        ctx.sleep(POLL_SECONDS)
+            return False, None
+        try:
+            ctx.sleep(POLL_SECONDS)
+        except KeyboardInterrupt as stop:
+            return False, stop
 
 
 def _create(ctx: Any, manifest: dict) -> None:
@@ -475,53 +491,20 @@ def _read_log(client: Any, record: Any, namespace: str, pod: str, *, role: str,
 def _cleanup(ctx: Any, record: Any, pods: list[str], namespace: bool, timeout: float) -> None:
     """Deletes what the run created, each on its own (one failure does not keep the rest), and
     waits a bounded time for the namespace to go."""
-    from lightkube.resources.core_v1 import Namespace, Pod
-
     if not pods and not namespace:
         return
     ctx.progress(f"removing the probe pods and namespace {NAMESPACE}")
-    client = ctx.kube.client
     deleted, failed = [], []
-    for name in pods:
-        try:
-            client.delete(Pod, name, namespace=NAMESPACE, grace_period=0)
-            deleted.append(f"pod/{name}")
-        except Exception as error:  # noqa: BLE001 keep deleting the rest
-            (deleted if not_found(error) else failed).append(f"pod/{name}")
-    gone = True
+    _delete_pods(ctx.kube.client, pods, deleted, failed)
+    gone, interrupted = True, None
     if namespace:
-        try:
-            client.delete(Namespace, NAMESPACE)
-            deleted.append(f"namespace/{NAMESPACE}")
-        except Exception as error:  # noqa: BLE001
-            (deleted if not_found(error) else failed).append(f"namespace/{NAMESPACE}")
-        started = ctx.monotonic()
-        interrupted: Optional[BaseException] = None
-        while True:
-            try:
-                client.get(Namespace, NAMESPACE)
-            except KeyboardInterrupt as stop:
-                gone, interrupted = False, stop
-                break
-            except Exception as error:  # noqa: BLE001 anything but a 404 leaves it unknown
-                gone = not_found(error)
-                break
-            if ctx.monotonic() - started >= min(timeout, 60.0):
-                gone = False
-                break
-            try:
-                ctx.sleep(POLL_SECONDS)
-            except KeyboardInterrupt as stop:
-                # The deletions are made: a second Ctrl-C only stops the waiting.
-                gone, interrupted = False, stop
-                break
-        record(CLEANUP, deleted=deleted, failed=failed, namespaceGone=gone)
-        if interrupted is not None:
-            ctx.progress(f"stopped waiting for namespace {NAMESPACE} to go: "
-                         f"`kubectl get namespace {NAMESPACE}`")
-            raise interrupted
-    else:
-        record(CLEANUP, deleted=deleted, failed=failed, namespaceGone=gone)
+        gone, interrupted = _delete_namespace(ctx, min(timeout, 60.0), deleted, failed)
+    record(CLEANUP, deleted=deleted, failed=failed, namespaceGone=gone)
+    if interrupted is not None:
+        # The deletions are made: a second Ctrl-C only stops the waiting.
+        ctx.progress(f"stopped waiting for namespace {NAMESPACE} to go: "
+                     f"`kubectl get namespace {NAMESPACE}`")
+        raise interrupted
     if failed or not gone:
         ctx.progress(f"left behind: {', '.join(failed) or 'namespace ' + NAMESPACE + ' (terminating)'}; "
                      f"remove with `kubectl delete namespace {NAMESPACE}`")

@@ -25,8 +25,8 @@ from rehearse.arguments import seconds
 from rehearse.errors import RunError
 from rehearse.record import iso
 from rehearse.failover_analysis import DEFAULTS, MIN_BASELINE_SUCCESSES, PROBERS, baseline_problems
-# The analysis, importable from the command (rehearse.cli loads ``analyse`` from here).
-from rehearse.failover_analysis import analyse, deletion_moment, failover_gap  # noqa: F401
+# A command module's interface to rehearse.cli: its analyser.
+from rehearse.failover_analysis import analyse  # noqa: F401
 
 
 TITLE = "delete the gateway leader's pod and measure the failover"

@@ -26,16 +26,13 @@ from typing import Any, Optional
 from rehearse.errors import RunError, api_failure
 from rehearse.gateway_analysis import analyse
 from rehearse.leader import holder_host, instance_id_of, not_found
-# The command's names are re-exported: its tests and callers name them as gateway.CHECK_* etc.
+# TITLE is the command's interface to rehearse.cli; the rest is what the collector uses.
 from rehearse.gateway_kinds import (  # noqa: F401
     TITLE, GATEWAY_POD_SELECTOR, GATEWAY_NODE_SELECTOR, HEALTH_PORT, METRICS_PORT,
-    LEADER_GAUGE, LEASE_DURATION_SECONDS, RENEW_DEADLINE_SECONDS, RETRY_PERIOD_SECONDS,
-    VTEP_CONFIG, VTEP_VERSIONS, PROBERS, DIRECTIONS, PROBER_CONTAINER, CILIUM_KEYS,
-    POD_IDENTITY_AGENT, ZONE_LABELS, WINDOW_SECONDS, MIN_SUCCESSES, MAX_FAILURES,
+    LEADER_GAUGE, VTEP_CONFIG, VTEP_VERSIONS, PROBERS, PROBER_CONTAINER, CILIUM_KEYS,
+    POD_IDENTITY_AGENT, WINDOW_SECONDS, MIN_SUCCESSES, MAX_FAILURES,
     MAX_LOG_AGE_SECONDS, MAX_LINES, INPUTS, NODES, PODS, LEASE, HEALTHZ, ROUTE_TABLE, INSTANCE,
-    VTEP, CILIUM_CONFIG, AGENT, PROBER_PODS, PROBER_LOG, METRICS, CHECK_PODS, CHECK_LEASE,
-    CHECK_HEALTH, CHECK_LEADERSHIP, CHECK_ROUTE, CHECK_VTEP, CHECK_TRAFFIC, CHECK_CILIUM, CHECK_AGENT,
-    labels_match, parse_selector)
+    VTEP, CILIUM_CONFIG, AGENT, PROBER_PODS, PROBER_LOG, METRICS, labels_match, parse_selector)
 
 __all__ = ["TITLE", "add_arguments", "collect", "analyse"]
 

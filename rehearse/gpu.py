@@ -25,14 +25,8 @@ from rehearse.gpu_analysis import (CALL_TIMEOUT_SECONDS, CLIENT_LOG, CLIENT_PERI
                                    DEFAULT_MIN_SUCCESS_RATE, DEFAULT_NAMES, DEFAULT_WINDOW_MINUTES,
                                    DEPLOYMENT, GPU_LABEL, GPU_RESOURCE, HYBRID_LABEL, MAX_TOKENS,
                                    NODES, POD_EVENTS, PROMPT, SERVER_PODS, SETTINGS)
-# The names and the analysis, importable from the command as before the split (rehearse.cli
-# loads ``analyse`` from here; tests and report readers key on the names).
-from rehearse.gpu_analysis import (TITLE, CHECK_CLIENT, CHECK_COMPLETION, CHECK_GPU,  # noqa: F401
-                                   CHECK_HOST_NETWORK, CHECK_POD, CHECK_SIDECAR,
-                                   DEVICE_PLUGIN_NAMESPACE, M_COMPLETION,
-                                   M_P50, M_P95, M_PULL, M_SCHEDULED_TO_STARTED, M_SUCCESS,
-                                   SEED_PULL, analyse, parse_client_log, parse_go_duration,
-                                   parse_pulled, percentile)
+# A command module's interface to rehearse.cli: its TITLE and its analyser.
+from rehearse.gpu_analysis import TITLE, analyse  # noqa: F401
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

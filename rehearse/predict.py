@@ -33,10 +33,6 @@ from rehearse import clock_window
 from rehearse.arguments import stack_arguments
 from rehearse.errors import RunError
 from rehearse.predict_analysis import Forecast, RULES, _NS, forecast, is_active, parse_time
-# The model's names, importable from the command as before the split (rehearse.burst forecasts
-# with ``predict.forecast``, and tests stand in for it there).
-from rehearse.predict_analysis import (POD_DELETION_COST, Victim, decide, deletion_cost,  # noqa: F401
-                                       explain, format_ns, less, log2_bucket, pod_facts, ranks)
 
 
 TITLE = "which pods a scale-in removes, and why"

@@ -29,7 +29,7 @@ from unittest import mock
 
 import pytest
 
-from rehearse import cli, failover, leader as leaders, probes as probe_logs
+from rehearse import cli, failover, failover_analysis, leader as leaders, probes as probe_logs
 from rehearse.record import iso, parse_time, read_events
 from rehearse.report import FAIL, PASS
 from tests.offline_guard import loopback_connect
@@ -615,7 +615,7 @@ def test_the_handover_beside_aws_3_to_5_s_says_its_clock_bound():
     assert "AWS documents 3–5 s" in row and "± 1.5 s" in row
     skewed = {m["name"]: m for m in _fixture("failover-skewed-clock")["measurements"]}[HANDOVER]
     assert "up to 1 s long: the deletion moment is the API server's deletionTimestamp" in skewed["note"]
-    assert failover.deletion_moment({"requested_at": "2026-12-01T09:00:00.400000Z"}).bound is None
+    assert failover_analysis.deletion_moment({"requested_at": "2026-12-01T09:00:00.400000Z"}).bound is None
 
 
 def test_recorded_slow_standby_fails_the_gap_checks():
@@ -698,22 +698,22 @@ def _probe(at: str, path: str, ok: bool) -> probe_logs.Probe:
 def test_an_outage_still_open_at_the_end_is_counted_to_the_last_probe():
     found = [_probe("09:00:00.0", "svc", True), _probe("09:00:01.0", "svc", True),
              _probe("09:00:03.0", "svc", False), _probe("09:00:09.5", "svc", False)]
-    gap = failover.failover_gap(found, "svc", parse_time("2026-12-01T09:00:02Z"),
+    gap = failover_analysis.failover_gap(found, "svc", parse_time("2026-12-01T09:00:02Z"),
                                 parse_time("2026-12-01T09:00:10Z"))
     assert gap.ongoing and gap.seconds == 8.5 and gap.failed == 2
 
 
 def test_the_deletion_moment_comes_from_this_machine_when_the_clocks_agree():
-    agree = failover.deletion_moment({
+    agree = failover_analysis.deletion_moment({
         "requested_at": "2026-12-01T09:00:00.400000Z", "answered_at": "2026-12-01T09:00:00.450000Z",
         "deletion_timestamp": "2026-12-01T09:00:30Z", "grace_seconds": 30})
     assert agree.cluster == agree.local == parse_time("2026-12-01T09:00:00.400000Z")
-    skewed = failover.deletion_moment({
+    skewed = failover_analysis.deletion_moment({
         "requested_at": "2026-12-01T09:00:00.400000Z", "answered_at": "2026-12-01T09:00:00.450000Z",
         "deletion_timestamp": "2026-12-01T08:59:55Z", "grace_seconds": 30})
     assert skewed.cluster == parse_time("2026-12-01T08:59:25Z")
     assert "ahead of" in skewed.source
-    missing = failover.deletion_moment({"requested_at": "2026-12-01T09:00:00.400000Z"})
+    missing = failover_analysis.deletion_moment({"requested_at": "2026-12-01T09:00:00.400000Z"})
     assert missing.offset == datetime.timedelta(0)
 
 

@@ -30,7 +30,7 @@ import pytest
 from moto import mock_aws
 from moto.ec2.models.route_tables import Route
 
-from rehearse import cli, gateway
+from rehearse import cli, gateway, gateway_kinds
 from rehearse.connection import Kube
 from rehearse.record import iso, read_events, utc_now
 from tests.offline_guard import forbid_non_loopback
@@ -314,10 +314,10 @@ def scene(emulator, ec2, tmp_path, monkeypatch, blackholes, loopback_only):  # n
     return planted
 
 
-ALL_CHECKS = [gateway.CHECK_PODS, gateway.CHECK_LEASE, gateway.CHECK_HEALTH,
-              gateway.CHECK_LEADERSHIP, gateway.CHECK_ROUTE,
-              gateway.CHECK_VTEP, gateway.CHECK_TRAFFIC["cloudToHybrid"],
-              gateway.CHECK_TRAFFIC["hybridToCloud"], gateway.CHECK_CILIUM, gateway.CHECK_AGENT]
+ALL_CHECKS = [gateway_kinds.CHECK_PODS, gateway_kinds.CHECK_LEASE, gateway_kinds.CHECK_HEALTH,
+              gateway_kinds.CHECK_LEADERSHIP, gateway_kinds.CHECK_ROUTE,
+              gateway_kinds.CHECK_VTEP, gateway_kinds.CHECK_TRAFFIC["cloudToHybrid"],
+              gateway_kinds.CHECK_TRAFFIC["hybridToCloud"], gateway_kinds.CHECK_CILIUM, gateway_kinds.CHECK_AGENT]
 
 
 def only_failing(run: Run, *names: str, skipped: tuple[str, ...] = ()) -> None:
@@ -334,10 +334,10 @@ def test_a_healthy_lab_passes_every_check(scene, emulator, capsys):  # noqa: F81
     assert run.code == 0, capsys.readouterr()
     assert run.statuses() == {name: "PASS" for name in ALL_CHECKS}
     leader, other = scene.gateways
-    route = run.check(gateway.CHECK_ROUTE)["seen"]
+    route = run.check(gateway_kinds.CHECK_ROUTE)["seen"]
     assert leader.eni in route and f"node {leader.name}" in route
-    assert leader.ip in run.check(gateway.CHECK_VTEP)["seen"]
-    assert "45 ok, 0 FAIL" in run.check(gateway.CHECK_TRAFFIC["cloudToHybrid"])["seen"]
+    assert leader.ip in run.check(gateway_kinds.CHECK_VTEP)["seen"]
+    assert "45 ok, 0 FAIL" in run.check(gateway_kinds.CHECK_TRAFFIC["cloudToHybrid"])["seen"]
     # The leader's health went through the API server's pod proxy, no port-forward.
     pod = scene.pods[leader.name]["metadata"]["name"]
     assert ("GET", f"/api/v1/namespaces/{GW_NS}/pods/{pod}:8088/proxy/healthz") in emulator.requests()
@@ -408,8 +408,8 @@ def test_a_route_to_another_nodes_eni_fails_the_route_check(scene):
     other = scene.gateways[1]
     scene.route_eni = other.eni
     run = scene.run()
-    only_failing(run, gateway.CHECK_ROUTE)
-    check = run.check(gateway.CHECK_ROUTE)
+    only_failing(run, gateway_kinds.CHECK_ROUTE)
+    check = run.check(gateway_kinds.CHECK_ROUTE)
     assert f"{other.eni} (node {other.name})" in check["seen"]
     assert f"not the leader's primary ENI {scene.leader.eni}" in check["seen"]
     assert "delete pod" in check["fix"]
@@ -420,16 +420,16 @@ def test_a_blackhole_route_fails_the_route_check(scene, blackholes):
     blackholes.add(stale)
     scene.route_eni = stale
     run = scene.run()
-    only_failing(run, gateway.CHECK_ROUTE)
-    check = run.check(gateway.CHECK_ROUTE)
+    only_failing(run, gateway_kinds.CHECK_ROUTE)
+    check = run.check(gateway_kinds.CHECK_ROUTE)
     assert "blackhole" in check["seen"] and "no longer exists" in check["fix"]
 
 
 def test_a_missing_route_fails_the_route_check(scene):
     scene.route = False
     run = scene.run()
-    only_failing(run, gateway.CHECK_ROUTE)
-    assert f"no route for {POD_CIDR}" in run.check(gateway.CHECK_ROUTE)["seen"]
+    only_failing(run, gateway_kinds.CHECK_ROUTE)
+    assert f"no route for {POD_CIDR}" in run.check(gateway_kinds.CHECK_ROUTE)["seen"]
 
 
 @pytest.mark.parametrize("holder", ["system", "gone", "pod name"])
@@ -442,9 +442,9 @@ def test_a_holder_whose_node_runs_no_gateway_pod_fails_the_lease_check(scene, ho
         scene.holder = "eks-hybrid-nodes-gateway-6c8d9f7b5-xk2lp"
     run = scene.run()
     # Without a leader, what depends on knowing it cannot be judged.
-    only_failing(run, gateway.CHECK_LEASE,
-                 skipped=(gateway.CHECK_LEADERSHIP, gateway.CHECK_ROUTE, gateway.CHECK_VTEP))
-    seen = run.check(gateway.CHECK_LEASE)["seen"]
+    only_failing(run, gateway_kinds.CHECK_LEASE,
+                 skipped=(gateway_kinds.CHECK_LEADERSHIP, gateway_kinds.CHECK_ROUTE, gateway_kinds.CHECK_VTEP))
+    seen = run.check(gateway_kinds.CHECK_LEASE)["seen"]
     if holder == "system":
         assert f"no gateway pod runs on {scene.system.name}" in seen
     elif holder == "gone":
@@ -456,30 +456,30 @@ def test_a_holder_whose_node_runs_no_gateway_pod_fails_the_lease_check(scene, ho
 def test_healthz_500_fails_the_health_check(scene):
     scene.healthz = 500
     run = scene.run()
-    only_failing(run, gateway.CHECK_HEALTH)
-    assert "HTTP 500" in run.check(gateway.CHECK_HEALTH)["seen"]
+    only_failing(run, gateway_kinds.CHECK_HEALTH)
+    assert "HTTP 500" in run.check(gateway_kinds.CHECK_HEALTH)["seen"]
 
 
 def test_no_vtep_config_fails_the_vtep_check(scene):
     scene.vtep = None
     run = scene.run()
-    only_failing(run, gateway.CHECK_VTEP)
+    only_failing(run, gateway_kinds.CHECK_VTEP)
     assert "no CiliumVTEPConfig hybrid-gateway (asked cilium.io v2, v2alpha1)" in run.check(
-        gateway.CHECK_VTEP)["seen"]
+        gateway_kinds.CHECK_VTEP)["seen"]
 
 
 def test_a_vtep_config_naming_the_other_gateway_fails(scene):
     scene.vtep_ip = scene.gateways[1].ip
     run = scene.run()
-    only_failing(run, gateway.CHECK_VTEP)
-    assert f"(it is {scene.gateways[1].name}'s)" in run.check(gateway.CHECK_VTEP)["seen"]
+    only_failing(run, gateway_kinds.CHECK_VTEP)
+    assert f"(it is {scene.gateways[1].name}'s)" in run.check(gateway_kinds.CHECK_VTEP)["seen"]
 
 
 def test_the_vtep_config_is_read_at_v2alpha1_when_v2_is_not_served(scene):
     scene.vtep = "v2alpha1"
     run = scene.run()
     assert run.code == 0
-    assert "cilium.io/v2alpha1" in run.check(gateway.CHECK_VTEP)["seen"]
+    assert "cilium.io/v2alpha1" in run.check(gateway_kinds.CHECK_VTEP)["seen"]
 
 
 @pytest.mark.parametrize("path, hint", [("pod", "VTEP"), ("svc", "node IP")])
@@ -487,8 +487,8 @@ def test_a_prober_failing_one_way_fails_that_direction_only(scene, path, hint):
     scene.prober_result = lambda direction, p, ago: "FAIL" if (
         direction == "hybridToCloud" and p == path and ago <= 8) else "ok"
     run = scene.run()
-    only_failing(run, gateway.CHECK_TRAFFIC["hybridToCloud"])
-    check = run.check(gateway.CHECK_TRAFFIC["hybridToCloud"])
+    only_failing(run, gateway_kinds.CHECK_TRAFFIC["hybridToCloud"])
+    check = run.check(gateway_kinds.CHECK_TRAFFIC["hybridToCloud"])
     assert "8 FAIL" in check["seen"] and hint in check["fix"]
 
 
@@ -496,9 +496,9 @@ def test_a_cloud_prober_failing_only_through_the_service_points_at_snat(scene):
     scene.prober_result = lambda direction, p, ago: "FAIL" if (
         direction == "cloudToHybrid" and p == "svc") else "ok"
     run = scene.run()
-    only_failing(run, gateway.CHECK_TRAFFIC["cloudToHybrid"])
+    only_failing(run, gateway_kinds.CHECK_TRAFFIC["cloudToHybrid"])
     assert f"AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS={POD_CIDR}" in run.check(
-        gateway.CHECK_TRAFFIC["cloudToHybrid"])["fix"]
+        gateway_kinds.CHECK_TRAFFIC["cloudToHybrid"])["fix"]
 
 
 def test_a_failure_older_than_the_window_is_forgiven(scene):
@@ -513,22 +513,22 @@ def test_a_failure_older_than_the_window_is_forgiven(scene):
 def test_vtep_off_or_l7_proxy_on_fails_the_cilium_check(scene, cilium, problem):
     scene.cilium = cilium
     run = scene.run()
-    only_failing(run, gateway.CHECK_CILIUM)
-    assert problem in run.check(gateway.CHECK_CILIUM)["seen"]
+    only_failing(run, gateway_kinds.CHECK_CILIUM)
+    assert problem in run.check(gateway_kinds.CHECK_CILIUM)["seen"]
 
 
 def test_a_pod_identity_agent_not_ready_fails(scene):
     scene.agent_ready = 2
     run = scene.run()
-    only_failing(run, gateway.CHECK_AGENT)
-    assert run.check(gateway.CHECK_AGENT)["seen"] == "2 of 3 pods ready"
+    only_failing(run, gateway_kinds.CHECK_AGENT)
+    assert run.check(gateway_kinds.CHECK_AGENT)["seen"] == "2 of 3 pods ready"
 
 
 def test_gateway_pods_in_one_zone_fail_the_pods_check(scene):
     scene.gateways[1].zone = scene.gateways[0].zone
     run = scene.run()
-    only_failing(run, gateway.CHECK_PODS)
-    assert "1 zone, not 2" in run.check(gateway.CHECK_PODS)["seen"]
+    only_failing(run, gateway_kinds.CHECK_PODS)
+    assert "1 zone, not 2" in run.check(gateway_kinds.CHECK_PODS)["seen"]
 
 
 def test_a_stack_without_the_demo_layer_cannot_be_verified(scene, capsys):
@@ -547,9 +547,9 @@ def test_a_lease_not_renewed_for_ten_minutes_fails_the_lease_check(scene):
     nobody leads, whatever holder it still names."""
     scene.renewed_ago = 600
     run = scene.run()
-    only_failing(run, gateway.CHECK_LEASE,
-                 skipped=(gateway.CHECK_LEADERSHIP, gateway.CHECK_ROUTE, gateway.CHECK_VTEP))
-    check = run.check(gateway.CHECK_LEASE)
+    only_failing(run, gateway_kinds.CHECK_LEASE,
+                 skipped=(gateway_kinds.CHECK_LEADERSHIP, gateway_kinds.CHECK_ROUTE, gateway_kinds.CHECK_VTEP))
+    check = run.check(gateway_kinds.CHECK_LEASE)
     assert "by the API server's clock, its Date header" in check["seen"]
     assert "longer than the Lease's 3 s" in check["seen"] and "no gateway replica is leading" in check["seen"]
     assert "delete pods -l app.kubernetes.io/name=eks-hybrid-nodes-gateway" in check["fix"]
@@ -559,7 +559,7 @@ def test_a_lease_renewed_within_its_duration_passes(scene):
     scene.renewed_ago = 2.0
     run = scene.run()
     assert run.code == 0
-    assert "renewed at least" in run.check(gateway.CHECK_LEASE)["seen"]
+    assert "renewed at least" in run.check(gateway_kinds.CHECK_LEASE)["seen"]
 
 
 def with_lease(events: list[dict], **changes) -> list[dict]:
@@ -571,7 +571,7 @@ def with_lease(events: list[dict], **changes) -> list[dict]:
 
 
 def lease_status(events: list[dict]) -> Any:
-    return {c.name: c for c in gateway.analyse(events).checks}[gateway.CHECK_LEASE]
+    return {c.name: c for c in gateway.analyse(events).checks}[gateway_kinds.CHECK_LEASE]
 
 
 def test_the_lease_age_is_judged_by_the_api_servers_clock_not_this_machines():
@@ -597,7 +597,7 @@ def test_the_lease_age_is_judged_by_the_api_servers_clock_not_this_machines():
 
 def test_healthz_answers_200_on_the_standby_too_and_is_its_own_check(scene, emulator):  # noqa: F811
     run = scene.run()
-    check = run.check(gateway.CHECK_HEALTH)
+    check = run.check(gateway_kinds.CHECK_HEALTH)
     for node in scene.gateways:
         pod = scene.pods[node.name]["metadata"]["name"]
         assert f"{pod} on {node.name}: HTTP 200" in check["seen"]
@@ -606,7 +606,7 @@ def test_healthz_answers_200_on_the_standby_too_and_is_its_own_check(scene, emul
 
 def test_the_holder_and_only_the_holder_says_it_leads(scene, emulator):  # noqa: F811
     run = scene.run()
-    check = run.check(gateway.CHECK_LEADERSHIP)
+    check = run.check(gateway_kinds.CHECK_LEADERSHIP)
     assert check["status"] == "PASS"
     leader, standby = (scene.pods[n.name]["metadata"]["name"] for n in scene.gateways)
     assert f"{leader} (the holder): hybrid_gateway_leader_is_active 1" in check["seen"]
@@ -624,15 +624,15 @@ def test_a_holder_whose_gateway_does_not_say_it_leads_fails(scene, gauges, probl
     """Healthz 200 on both replicas, a fresh Lease: only the metrics show who really leads."""
     scene.leader_gauges = gauges
     run = scene.run()
-    only_failing(run, gateway.CHECK_LEADERSHIP)
-    assert problem in run.check(gateway.CHECK_LEADERSHIP)["seen"]
+    only_failing(run, gateway_kinds.CHECK_LEADERSHIP)
+    assert problem in run.check(gateway_kinds.CHECK_LEADERSHIP)["seen"]
 
 
 def test_metrics_the_proxy_cannot_read_fail_the_leadership_check(scene):
     scene.metrics_refused = True
     run = scene.run()
-    only_failing(run, gateway.CHECK_LEADERSHIP)
-    assert "answered HTTP 503" in run.check(gateway.CHECK_LEADERSHIP)["seen"]
+    only_failing(run, gateway_kinds.CHECK_LEADERSHIP)
+    assert "answered HTTP 503" in run.check(gateway_kinds.CHECK_LEADERSHIP)["seen"]
 
 
 # --- a refused log request is a finding, not a traceback ------------------------------------
@@ -641,8 +641,8 @@ def test_a_hybrid_kubelet_the_api_server_cannot_dial_is_named_with_the_fix(scene
     scene.log_refusals = {"hybridToCloud": ("kubelet",)}
     run = scene.run()
     assert "Traceback" not in capsys.readouterr().err
-    only_failing(run, gateway.CHECK_TRAFFIC["hybridToCloud"])
-    check = run.check(gateway.CHECK_TRAFFIC["hybridToCloud"])
+    only_failing(run, gateway_kinds.CHECK_TRAFFIC["hybridToCloud"])
+    check = run.check(gateway_kinds.CHECK_TRAFFIC["hybridToCloud"])
     assert "the API server could not reach the kubelet on the hybrid node mi-0a1b2c3d4e5f60001" in check["seen"]
     assert "HTTP 500" in check["seen"] and "dial tcp 172.16.0.10:10250" in check["seen"]
     assert "check TCP 10250 from the cluster to the remote node network" in check["fix"]
@@ -656,8 +656,8 @@ def test_a_hybrid_kubelet_the_api_server_cannot_dial_is_named_with_the_fix(scene
 def test_a_log_refused_with_a_status_is_reported_in_the_check(scene, refusal, meaning):
     scene.log_refusals = {"cloudToHybrid": refusal}
     run = scene.run()
-    only_failing(run, gateway.CHECK_TRAFFIC["cloudToHybrid"])
-    check = run.check(gateway.CHECK_TRAFFIC["cloudToHybrid"])
+    only_failing(run, gateway_kinds.CHECK_TRAFFIC["cloudToHybrid"])
+    check = run.check(gateway_kinds.CHECK_TRAFFIC["cloudToHybrid"])
     assert meaning in check["seen"] and f"HTTP {refusal[0]} {refusal[1]}" in check["seen"]
 
 
@@ -693,8 +693,8 @@ def test_ctrl_c_in_the_middle_keeps_the_folder_and_says_what_was_done(scene, mon
     assert any(n.startswith("Done: reading the gateway in eks-hybrid-nodes-gateway. Not finished: "
                             "reading the gateway's route tables") for n in notes)
     # What was read before the interrupt is still judged; what was not says so.
-    assert run.check(gateway.CHECK_LEASE)["status"] == "PASS"
-    assert run.check(gateway.CHECK_ROUTE)["seen"] == "no route table was read"
+    assert run.check(gateway_kinds.CHECK_LEASE)["status"] == "PASS"
+    assert run.check(gateway_kinds.CHECK_ROUTE)["seen"] == "no route table was read"
     # The folder replays to the same report.
     before = run.markdown
     assert cli.main(["report", str(run.folder)]) == 1
@@ -763,14 +763,14 @@ def test_the_holder_is_resolved_exactly_not_by_prefix():
     node = lease["holderIdentity"].rsplit("_", 1)[0]
     # A node name that merely starts with the leader's (AWS's e2e suite matches by prefix).
     report = gateway.analyse(with_lease_holder(events, f"{node}x_{uuid.UUID(int=1)}"))
-    assert {c.name: c.status for c in report.checks}[gateway.CHECK_LEASE] == "FAIL"
+    assert {c.name: c.status for c in report.checks}[gateway_kinds.CHECK_LEASE] == "FAIL"
     report = gateway.analyse(with_lease_holder(events, f"{node}_{uuid.UUID(int=1)}"))
     assert report.passed
 
 
 def test_a_lease_without_a_holder_fails():
     report = gateway.analyse(with_lease_holder(recorded(), ""))
-    [check] = [c for c in report.checks if c.name == gateway.CHECK_LEASE]
+    [check] = [c for c in report.checks if c.name == gateway_kinds.CHECK_LEASE]
     assert check.status == "FAIL" and "no holder" in check.seen
 
 
@@ -782,5 +782,5 @@ def test_a_stale_prober_log_fails():
                               + datetime.timedelta(minutes=5))
     report = gateway.analyse(events)
     failed = {c.name for c in report.failures}
-    assert failed == {gateway.CHECK_TRAFFIC["cloudToHybrid"]}
+    assert failed == {gateway_kinds.CHECK_TRAFFIC["cloudToHybrid"]}
     assert "stopped logging" in report.failures[0].seen

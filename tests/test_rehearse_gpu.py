@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import pytest
 
-from rehearse import cli, gpu
+from rehearse import cli, gpu, gpu_analysis
 from rehearse import record as rec
 from rehearse.connection import Kube
 from rehearse.report import FAIL, PASS, SKIP
@@ -89,7 +89,7 @@ def test_demo3_output_names_what_the_demo_layer_deploys(gpu_run):
 def test_device_plugin_namespace_matches_the_component():
     from components.nvidia_device_plugin import GPU_NODE_LABEL, NAMESPACE
 
-    assert (gpu.DEVICE_PLUGIN_NAMESPACE, gpu.GPU_LABEL) == (NAMESPACE, GPU_NODE_LABEL)
+    assert (gpu_analysis.DEVICE_PLUGIN_NAMESPACE, gpu.GPU_LABEL) == (NAMESPACE, GPU_NODE_LABEL)
 
 
 # --- the cluster ----------------------------------------------------------------------------
@@ -256,23 +256,23 @@ def test_a_healthy_lab_passes_and_the_report_replays(emulator, verify):
     code, folder, report, out, err = verify()
     assert code == 0, out + err
     assert set(statuses(report).values()) == {PASS}
-    assert list(statuses(report)) == [gpu.CHECK_GPU, gpu.CHECK_POD, gpu.CHECK_SIDECAR,
-                                      gpu.CHECK_HOST_NETWORK, gpu.CHECK_CLIENT, gpu.CHECK_COMPLETION]
+    assert list(statuses(report)) == [gpu_analysis.CHECK_GPU, gpu_analysis.CHECK_POD, gpu_analysis.CHECK_SIDECAR,
+                                      gpu_analysis.CHECK_HOST_NETWORK, gpu_analysis.CHECK_CLIENT, gpu_analysis.CHECK_COMPLETION]
     numbers = measured(report)
     # 20 ok calls of 0.30 .. 0.49 s: the 10th and the 19th smallest.
-    assert numbers[gpu.M_SUCCESS] == 100.0
-    assert numbers[gpu.M_P50] == pytest.approx(0.39) and numbers[gpu.M_P95] == pytest.approx(0.48)
-    assert numbers[gpu.M_PULL] == pytest.approx(267.912)
-    assert numbers[gpu.M_SCHEDULED_TO_STARTED] == 271.0
-    assert numbers[gpu.M_COMPLETION] >= 0
+    assert numbers[gpu_analysis.M_SUCCESS] == 100.0
+    assert numbers[gpu_analysis.M_P50] == pytest.approx(0.39) and numbers[gpu_analysis.M_P95] == pytest.approx(0.48)
+    assert numbers[gpu_analysis.M_PULL] == pytest.approx(267.912)
+    assert numbers[gpu_analysis.M_SCHEDULED_TO_STARTED] == 271.0
+    assert numbers[gpu_analysis.M_COMPLETION] >= 0
     checks = {c["name"]: c for c in report["checks"]}
-    assert checks[gpu.CHECK_GPU]["seen"] == f"{GPU_HOST} (hybrid, Ready): nvidia.com/gpu allocatable 1"
-    assert "20 of 20 calls ok" in checks[gpu.CHECK_CLIENT]["seen"]
-    assert "a way to run pods on your own servers" in checks[gpu.CHECK_COMPLETION]["seen"]
+    assert checks[gpu_analysis.CHECK_GPU]["seen"] == f"{GPU_HOST} (hybrid, Ready): nvidia.com/gpu allocatable 1"
+    assert "20 of 20 calls ok" in checks[gpu_analysis.CHECK_CLIENT]["seen"]
+    assert "a way to run pods on your own servers" in checks[gpu_analysis.CHECK_COMPLETION]["seen"]
     # Every check says how to see it yourself.
     assert all(c["command"].startswith(("kubectl", "echo")) for c in report["checks"])
     assert "kubectl create --raw /api/v1/namespaces/demo-gpu/services/vllm:8000/proxy/v1/completions -f -" \
-        in checks[gpu.CHECK_COMPLETION]["command"]
+        in checks[gpu_analysis.CHECK_COMPLETION]["command"]
 
     # What was asked, and how: selectors sent for a real server, logs with the kubelet's times.
     requests = emulator.requests()
@@ -311,28 +311,28 @@ def _pulling_pod() -> dict:
 
 
 BROKEN = {
-    "no GPU allocatable": (dict(gpu_allocatable="0"), gpu.CHECK_GPU,
+    "no GPU allocatable": (dict(gpu_allocatable="0"), gpu_analysis.CHECK_GPU,
                            "nvidia.com/gpu allocatable 0", "nvidia-device-plugin"),
-    "no nvidia.com/gpu at all": (dict(gpu_allocatable=None), gpu.CHECK_GPU,
+    "no nvidia.com/gpu at all": (dict(gpu_allocatable=None), gpu_analysis.CHECK_GPU,
                                  "allocatable none", "device plugin"),
     "an istio-proxy container": (
         dict(server=pod("vllm", node_name=GPU_HOST, containers=("vllm", "istio-proxy"))),
-        gpu.CHECK_SIDECAR, "istio-proxy in vllm-6d8f7c9b5-x2k4p", "istio-injection-"),
+        gpu_analysis.CHECK_SIDECAR, "istio-proxy in vllm-6d8f7c9b5-x2k4p", "istio-injection-"),
     "hostNetwork on": (dict(server=pod("vllm", node_name=GPU_HOST, host_network=True)),
-                       gpu.CHECK_HOST_NETWORK, "hostNetwork: true on vllm-6d8f7c9b5-x2k4p",
+                       gpu_analysis.CHECK_HOST_NETWORK, "hostNetwork: true on vllm-6d8f7c9b5-x2k4p",
                        "pulumi refresh"),
     "client calls timing out": (
         dict(calls=[(15 + 30 * i, i >= 12, 0.4 if i >= 12 else 60.01) for i in range(20)]),
-        gpu.CHECK_CLIENT, "8 of 20 calls ok (40 %)", "verify gateway"),
+        gpu_analysis.CHECK_CLIENT, "8 of 20 calls ok (40 %)", "verify gateway"),
     "the latest client call failed": (
         dict(calls=[(15 + 30 * i, i > 0, 0.4 if i else 0.05) for i in range(20)]),
-        gpu.CHECK_CLIENT, "(the latest call failed)", "failed fast"),
-    "too few client calls": (dict(calls=HEALTHY_CALLS[:3]), gpu.CHECK_CLIENT,
+        gpu_analysis.CHECK_CLIENT, "(the latest call failed)", "failed fast"),
+    "too few client calls": (dict(calls=HEALTHY_CALLS[:3]), gpu_analysis.CHECK_CLIENT,
                              "3 call(s) in the last 10 min (3 ok), fewer than 5", "--window"),
     "the completion answers 500": (
         dict(completion=(500, b'{"object":"error","message":"EngineCore encountered an issue",'
                               b'"type":"InternalServerError","code":500}')),
-        gpu.CHECK_COMPLETION, "HTTP 500 from /api/v1/namespaces/demo-gpu/services/vllm:8000/proxy"
+        gpu_analysis.CHECK_COMPLETION, "HTTP 500 from /api/v1/namespaces/demo-gpu/services/vllm:8000/proxy"
                               "/v1/completions: EngineCore encountered an issue", "logs deploy/vllm"),
 }
 
@@ -358,22 +358,22 @@ def test_a_pod_still_pulling_its_image_fails_the_pod_check_and_says_wait(emulato
     code, _, report, _, _ = verify()
     assert code == 1
     problems = failed(report)
-    assert set(problems) == {gpu.CHECK_POD, gpu.CHECK_CLIENT, gpu.CHECK_COMPLETION}
-    assert f"pulling the image since {ts(scheduled)}" in problems[gpu.CHECK_POD]["seen"]
-    assert "rollout status deploy/vllm --timeout=20m" in problems[gpu.CHECK_POD]["fix"]
-    assert problems[gpu.CHECK_COMPLETION]["fix"].startswith("no Ready vLLM pod behind the Service")
-    assert statuses(report)[gpu.CHECK_SIDECAR] == PASS
-    assert measured(report)[gpu.M_PULL] is None
+    assert set(problems) == {gpu_analysis.CHECK_POD, gpu_analysis.CHECK_CLIENT, gpu_analysis.CHECK_COMPLETION}
+    assert f"pulling the image since {ts(scheduled)}" in problems[gpu_analysis.CHECK_POD]["seen"]
+    assert "rollout status deploy/vllm --timeout=20m" in problems[gpu_analysis.CHECK_POD]["fix"]
+    assert problems[gpu_analysis.CHECK_COMPLETION]["fix"].startswith("no Ready vLLM pod behind the Service")
+    assert statuses(report)[gpu_analysis.CHECK_SIDECAR] == PASS
+    assert measured(report)[gpu_analysis.M_PULL] is None
 
 
 def test_no_vllm_pod_skips_what_cannot_be_seen(emulator, verify):
     plant(emulator)
     emulator.delete(PODS, NS, "vllm-6d8f7c9b5-x2k4p")
     _, _, report, _, _ = verify()
-    assert statuses(report)[gpu.CHECK_POD] == FAIL
+    assert statuses(report)[gpu_analysis.CHECK_POD] == FAIL
     assert "no pod labelled app=vllm in demo-gpu (Deployment vllm: 1 of 1 ready)" in \
-        failed(report)[gpu.CHECK_POD]["seen"]
-    assert statuses(report)[gpu.CHECK_SIDECAR] == statuses(report)[gpu.CHECK_HOST_NETWORK] == SKIP
+        failed(report)[gpu_analysis.CHECK_POD]["seen"]
+    assert statuses(report)[gpu_analysis.CHECK_SIDECAR] == statuses(report)[gpu_analysis.CHECK_HOST_NETWORK] == SKIP
 
 
 def test_a_window_option_reaches_the_log_request_and_the_analysis(emulator, verify):
@@ -383,7 +383,7 @@ def test_a_window_option_reaches_the_log_request_and_the_analysis(emulator, veri
     [log] = [e for e in rec.read_events(folder) if e["kind"] == gpu.CLIENT_LOG]
     assert log["since_seconds"] == 300
     # The emulator answers the whole log; the analysis keeps the last five minutes: 10 calls.
-    assert "10 of 10 calls ok" in {c["name"]: c for c in report["checks"]}[gpu.CHECK_CLIENT]["seen"]
+    assert "10 of 10 calls ok" in {c["name"]: c for c in report["checks"]}[gpu_analysis.CHECK_CLIENT]["seen"]
 
 
 def test_a_stack_without_the_gpu_host_cannot_run(emulator, verify):
@@ -421,15 +421,15 @@ def test_recorded_run_gives_the_figures_worked_out_by_hand(tmp_path):
     shutil.copytree(FIXTURE, folder)
     report = gpu.analyse(rec.read_events(folder))
     numbers = {m.name: m.value for m in report.measurements}
-    assert numbers[gpu.M_SUCCESS] == 96.7
-    assert numbers[gpu.M_P50] == 0.41
-    assert numbers[gpu.M_P95] == 0.52
-    assert numbers[gpu.M_PULL] == 267.912
-    assert numbers[gpu.M_SCHEDULED_TO_STARTED] == 271.0
-    assert numbers[gpu.M_COMPLETION] == 0.512
+    assert numbers[gpu_analysis.M_SUCCESS] == 96.7
+    assert numbers[gpu_analysis.M_P50] == 0.41
+    assert numbers[gpu_analysis.M_P95] == 0.52
+    assert numbers[gpu_analysis.M_PULL] == 267.912
+    assert numbers[gpu_analysis.M_SCHEDULED_TO_STARTED] == 271.0
+    assert numbers[gpu_analysis.M_COMPLETION] == 0.512
     assert report.passed
-    pull = next(m for m in report.measurements if m.name == gpu.M_PULL)
-    assert pull.reference == gpu.SEED_PULL
+    pull = next(m for m in report.measurements if m.name == gpu_analysis.M_PULL)
+    assert pull.reference == gpu_analysis.SEED_PULL
     assert "4m28.1s including waiting" in pull.note and "image 10.1 GB" in pull.note
 
     done = subprocess.run([sys.executable, "-m", "rehearse", "report", str(folder)], cwd=PROJECT,
@@ -448,28 +448,28 @@ def test_recorded_run_gives_the_figures_worked_out_by_hand(tmp_path):
     ("4m27.912s", 267.912), ("850ms", 0.85), ("1h2m0s", 3720.0), ("0s", 0.0), ("0", 0.0),
     ("1.5µs", 1.5e-6), ("2us", 2e-6), ("15.981s", 15.981), ("-1.5h", -5400.0)])
 def test_go_durations(text, seconds):
-    assert gpu.parse_go_duration(text) == pytest.approx(seconds)
+    assert gpu_analysis.parse_go_duration(text) == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize("text", ["", "4m27", "4 m", "1d", "m", "4m27.9s (x)"])
 def test_not_go_durations(text):
     with pytest.raises(ValueError):
-        gpu.parse_go_duration(text)
+        gpu_analysis.parse_go_duration(text)
 
 
 def test_pulled_messages_of_each_kubelet_generation():
     # Kubernetes 1.30+: with the image size.
-    pull = gpu.parse_pulled(PULLED)
+    pull = gpu_analysis.parse_pulled(PULLED)
     assert (pull.image, pull.seconds, pull.total_seconds, pull.size_bytes) == (
         IMAGE, 267.912, 268.104, 10123456789)
     # 1.28-1.29: no size.
-    pull = gpu.parse_pulled(f'Successfully pulled image "{IMAGE}" in 850ms (1.2s including waiting)')
+    pull = gpu_analysis.parse_pulled(f'Successfully pulled image "{IMAGE}" in 850ms (1.2s including waiting)')
     assert (pull.seconds, pull.total_seconds, pull.size_bytes) == (0.85, 1.2, None)
     # Older: the pull alone.
-    assert gpu.parse_pulled(f'Successfully pulled image "{IMAGE}" in 4.5s').seconds == 4.5
-    cached = gpu.parse_pulled(f'Container image "{IMAGE}" already present on machine')
+    assert gpu_analysis.parse_pulled(f'Successfully pulled image "{IMAGE}" in 4.5s').seconds == 4.5
+    cached = gpu_analysis.parse_pulled(f'Container image "{IMAGE}" already present on machine')
     assert cached.cached and cached.seconds is None
-    assert gpu.parse_pulled(f'Pulling image "{IMAGE}"') is None
+    assert gpu_analysis.parse_pulled(f'Pulling image "{IMAGE}"') is None
 
 
 def test_client_log_lines():
@@ -481,7 +481,7 @@ def test_client_log_lines():
         "2026-10-15T09:01:31.000000000Z wget: server returned error: HTTP/1.1 500",
         "2026-10-15T09:02:00.000000000Z 09:02:00 ok in 0.40s",
     ]
-    calls = gpu.parse_client_log(lines)
+    calls = gpu_analysis.parse_client_log(lines)
     assert [(c.ok, c.seconds, c.answer) for c in calls] == [
         (True, 0.42, " fast"), (False, 60.01, None), (True, 0.40, None)]
     assert calls[0].at == rec.parse_time("2026-10-15T09:00:00.100000001Z")
@@ -492,7 +492,7 @@ def test_client_log_lines():
     (list(range(1, 21)), 95, 19), (list(range(1, 21)), 50, 10), (list(range(1, 101)), 95, 95),
     ([], 50, None)])
 def test_nearest_rank_percentiles(values, p, expected):
-    assert gpu.percentile(values, p) == expected
+    assert gpu_analysis.percentile(values, p) == expected
 
 
 def _recorded_events() -> list[dict]:
@@ -505,9 +505,9 @@ def test_a_completion_that_times_out_points_at_the_path_to_the_hybrid_pod():
                "error": "no answer in 60 s (ReadTimeout)"} for e in _recorded_events()]
     report = gpu.analyse(events)
     [problem] = report.failures
-    assert (problem.name, problem.seen) == (gpu.CHECK_COMPLETION, "no answer in 60 s (ReadTimeout)")
+    assert (problem.name, problem.seen) == (gpu_analysis.CHECK_COMPLETION, "no answer in 60 s (ReadTimeout)")
     assert "verify gateway" in problem.fix
-    assert gpu.M_COMPLETION not in {m.name for m in report.measurements}
+    assert gpu_analysis.M_COMPLETION not in {m.name for m in report.measurements}
 
 
 def test_a_cached_image_is_no_pull_to_time():
@@ -519,7 +519,7 @@ def test_a_cached_image_is_no_pull_to_time():
             if e["reason"] == "Pulled" else e for e in event["events"]]}
 
     report = gpu.analyse([cached(e) for e in _recorded_events()])
-    assert {m.name: m.value for m in report.measurements}[gpu.M_PULL] is None
+    assert {m.name: m.value for m in report.measurements}[gpu_analysis.M_PULL] is None
     assert any("already present on machine" in note for note in report.notes)
     assert report.passed
 

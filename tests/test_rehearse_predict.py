@@ -32,10 +32,10 @@ from typing import Any, Optional
 
 import pytest
 
-from rehearse import cli, predict
+from rehearse import cli, predict, predict_analysis
 from rehearse.connection import Kube
-from rehearse.predict import (Forecast, Victim, decide, deletion_cost, forecast, less, log2_bucket,
-                              parse_time, pod_facts)
+from rehearse.predict_analysis import (Forecast, Victim, decide, deletion_cost, forecast, less,
+                                       log2_bucket, parse_time, pod_facts)
 from tests.kube_emulator import DEPLOYMENTS, PODS, REPLICASETS, emulator  # noqa: F401 fixture
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -45,7 +45,7 @@ SECOND, MINUTE, HOUR, DAY = NS, 60 * NS, 3600 * NS, 86400 * NS
 
 def t(ns: Optional[int]) -> Optional[str]:
     """ns since the epoch -> the RFC 3339 text the API server writes (None stays unset)."""
-    return None if ns is None else predict.format_ns(ns)
+    return None if ns is None else predict_analysis.format_ns(ns)
 
 
 def at(text: str) -> int:
@@ -90,7 +90,7 @@ def go_pod(name: str, node: str, phase: str, ready: bool, restarts: int, side_re
             "status": status}
 
 
-COST = predict.POD_DELETION_COST
+COST = predict_analysis.POD_DELETION_COST
 P = {
     "unscheduledPod": go_pod("unscheduled", "", "Pending", False, 0, 0, ZERO, ZERO),
     "scheduledPendingPod": go_pod("pending", "node", "Pending", False, 0, 0, ZERO, ZERO),
@@ -263,7 +263,7 @@ def test_same_bucket_lower_uid_goes_first_and_later_rules_are_skipped():
     b = facts("b", uid="bbb", ready_since=NOW - 50 * SECOND, restarts=5)
     decision = decide(a, b, NOW)
     assert (decision.rule, decision.first, decision.same_bucket) == (6, 0, True)
-    assert predict.explain(a, b, NOW) == ("Ready 40 s ago vs 50 s ago (same log2 bucket 35: lower UID "
+    assert predict_analysis.explain(a, b, NOW) == ("Ready 40 s ago vs 50 s ago (same log2 bucket 35: lower UID "
                                           "first, aaa < bbb)")
 
 
@@ -272,14 +272,14 @@ def test_same_bucket_and_the_same_uid_is_a_tie_even_when_later_rules_differ():
     b = facts("b", ready_since=NOW - 50 * SECOND, restarts=5)
     decision = decide(a, b, NOW)
     assert (decision.rule, decision.first) == (6, None)
-    assert "random" in predict.explain(a, b, NOW)
+    assert "random" in predict_analysis.explain(a, b, NOW)
 
 
 def test_different_buckets_the_more_recently_ready_goes_first():
     a = facts("a", uid="zzz", ready_since=NOW - 40 * SECOND)
     b = facts("b", uid="aaa", ready_since=NOW - 9 * MINUTE)
     assert less(a, b, NOW) and not less(b, a, NOW)
-    assert predict.explain(b, a, NOW) == "Ready 40 s ago vs 9 min ago (log2 buckets 35 < 38)"
+    assert predict_analysis.explain(b, a, NOW) == "Ready 40 s ago vs 9 min ago (log2 buckets 35 < 38)"
 
 
 def test_equal_ready_times_fall_through_to_restarts_then_creation():
@@ -289,7 +289,7 @@ def test_equal_ready_times_fall_through_to_restarts_then_creation():
     c = facts("c", uid="c", ready_since=NOW - MINUTE, created=NOW - 2 * MINUTE)
     d = facts("d", uid="d", ready_since=NOW - MINUTE, created=NOW - 40 * MINUTE)
     assert decide(c, d, NOW).rule == 8 and less(c, d, NOW)
-    assert predict.explain(c, d, NOW) == "created 2 min ago vs 40 min ago (log2 buckets 36 < 41)"
+    assert predict_analysis.explain(c, d, NOW) == "created 2 min ago vs 40 min ago (log2 buckets 36 < 41)"
 
 
 def test_sidecar_restarts_break_a_tie_in_container_restarts():
@@ -297,7 +297,7 @@ def test_sidecar_restarts_break_a_tie_in_container_restarts():
     plain = go_pod("p", "n", "Running", True, 3, 0, NOW - MINUTE, NOW - MINUTE)
     a, b = pod_facts(pod, 1), pod_facts(plain, 1)
     assert decide(a, b, NOW).rule == 7 and less(a, b, NOW)
-    assert predict.explain(a, b, NOW) == "7 sidecar restarts vs 0 (containers 3 each)"
+    assert predict_analysis.explain(a, b, NOW) == "7 sidecar restarts vs 0 (containers 3 each)"
     # An init container that is not a sidecar (no restartPolicy: Always) is not counted.
     pod["spec"]["initContainers"][0].pop("restartPolicy")
     assert not less(pod_facts(pod, 1), b, NOW) and not less(b, pod_facts(pod, 1), NOW)
@@ -307,7 +307,7 @@ def test_zero_times_and_clock_skew_go_first():
     unset = facts("unset", uid="z", ready_since=None)
     recent = facts("recent", uid="a", ready_since=NOW - SECOND)
     assert less(unset, recent, NOW)
-    assert predict.explain(unset, recent, NOW).startswith("Ready with no lastTransitionTime")
+    assert predict_analysis.explain(unset, recent, NOW).startswith("Ready with no lastTransitionTime")
     future = facts("future", uid="z", ready_since=NOW + 5 * SECOND)  # bucket -1
     assert less(future, recent, NOW)
 
@@ -328,8 +328,8 @@ def test_ranks_count_active_related_pods_on_the_node_including_old_replicasets()
                       on("unscheduled", "")]
     gone = on("going", "n1")
     gone["metadata"]["deletionTimestamp"] = t(NOW)
-    assert predict.ranks(pods, related + [gone]) == [1, 3, 2]
-    assert predict.ranks(pods, []) == [0, 0, 0], "a ReplicaSet with no controller ranks every pod 0"
+    assert predict_analysis.ranks(pods, related + [gone]) == [1, 3, 2]
+    assert predict_analysis.ranks(pods, []) == [0, 0, 0], "a ReplicaSet with no controller ranks every pod 0"
 
 
 def test_rules_that_contradict_each_other_leave_the_choice_open():

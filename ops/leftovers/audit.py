@@ -35,7 +35,7 @@ NODECLASS_TAG = "karpenter.k8s.aws/ec2nodeclass"
 EKS_NAME_TAG = "eks:eks-cluster-name"
 REGION_TAG = "topology.kubernetes.io/region"
 
-from ops.leftovers.prices import COST_NOTE, HOURLY_USD, INSTANCE_HOURLY_USD  # noqa: F401 (COST_NOTE: the cli)
+from ops.leftovers.prices import HOURLY_USD, INSTANCE_HOURLY_USD
 
 
 # --- what the checks return ----------------------------------------------------------------------

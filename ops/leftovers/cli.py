@@ -22,7 +22,8 @@ from typing import Any, Optional, TextIO
 import yaml
 
 from ops.leftovers import audit
-from ops.leftovers.audit import COST_NOTE, AwsUnavailable, Report, Scope, scan
+from ops.leftovers.audit import AwsUnavailable, Report, Scope, scan
+from ops.leftovers.prices import COST_NOTE
 from stacks.costs import PriceBook
 
 #: Pulumi's rule for stack names (without an organization or project prefix).

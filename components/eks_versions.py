@@ -50,7 +50,9 @@ class SupportWindow:
 
     def describe(self) -> str:
         if self.standard_ends is None:
-            return f"{self.version} in standard support (end date not recorded; after 2027-03-27)"
+            latest = max(d for d in STANDARD_SUPPORT_ENDS.values() if d is not None)
+            return (f"{self.version} in standard support (end date not recorded; after "
+                    f"{latest.isoformat()})")
         return f"{self.version} in standard support until {self.standard_ends.isoformat()}"
 
 

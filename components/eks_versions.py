@@ -40,11 +40,9 @@ class SupportWindow:
     #: None: not recorded (the newest version; it ends after every dated one).
     standard_ends: Optional[datetime.date]
 
-    def ended_by(self, day: datetime.date) -> bool:
-        """Standard support is over on ``day`` (the end date itself counts as over)."""
-        return self.standard_ends is not None and self.standard_ends <= day
-
-    def ends_within(self, day: datetime.date, days: int) -> bool:
+    def ends_within(self, day: datetime.date, days: int = 0) -> bool:
+        """Standard support is over by ``days`` after ``day`` (the end date itself counts as
+        over; ``days=0``: it is over on ``day``)."""
         return (self.standard_ends is not None
                 and self.standard_ends <= day + datetime.timedelta(days=days))
 
@@ -63,3 +61,8 @@ def support_window(version: str) -> SupportWindow:
 
 def offered_versions() -> tuple[str, ...]:
     return tuple(STANDARD_SUPPORT_ENDS)
+
+
+def in_standard_support(day: datetime.date, days: int = 0) -> list[str]:
+    """The versions still in standard support ``days`` after ``day``."""
+    return [v for v in offered_versions() if not support_window(v).ends_within(day, days)]

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Optional
 import pulumi
 
 from components.eks_versions import (EXTENDED_SUPPORT_USD_PER_HOUR, STANDARD_SUPPORT_USD_PER_HOUR,
-                                     offered_versions, support_window)
+                                     in_standard_support, offered_versions, support_window)
 from components.principals import same_role
 
 PROJECT = "eks-hybrid-lab"
@@ -333,9 +333,9 @@ def _standard_support_violation(version: str, day: datetime.date) -> Optional[st
     """A version whose EKS standard support is over: under upgradePolicy STANDARD (what the lab
     sets) EKS would upgrade it at once; under EXTENDED it would bill six times as much."""
     window = support_window(version)
-    if not window.ended_by(day):
+    if not window.ends_within(day):
         return None
-    current = [v for v in offered_versions() if not support_window(v).ended_by(day)]
+    current = in_standard_support(day)
     return (f"EKS standard support for {version} ended on {window.standard_ends.isoformat()} "
             f"(docs/eks-support.md): extended support bills the control plane "
             f"${EXTENDED_SUPPORT_USD_PER_HOUR:.2f}/h instead of ${STANDARD_SUPPORT_USD_PER_HOUR:.2f}/h, "

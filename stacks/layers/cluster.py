@@ -11,7 +11,7 @@ import pulumi_kubernetes as k8s
 from components.eks_addons import eks_addon
 from components.eks_cluster import EksCluster, EksClusterArgs, kubeconfig
 from components.node_group import ManagedNodeGroup, ManagedNodeGroupArgs
-from components.eks_versions import offered_versions, support_window
+from components.eks_versions import in_standard_support, support_window
 from stacks import config as lab_config
 from stacks.config import LAB_LIFETIME_DAYS, LabConfig
 from stacks.layers.base import Layer
@@ -55,8 +55,7 @@ class ClusterLayer(Layer):
         window = support_window(cfg.kubernetes_version)
         day = lab_config.today()
         if window.ends_within(day, LAB_LIFETIME_DAYS):
-            newer = [v for v in offered_versions()
-                     if not support_window(v).ends_within(day, LAB_LIFETIME_DAYS)]
+            newer = in_standard_support(day, LAB_LIFETIME_DAYS)
             pulumi.log.warn(
                 f"kubernetesVersion {cfg.kubernetes_version}: EKS standard support ends "
                 f"{window.standard_ends.isoformat()}, while this lab may still be up (its SSM "

@@ -419,12 +419,8 @@ RECORDED_CONFIGS: tuple[dict[str, Any], ...] = (
 
 
 def _run_config(overrides: Mapping[str, Any]) -> ProgramRun:
-    from stacks.config import PROJECT
-    from offline.runner import _config_string, load_stack_config, run_program
-    config = load_stack_config("dev")
-    for key, value in overrides.items():
-        config[f"{PROJECT}:{key}"] = _config_string(value)
-    return run_program(config)
+    from offline.runner import config_with, load_stack_config, run_program
+    return run_program(config_with(load_stack_config("dev"), **overrides))
 
 
 def record(configs: Sequence[Mapping[str, Any]] = RECORDED_CONFIGS,

@@ -322,6 +322,19 @@ def _config_string(value: Any) -> str:
     return str(value)
 
 
+def config_with(config: Mapping[str, str], **overrides: Any) -> dict[str, str]:
+    """``config`` with some settings changed (camelCase keys; None removes one). Keys without a
+    namespace are the lab's; ``aws_region`` stands for ``aws:region``."""
+    changed = dict(config)
+    for key, value in overrides.items():
+        full = "aws:region" if key == "aws_region" else (key if ":" in key else f"{PROJECT}:{key}")
+        if value is None:
+            changed.pop(full, None)
+        else:
+            changed[full] = _config_string(value)
+    return changed
+
+
 def load_stack_config(stack: str, path: Optional[Path] = None) -> dict[str, str]:
     """The config ``pulumi preview`` would start the program with for ``Pulumi.<stack>.yaml``
     (or ``path``): full keys, string values, the project's defaults applied.

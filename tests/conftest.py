@@ -17,8 +17,7 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
-from stacks.config import PROJECT  # noqa: E402
-from offline.runner import ProgramRun, _config_string, load_stack_config, run_program  # noqa: E402
+from offline.runner import ProgramRun, config_with, load_stack_config, run_program  # noqa: E402
 
 #: The dev stack's config: the defaults, written out, in ap-northeast-2.
 DEV_CONFIG = load_stack_config("dev")
@@ -29,14 +28,7 @@ def lab_config(**overrides: Any) -> dict[str, str]:
 
     Keys without a namespace are the lab's; ``aws_region`` stands for ``aws:region``.
     """
-    config = dict(DEV_CONFIG)
-    for key, value in overrides.items():
-        full = "aws:region" if key == "aws_region" else (key if ":" in key else f"{PROJECT}:{key}")
-        if value is None:
-            config.pop(full, None)
-        else:
-            config[full] = _config_string(value)
-    return config
+    return config_with(DEV_CONFIG, **overrides)
 
 
 #: Where the two test workers share finished runs (set by ``_share_runs_between_workers``).

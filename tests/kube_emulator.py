@@ -13,6 +13,7 @@ takes.
 from __future__ import annotations
 
 import asyncio
+import functools
 import queue
 import threading
 from typing import Any, Callable, Optional
@@ -47,6 +48,16 @@ _KINDS = {PODS: ("v1", "Pod"), NODES: ("v1", "Node"), LEASES: ("coordination.k8s
           SUBJECT_ACCESS_REVIEWS: ("authorization.k8s.io/v1", "SubjectAccessReview")}
 
 
+@functools.lru_cache(maxsize=None)
+def resource_key(resource: str) -> Any:
+    """``resource`` (one of the names above) as kmock keys its objects. ``kmock.objects``
+    parses a string key on every access, and the parse is slow (kmock's resource class is a
+    runtime-checkable Protocol, checked by isinstance); a parsed key is taken as it is."""
+    import kmock
+
+    return kmock.resource(resource)
+
+
 def status_object(code: int, reason: str, message: str) -> dict:
     """The ``Status`` a real API server answers a refused request with."""
     status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -71,6 +82,74 @@ def status_response(code: int, reason: str, message: str) -> Any:
 
     return km.Response(status=code, payload=json.dumps(status_object(code, reason, message)).encode(),
                        headers={"Content-Type": "application/json"})
+
+
+def _sees(view: Any, request: Any) -> bool:
+    """``request in view`` for the request being served, as kmock's ``View.__contains__``
+    answers it, without its walk: kmock iterates the view over every request the root has
+    kept, applying each filter's criteria to each, to find this one by identity. For the
+    chains the emulator declares (a root, filters, priorities) membership of one request is
+    that request's own answers: the root holds it and every filter's criteria accept it,
+    checked from the root outwards as kmock's iteration does. Any other view (slices, groups,
+    streams, exclusions) is asked kmock's way."""
+    import kmock
+
+    kind = type(view)
+    if kind is kmock.Filter:
+        return _sees(view._source, request) and bool(view.criteria(request))
+    if kind is kmock.Priority:
+        return _sees(view._source, request)
+    if isinstance(view, kmock.Root) and kind.__iter__ is kmock.Root.__iter__:
+        return any(kept is request for kept in reversed(view._requests))
+    return request in view
+
+
+@functools.lru_cache(maxsize=None)
+def _kubernetes_emulator() -> Any:
+    """kmock's KubernetesEmulator, serving each request as kmock's ``RawHandler._handle``
+    does — the reactions by priority, the first whose view holds the request and that is not
+    depleted answers — at the cost of one check per reaction rather than one per reaction per
+    kept request (``_sees``), and with the order by priority kept until a reaction is added
+    rather than sorted anew for each request. The class sits between kmock's scaffold and
+    RawHandler, so the emulator's own object bookkeeping runs unchanged around it."""
+    import kmock
+    from kmock._internal import rendering
+
+    class Matching(kmock.RawHandler):
+        _order: tuple[tuple[Any, ...], list[Any]] = ((), [])
+
+        def _ordered(self) -> list[Any]:
+            payloads = tuple(self._payloads)
+            known, order = self._order
+            if len(known) == len(payloads) and all(a is b for a, b in zip(known, payloads)):
+                return order
+            # kmock's ordering: pad the priority tuples to one length with zeros, sort
+            # descending, stable for equal priorities (declaration order).
+            priorities = [payload.priorities for payload in payloads]
+            width = max((len(p) for p in priorities), default=0)
+            keys = [tuple(-p for p in priority) + (0,) * (width - len(priority))
+                    for priority in priorities]
+            order = [payloads[i] for i in sorted(range(len(keys)), key=lambda i: keys[i])]
+            self._order = (payloads, order)
+            return order
+
+        async def _handle(self, request: Any) -> Any:
+            for payload in self._ordered():
+                if _sees(payload._source, request) and not payload._disabled.is_set():
+                    try:
+                        return await payload(request)
+                    except rendering.ReactionMismatchError:
+                        payload._disabled.set()
+                    except NotImplementedError:
+                        pass
+            raise NotImplementedError(
+                'Undefined server behaviour: no reaction matching the request is defined. '
+                'Consider adding a catch-all fallback reaction: `kmock.fallback << 404`.')
+
+    class Emulated(kmock.KubernetesEmulator, Matching):
+        pass
+
+    return Emulated
 
 
 def _summary(kmock: Any) -> list[tuple[str, str]]:
@@ -107,7 +186,7 @@ class Emulator:
             self._stop = asyncio.Event()
             _date_from(self)
             try:
-                async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
+                async with _kubernetes_emulator()() as emulator, kmock.Server(emulator) as server:
                     self.url = str(server.url).rstrip("/")
                     self._ready.put(emulator)
                     await self._stop.wait()
@@ -140,14 +219,14 @@ class Emulator:
 
         def store(kmock: Any) -> None:
             self._trim(kmock)
-            kmock.objects[resource, namespace, name] = full
+            kmock.objects[resource_key(resource), namespace, name] = full
 
         self.do(store)
         return full
 
     def delete(self, resource: str, namespace: Optional[str], name: str) -> None:
         def remove(kmock: Any) -> None:
-            del kmock.objects[resource, namespace, name]
+            del kmock.objects[resource_key(resource), namespace, name]
 
         self.do(remove)
 
@@ -186,7 +265,7 @@ class Emulator:
         """The stored object (as the tools last wrote it), or None."""
         def read(kmock: Any) -> Optional[dict]:
             try:
-                stored = kmock.objects[resource, namespace, name]
+                stored = kmock.objects[resource_key(resource), namespace, name]
             except KeyError:
                 return None
             return None if stored.deleted else stored.raw
@@ -310,8 +389,9 @@ class Emulator:
 
         def enforce(kmock: Any) -> list[str]:
             failed = []
+            pods = resource_key(PODS)
             for key in list(kmock.objects.keys()):
-                if key[0] != PODS:
+                if key[0] != pods:
                     continue
                 stored = kmock.objects[key]
                 if stored.deleted:

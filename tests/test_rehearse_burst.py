@@ -39,7 +39,7 @@ from rehearse.report import FAIL, PASS
 from tests import fake_pulumi as fake_pulumi_cli
 from tests.offline_guard import loopback_connect
 from tests.kube_emulator import (CLUSTERPOLICIES, CONFIGMAPS, DEPLOYMENTS, EVENTS, NODECLAIMS,
-                                 NODEPOOLS, NODES, PODS, REPLICASETS, Emulator)
+                                 NODEPOOLS, NODES, PODS, REPLICASETS, Emulator, resource_key)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rehearse"
 UTC = datetime.timezone.utc
@@ -239,10 +239,10 @@ class Cluster:
         """A cost someone else wrote or removed on the API server (the tool's restore strips
         them) is the pod's from now on; the controllers here would otherwise write it back."""
         def read(kmock: Any) -> dict[str, Optional[str]]:
-            found = {}
+            found, pods = {}, resource_key(PODS)
             for name, pod in self.pods.items():
                 try:
-                    stored = kmock.objects[PODS, NS, name]
+                    stored = kmock.objects[pods, NS, name]
                 except KeyError:
                     continue
                 if not stored.deleted:

@@ -171,20 +171,15 @@ class Kube:
             "current-context": "lab",
         })
         client = Client(config=config, timeout=httpx.Timeout(timeout), field_manager="rehearse")
-        verify: Any = True
-        if endpoint.certificate_authority:
-            import ssl
-
-            verify = ssl.create_default_context(cadata=endpoint.certificate_authority)
-        auth: Optional[httpx.Auth] = None
         if endpoint.token:
             first = Credential(endpoint.token, endpoint.expires)
             # An EKS token lasts 15 minutes and runs last longer: renew it as it nears the end.
-            auth = RefreshingAuth(endpoint.refresh or (lambda: first), first=first, clock=clock)
-            client._client._client.auth = auth
-        raw = httpx.Client(base_url=endpoint.server, verify=verify, auth=auth,
-                           timeout=timeout, follow_redirects=False)
-        return cls(client, raw)
+            client._client._client.auth = RefreshingAuth(endpoint.refresh or (lambda: first),
+                                                         first=first, clock=clock)
+        # The pod proxy goes through lightkube's own transport: the same server, trust (the
+        # cluster CA, or the default trust store), credential and timeout, no redirects
+        # followed — and one trust store loaded per connection instead of two.
+        return cls(client, client._client._client)
 
     @classmethod
     def from_kubeconfig_file(cls, path: Path, *, timeout: float = 15.0,

@@ -132,6 +132,10 @@ def test_a_server_the_cluster_ca_did_not_sign_is_refused(api, pki):
         with pytest.raises(Exception) as caught:
             list(kube.client.list(Node))
         assert "CERTIFICATE_VERIFY_FAILED" in str(caught.value) or "certificate" in str(caught.value).lower()
+        # The raw requests (the pod proxy's) trust no more than the typed client does.
+        with pytest.raises(Exception) as caught:
+            kube.get_raw("/version")
+        assert "CERTIFICATE_VERIFY_FAILED" in str(caught.value) or "certificate" in str(caught.value).lower()
     finally:
         kube.close()
     assert api.requests == [], "no request, so no token, reached an untrusted server"

@@ -205,6 +205,16 @@ def _prober_pod(app: str, node: str) -> dict:
             "status": {"phase": "Running"}}
 
 
+@functools.lru_cache(maxsize=None)
+def _ec2_client() -> Any:
+    """One EC2 client for the lab's own calls, used only inside ``mock_aws`` (each mock's
+    state is its own): botocore reads the EC2 model anew for every session (about 0.3 s)."""
+    import boto3
+
+    return boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
+                                 aws_session_token="testing", region_name=REGION).client("ec2")
+
+
 @contextlib.contextmanager
 def lab_session(scenario: Scenario, workdir: Path) -> Iterator[Lab]:
     """The emulator, moto and the patches that point the CLI at them; the cluster played on
@@ -218,15 +228,16 @@ def lab_session(scenario: Scenario, workdir: Path) -> Iterator[Lab]:
 
     env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
            "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION,
-           "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+           "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+           # moto's catalogue of public AMIs, loaded with each EC2 backend, is most of its
+           # start-up; the lab's instances take any image id.
+           "MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}
     sim = Sim(scenario)
     server = Emulator()
     with mock.patch.dict(os.environ, env), mock_aws(), \
             mock.patch.object(socket.socket, "connect", loopback_only):
         try:
-            import boto3
-
-            ec2 = boto3.client("ec2", region_name=REGION)
+            ec2 = _ec2_client()
             lab = _build(server, sim, ec2, scenario, workdir)
             context = functools.partial(Context, clock=sim.clock, sleep=sim.sleep,
                                         monotonic=sim.monotonic, progress=sim.progress.append)

@@ -10,6 +10,7 @@ loopback port: a call that escaped the hooks would fail, never reach AWS.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -65,7 +66,9 @@ class FakeSsm:
         return 200, {"InstanceInformationList": found}
 
     def client(self, region: str) -> Any:
-        client = boto3.session.Session().client(
+        # Clients from one session: botocore reads the SSM model anew for every session, and
+        # each client has its own copy of the events, so the hooks below stay this client's.
+        client = _session().client(
             "ssm", region_name=region, endpoint_url=NOWHERE, aws_access_key_id="testing",
             aws_secret_access_key="testing")
         pending: list[dict] = []
@@ -80,6 +83,11 @@ class FakeSsm:
         client.meta.events.register("before-parameter-build.ssm.*", remember)
         client.meta.events.register("before-call.ssm.*", respond)
         return client
+
+
+@functools.lru_cache(maxsize=None)
+def _session() -> Any:
+    return boto3.session.Session()
 
 
 def install(monkeypatch: pytest.MonkeyPatch, region: str) -> FakeSsm:

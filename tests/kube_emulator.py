@@ -422,8 +422,9 @@ class Emulator:
         return self.do(lambda kmock: self._served + _summary(kmock))
 
     def _trim(self, kmock: Any) -> None:
-        # kmock matches each request against everything it has kept, so a long run slows down
-        # quadratically: keep (method, path) here instead, and let kmock forget.
+        # kmock keeps every request it served, whole (the matching here no longer walks them,
+        # see _sees, but kmock's own views do): keep (method, path) here instead, and let
+        # kmock forget.
         self._served.extend(_summary(kmock))
         kmock._requests.clear()
 

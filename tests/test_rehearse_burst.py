@@ -155,8 +155,8 @@ class Cluster:
             self.react()
         self.t = end
         self.react()
-        # kmock matches each request against every request it has kept (O(n) a request): the
-        # emulator keeps a summary and lets kmock forget, so a long run stays fast.
+        # kmock keeps every request whole: the emulator keeps a summary and lets kmock forget,
+        # so a long run stays small.
         self.server.do(self.server._trim)
         if self.faults.fail_at_12 is not None and 12 in self.replicas_seen:
             error, self.faults.fail_at_12 = self.faults.fail_at_12, None

@@ -41,14 +41,13 @@ message and exit 255 — so a rehearsal test fails where the real CLI would refu
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
-import pathlib
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from offline import pulumi_cli  # noqa: E402
+# Each call is a fresh interpreter, so what only some commands need is imported where they need
+# it (pathlib, datetime and offline.pulumi_cli with yaml for up and preview, grpc for a
+# preview's event log): `pulumi version` or `stack output` start no faster otherwise.
 
 SCENARIO_KEY = "eks-hybrid-lab:burstScenario"
 GATEWAY_KEY = "eks-hybrid-lab:gatewayInstanceType"
@@ -106,6 +105,8 @@ def _change_summary(steps: list[dict]) -> dict:
 def _events(stack: str, steps: list[dict]) -> list[dict]:
     """The engine events of a preview, as the CLI's event log carries them (apitype.EngineEvent
     JSON: preludeEvent, resourcePreEvent{metadata{op, urn, type, ...}}, summaryEvent, cancelEvent)."""
+    import datetime
+
     now = int(datetime.datetime.now().timestamp())
     root = {"op": "same", "type": "pulumi:pulumi:Stack", "urn": urn(stack, "pulumi:pulumi:Stack", f"{PROJECT}-{stack}")}
     events: list[dict] = [{"preludeEvent": {"config": {}}}]
@@ -118,14 +119,35 @@ def _events(stack: str, steps: list[dict]) -> list[dict]:
     return [{"sequence": i, "timestamp": now, **e} for i, e in enumerate(events)]
 
 
+#: The Automation API's event service (pulumi/pulumi proto/pulumi/events.proto).
+STREAM_EVENTS = "/pulumirpc.Events/StreamEvents"
+
+
+def event_request(event: dict) -> bytes:
+    """``pulumirpc.EventRequest{string event = 1}`` carrying ``event``'s JSON, in protobuf's
+    wire format: field 1 as length-delimited (tag byte 0x0a), the length as a varint, the UTF-8
+    text — the bytes ``events_pb2.EventRequest(event=...).SerializeToString()`` makes, written
+    here because importing the pulumi SDK for its generated messages costs a preview ~0.25 s."""
+    text = json.dumps(event).encode()
+    length, varint = len(text), bytearray()
+    while True:
+        low, length = length & 0x7F, length >> 7
+        varint.append(low | (0x80 if length else 0))
+        if not length:
+            break
+    return b"\x0a" + bytes(varint) + text
+
+
 def _send_events(target: str, events: list[dict]) -> None:
     if target.startswith("tcp://"):
         import grpc
-        from pulumi.runtime.proto import events_pb2, events_pb2_grpc
 
         with grpc.insecure_channel(target.removeprefix("tcp://")) as channel:
-            events_pb2_grpc.EventsStub(channel).StreamEvents(
-                iter([events_pb2.EventRequest(event=json.dumps(e)) for e in events]), timeout=10)
+            # The stub events_pb2_grpc.EventsStub makes: a client stream, google.protobuf.Empty
+            # back (kept as its bytes: a deserializer's None is grpc's "cannot deserialize").
+            stream = channel.stream_unary(STREAM_EVENTS, request_serializer=bytes,
+                                          response_deserializer=bytes)
+            stream(iter([event_request(e) for e in events]), timeout=10)
     else:
         with open(target, "a") as log:
             for event in events:
@@ -274,6 +296,8 @@ def main(argv: list[str]) -> int:
 
 
 def _stamp() -> str:
+    import datetime
+
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -384,6 +408,15 @@ def _update(store: _State, name: str, args: list[str], event_log) -> int:
 
 def _config_refusal(stack: str, state_config: dict) -> str | None:
     """The CLI's config check before the program runs; None when the stack passes."""
+    import pathlib
+
+    root = os.path.dirname(os.path.dirname(os.path.realpath(_config_refusal.__code__.co_filename)))
+    if root not in sys.path:
+        # The checkout this fake is in holds `offline`. (The code's own file name: run from the
+        # compiled copy `install` writes, __file__ is that copy.)
+        sys.path.insert(0, root)
+    from offline import pulumi_cli
+
     cwd = pathlib.Path.cwd()
     if not (cwd / "Pulumi.yaml").exists():
         return f"no Pulumi.yaml project file found (searching upwards from {cwd})"
@@ -404,6 +437,25 @@ if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
 
 
+#: This file compiled, once a test run: `pulumi` runs it compiled (``install``).
+_COMPILED: list[bytes] = []
+
+
+def _compiled_copy(bin_dir) -> str:
+    """This file compiled, written into ``bin_dir``: each `pulumi` call is a fresh interpreter,
+    and with bytecode caching off (PYTHONDONTWRITEBYTECODE) it would compile this source anew
+    every call (~10 ms, a third of a `stack output`). The copy is the source of this run."""
+    import py_compile
+
+    target = os.path.join(bin_dir, "fake_pulumi.pyc")
+    if not _COMPILED:
+        py_compile.compile(os.path.realpath(__file__), cfile=target, doraise=True)
+        _COMPILED.append(open(target, "rb").read())
+    else:
+        open(target, "wb").write(_COMPILED[0])
+    return target
+
+
 def install(tmp_path, monkeypatch, state: dict):
     """Puts this fake first on PATH for the test, answering from ``state``; returns (state
     file, call log) — the log holds one JSON argument list a line."""
@@ -412,7 +464,7 @@ def install(tmp_path, monkeypatch, state: dict):
     bin_dir = pathlib.Path(tmp_path) / "bin"
     bin_dir.mkdir()
     exe = bin_dir / "pulumi"
-    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{pathlib.Path(__file__).resolve()}" "$@"\n')
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{_compiled_copy(bin_dir)}" "$@"\n')
     exe.chmod(0o755)
     state_file, log = pathlib.Path(tmp_path) / "state.json", pathlib.Path(tmp_path) / "calls.log"
     state_file.write_text(json.dumps(state))

@@ -1,4 +1,9 @@
-"""The README's first command: `python -m offline.plan`, run as a user runs it."""
+"""The README's first command: `python -m offline.plan`, run as a user runs it.
+
+The dev plan and the machine without helm run it as a user does, in a fresh interpreter; the
+refusals of a bad stack are the same ``main`` called in-process (``planned``), where the process
+boundary is not what is tested and a fresh interpreter would only re-import the program.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import resource
 
 import yaml
 
+from offline import plan as offline_plan
 from stacks.config import AVAILABLE_LAYERS
 from tests.conftest import PROJECT_DIR
 
@@ -25,6 +31,19 @@ def plan(*args: str, cwd=PROJECT_DIR) -> tuple[subprocess.CompletedProcess, floa
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return done, cpu
+
+
+def planned(capsys, monkeypatch, *args: str) -> subprocess.CompletedProcess:
+    """``plan`` in-process: ``main`` with the arguments, in the environment ``plan`` gives it
+    (no AWS_ or PULUMI_ variables, the project as the working directory); its exit code and
+    captured output as a CompletedProcess."""
+    for name in [k for k in os.environ if k.startswith(("AWS_", "PULUMI_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(PROJECT_DIR)
+    capsys.readouterr()
+    code = offline_plan.main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["python", "-m", "offline.plan", *args], code, out, err)
 
 
 def test_plan_of_the_dev_stack(dev_run):
@@ -67,13 +86,13 @@ def test_plan_of_the_dev_stack(dev_run):
     assert seconds < 5, f"the plan took {seconds:.1f}s"
 
 
-def test_plan_of_an_invalid_stack_file_fails_with_the_rule(tmp_path):
+def test_plan_of_an_invalid_stack_file_fails_with_the_rule(tmp_path, capsys, monkeypatch):
     stack = yaml.safe_load((PROJECT_DIR / "Pulumi.dev.yaml").read_text())
     stack["config"]["eks-hybrid-lab:hybridPodCidr"] = "10.0.0.0/16"
     stack["config"]["eks-hybrid-lab:hybridNodeCount"] = 42
     bad = tmp_path / "Pulumi.bad.yaml"
     bad.write_text(yaml.safe_dump(stack))
-    done, _ = plan("--stack-file", str(bad))
+    done = planned(capsys, monkeypatch, "--stack-file", str(bad))
     assert done.returncode == 1
     assert done.stdout == ""
     assert "invalid configuration (2 problems); nothing was created" in done.stderr
@@ -82,8 +101,8 @@ def test_plan_of_an_invalid_stack_file_fails_with_the_rule(tmp_path):
     assert "Traceback" not in done.stderr
 
 
-def test_plan_of_a_missing_stack_says_so():
-    done, _ = plan("--stack", "does-not-exist")
+def test_plan_of_a_missing_stack_says_so(capsys, monkeypatch):
+    done = planned(capsys, monkeypatch, "--stack", "does-not-exist")
     assert done.returncode == 2
     assert "no stack file" in done.stderr and "Pulumi.does-not-exist.yaml" in done.stderr
 

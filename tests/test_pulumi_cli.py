@@ -313,3 +313,15 @@ def test_the_fake_pulumi_type_checks_what_config_set_wrote(fake_pulumi, tmp_path
     with pytest.raises(automation.errors.CommandError) as refused:
         stack.up()
     assert "configuration key 'burstReplicas' must be of type 'integer'" in str(refused.value)
+
+
+def test_the_fake_pulumi_writes_the_event_requests_the_sdk_reads():
+    """The fake encodes a preview's EventRequests itself (it does not import the SDK): the
+    bytes must be the SDK's own messages, for lengths of one, two and three varint bytes."""
+    from pulumi.runtime.proto import events_pb2
+
+    for event in ({"cancelEvent": {}}, {"summaryEvent": {"x": "y" * 200}}, {"x": "é" * 9000}):
+        text = json.dumps(event)
+        wire = fake_pulumi_cli.event_request(event)
+        assert wire == events_pb2.EventRequest(event=text).SerializeToString()
+        assert events_pb2.EventRequest.FromString(wire).event == text

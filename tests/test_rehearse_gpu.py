@@ -11,8 +11,6 @@ from __future__ import annotations
 import datetime
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -289,14 +287,13 @@ def test_a_healthy_lab_passes_and_the_report_replays(emulator, verify):
     assert completion["request"] == {"model": "Qwen/Qwen2.5-0.5B-Instruct",
                                      "prompt": "EKS Hybrid Nodes are", "max_tokens": 16}
 
-    # `python -m rehearse report <folder>` rewrites the same report from events.jsonl alone.
+    # `python -m rehearse report <folder>` rewrites the same report from events.jsonl alone
+    # (its main, in-process: test_rehearse_failover runs the command in a fresh interpreter).
     markdown = (folder / "report.md").read_text()
     as_json = (folder / "report.json").read_text()
     (folder / "report.md").unlink()
     (folder / "report.json").unlink()
-    done = subprocess.run([sys.executable, "-m", "rehearse", "report", str(folder)], cwd=PROJECT,
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    assert cli.main(["report", str(folder)]) == 0
     assert (folder / "report.md").read_text() == markdown
     assert (folder / "report.json").read_text() == as_json
     assert "Result: **PASS** (6 of 6 checks passed)" in markdown
@@ -432,9 +429,7 @@ def test_recorded_run_gives_the_figures_worked_out_by_hand(tmp_path):
     assert pull.reference == gpu_analysis.SEED_PULL
     assert "4m28.1s including waiting" in pull.note and "image 10.1 GB" in pull.note
 
-    done = subprocess.run([sys.executable, "-m", "rehearse", "report", str(folder)], cwd=PROJECT,
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    assert cli.main(["report", str(folder)]) == 0
     markdown = (folder / "report.md").read_text()
     assert markdown == report.to_markdown()
     assert "| client latency p95 | 0.52 s |" in markdown

@@ -21,10 +21,6 @@ from dataclasses import dataclass, field
 import boto3
 import pytest
 from botocore.stub import Stubber
-from moto import mock_aws
-from moto.ec2.models.route_tables import Route
-from moto.moto_server import threaded_moto_server
-from moto.server import ThreadedMotoServer
 
 from components.cleanup.gateway_routes import GatewayRouteCleanup, GatewayRouteCleanupProvider
 from offline.runner import Secret, run_program
@@ -36,6 +32,9 @@ from tests.offline_guard import forbid_network
 from tests.pickled_provider import result_of, run_pickled
 
 pytestmark = pytest.mark.usefixtures("no_eks")
+
+# moto is imported in the fixtures that use it, not here: its EC2 models cost ~1.2 s to import,
+# which every test worker would pay at collection even if it runs none of these tests.
 
 POD_CIDR = "172.17.0.0/16"
 OTHER_POD_CIDR = "172.18.0.0/16"
@@ -122,6 +121,8 @@ def plant_vpc(ec2, with_decoys: bool = True) -> Vpc:
 @pytest.fixture
 def propagated_origin(monkeypatch):
     """Makes moto report ``EnableVgwRoutePropagation`` for the routes in ``propagated``."""
+    from moto.ec2.models.route_tables import Route
+
     propagated: set[tuple[str, str]] = set()
     moto_origin = Route.origin.fget
 
@@ -177,6 +178,8 @@ def moto_client(aws_session):
 def ec2(monkeypatch, fake_aws, moto_client):
     """EC2 in moto, in-process. Keeps the test's fake keys (the fake API server checks the
     token is signed with them) and the shared boto3 session."""
+    from moto import mock_aws
+
     only_client(monkeypatch, moto_client)
     with mock_aws(config={"core": {"mock_credentials": False, "reset_boto3_session": False}}):
         yield moto_client
@@ -508,6 +511,9 @@ def test_diff_replaces_on_what_to_clean_and_updates_on_how_to_reach_it(pki, prov
 @pytest.fixture
 def moto_server(monkeypatch):
     """A moto server on 127.0.0.1 (an ephemeral port), in a thread of this process."""
+    from moto.moto_server import threaded_moto_server
+    from moto.server import ThreadedMotoServer
+
     make_server = threaded_moto_server.make_server
 
     def quick_make_server(*args, **kwargs):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from parliament import analyze_policy_string
 
 from offline.runner import ProgramRun
 
@@ -52,6 +51,10 @@ ACCEPTED = {
 
 
 def audit(document: str) -> list[tuple[str, str]]:
+    # Imported here: parliament loads its IAM catalogue on import (~0.4 s), a cost for each
+    # test worker's collection even where none of these tests runs.
+    from parliament import analyze_policy_string
+
     return [(f.issue, str(f.detail)) for f in
             analyze_policy_string(document, include_community_auditors=True).findings]
 

@@ -150,6 +150,8 @@ class FakeApiServer:
     #: What a valid token must be signed for.
     access_key: str = ACCESS_KEY
     region: str = REGION
+    #: TCP connections accepted (each one's TLS handshake is attempted, whatever its outcome).
+    connections: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def plant(self, name: str, **labels: str) -> None:
@@ -336,7 +338,16 @@ def api(pki: Pki, tmp_path: Path):
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
     fake = FakeApiServer(url="")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
+
+    class CountingServer(ThreadingHTTPServer):
+        def get_request(self):
+            # Counted before the handshake: a client that refuses the certificate has still
+            # connected once (it can only refuse what this handshake sent it).
+            with fake.lock:
+                fake.connections += 1
+            return super().get_request()
+
+    server = CountingServer(("127.0.0.1", 0), _handler(fake))
     server.daemon_threads = True
     server.socket = context.wrap_socket(server.socket, server_side=True)
     fake.url = f"https://127.0.0.1:{server.server_address[1]}"

@@ -617,15 +617,17 @@ def test_terminates_in_batches_and_waits_until_terminated(lean, provider, monkey
 
 
 def test_gives_up_waiting_after_wait_seconds(lean, provider, monkeypatch):
-    provider.wait_seconds = 0.05
-    provider.poll_seconds = 0.01
+    # A wait ten polls long: at least two looks even when a describe call is slow (both
+    # cores busy), at most one a poll and the first (six).
+    provider.wait_seconds = 0.5
+    provider.poll_seconds = 0.1
     described = wrap(monkeypatch, lean.ec2, "describe_instances", shutting_down_for(10**6))
     with pytest.raises(Exception) as raised:
         provider.delete(RESOURCE_ID, PROPS)
 
     message = str(raised.value)
     a, b = lean.ours
-    assert f"EC2 instance {a}: termination requested, still shutting-down after 0.05 s" \
+    assert f"EC2 instance {a}: termination requested, still shutting-down after 0.5 s" \
            in message
     assert f"aws ec2 wait instance-terminated --region {REGION} --instance-ids {a} {b}" in message
     assert 2 <= len([c for c in described if looks_by_id(c)]) <= 10

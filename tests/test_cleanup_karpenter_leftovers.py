@@ -617,7 +617,7 @@ def test_terminates_in_batches_and_waits_until_terminated(lean, provider, monkey
 
 
 def test_gives_up_waiting_after_wait_seconds(lean, provider, monkeypatch):
-    # A wait ten polls long: at least two looks even when a describe call is slow (both
+    # A wait five polls long: at least two looks even when a describe call is slow (both
     # cores busy), at most one a poll and the first (six).
     provider.wait_seconds = 0.5
     provider.poll_seconds = 0.1

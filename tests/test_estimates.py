@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from stacks import costs
@@ -106,3 +108,14 @@ def test_gpu_up_ends_with_the_gpu_host_and_the_vllm_start(dev_run, lab):
     host_done = schedule(run)[names["hybrid-hosts-gpu"].urn].finish
     assert up.seconds == pytest.approx(host_done + after_host)
     assert up.seconds > estimate_up(dev_run).seconds
+
+
+def test_the_dev_stack_stays_over_13_minutes_even_if_the_hosts_joined_at_once(dev_run, monkeypatch):
+    # docs/hybrid-nodes.md#when-a-host-boots: with a join that took no time at all, the cloud
+    # side's chain (system nodes, Karpenter, demo 1's Deployments after its node pool) still takes
+    # about 15 min.
+    monkeypatch.setitem(DURATIONS, "host-join", dataclasses.replace(DURATIONS["host-join"], create=0))
+    up = estimate_up(dev_run)
+    assert 14 * 60 < up.seconds < 16 * 60
+    assert "cluster-system-ng" in up.chain and "karpenter-node-pool" in up.chain
+    assert not any(name.startswith("hybrid-hosts-") for name in up.chain)

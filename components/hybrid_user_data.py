@@ -39,7 +39,8 @@ class HostBootstrap:
     node_labels: Mapping[str, str] = field(default_factory=dict)
     #: kubelet taints, ``key=value:Effect``.
     node_taints: Sequence[str] = ()
-    #: Install the NVIDIA driver and container toolkit after the node joins.
+    #: Install the NVIDIA driver and container toolkit before the node joins, and configure the
+    #: NVIDIA container runtime after.
     gpu: bool = False
 
 
@@ -74,13 +75,18 @@ def render_user_data(host: HostBootstrap) -> str:
             raise ValueError(f"{name} {getattr(host, name)!r} is not safe to put in a shell script")
     if host.architecture not in NODEADM_ARCH:
         raise ValueError(f"no nodeadm build for architecture {host.architecture!r}")
-    gpu_setup = ((TEMPLATES / "hybrid-host-gpu.sh").read_text().rstrip() if host.gpu
-                 else "# No GPU on this host.")
+    # The GPU host installs its driver and toolkit before the join and configures the runtime
+    # after it (templates/hybrid-host-gpu-install.sh, hybrid-host-gpu.sh).
+    gpu_install, gpu_setup = (
+        ((TEMPLATES / "hybrid-host-gpu-install.sh").read_text().rstrip(),
+         (TEMPLATES / "hybrid-host-gpu.sh").read_text().rstrip()) if host.gpu
+        else ("# No GPU on this host.", "# No GPU runtime to configure."))
     return _fill((TEMPLATES / "hybrid-host.sh").read_text(), {
         "cluster_name": host.cluster_name,
         "kubernetes_version": host.kubernetes_version,
         "nodeadm_arch": NODEADM_ARCH[host.architecture],
         "node_config": yaml.safe_dump(node_config(host), sort_keys=False).rstrip(),
+        "gpu_install": gpu_install,
         "gpu_setup": gpu_setup,
     })
 

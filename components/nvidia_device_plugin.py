@@ -49,10 +49,11 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
                 ],
             },
             # Helm v3 returns once the plugin pod is scheduled on the GPU host (one node, less
-            # maxUnavailable 1, leaves none that must be ready), before the host's driver is in.
-            # A wait that counts ready pods would also cover the driver install, a possible
-            # reboot and the plugin's CrashLoopBackOff: about 13 min (offline/timing.py), not
-            # Helm's default 300 s.
+            # maxUnavailable 1, leaves none that must be ready): after the host has installed its
+            # driver and joined, about 6 min after the Cilium release (x1.5 is over Helm's
+            # default 300 s). A reboot after the join and, for a wait that counts ready pods,
+            # the plugin's longest CrashLoopBackOff bring it to about 13 min
+            # (offline/timing.py).
             timeout=1200,
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.wait_for)),
         )

@@ -64,9 +64,8 @@ DURATIONS: dict[str, Duration] = {
     "pulumi-python:dynamic/cleanup:KarpenterLeftovers": Duration(1, 20, "describe calls (nothing left normally)"),
     # Phases: work outside Pulumi.
     "host-join": Duration(240, 0, "a host registers with the cluster after its instance runs: nodeadm install 1-3 min, init 0.5-1.5 min (estimate; aws/eks-hybrid #514 allows 8 min for install in its tests)"),
-    "gpu-driver": Duration(360, 0, "hybrid-host-gpu.sh after nodeadm init: ubuntu-drivers --gpgpu and nvidia-container-toolkit from apt; the GPU stack takes 3-5 min after a node boots (NVIDIA/gpu-operator #707), apt installs have taken about 12 min (Azure/acs-engine #989); estimate 6 min"),
-    "gpu-reboot": Duration(120, 0, "only when the driver's module does not match the running kernel: hybrid-host-gpu.sh reboots once; EC2 reboot and kubelet back (estimate)"),
-    "device-plugin-restart": Duration(150, 0, "the plugin pod starts before the driver, exits and restarts in CrashLoopBackOff, whose delay doubles from 10 s to a 5-minute cap (Kubernetes pod lifecycle): 0-5 min after the driver is in, half the cap typical (estimate)"),
+    "gpu-driver": Duration(360, 0, "hybrid-host-gpu-install.sh, before nodeadm init: ubuntu-drivers --gpgpu and nvidia-container-toolkit from apt; the GPU stack takes 3-5 min after a node boots (NVIDIA/gpu-operator #707), apt installs have taken about 12 min (Azure/acs-engine #989); estimate 6 min"),
+    "gpu-reboot": Duration(120, 0, "only when the driver's module does not match the running kernel: hybrid-host-gpu.sh reboots once, after the join; EC2 reboot and kubelet back (estimate)"),
     "crashloop-backoff-cap": Duration(300, 0, "CrashLoopBackOff's longest delay, 5 minutes (Kubernetes pod lifecycle)"),
     "vllm-image-pull": Duration(268, 0, "the ~10 GB vllm/vllm-openai image: 4 min 28 s (docs/demo-guide.md#demo-3-gpu-inference-on-a-hybrid-node)"),
     "vllm-model-load": Duration(150, 0, "model download (Qwen2.5-0.5B, ~1 GB) over the on-prem NAT, load, torch.compile and CUDA graphs: 59 s to a first answer with a warm compile cache (vllm-project/vllm #20264), a cold compile adds 20-40 s (vllm #11005); estimate 2.5 min"),
@@ -92,23 +91,28 @@ class Covers:
 #: By resource name: the awaits that cover work outside Pulumi.
 COVERS: dict[str, Covers] = {
     # Helm waits until the operator's ready replicas reach 2 - maxUnavailable 50% = 1 (and the
-    # agents' to hosts - 2): a host must have registered, so the join happens in this await.
-    "hybrid-cilium-release": Covers(INSTANCE, "hybrid-hosts-", before=("host-join",)),
+    # agents' to hosts - 2): a host must have registered, so the join happens in this await. The
+    # operator tolerates the hybrid taint only, so the hosts that count are the plain ones (the
+    # GPU host, which joins after its driver is in, counts for neither).
+    "hybrid-cilium-release": Covers(INSTANCE, "hybrid-hosts-node-", before=("host-join",)),
     # Helm v3 counts a DaemonSet ready once its pods are scheduled: one GPU node minus
-    # maxUnavailable 1 leaves none that must be ready (helm pkg/kube/ready.go). So this await
-    # covers at most the GPU host's join, not its driver: the driver lands in the vLLM await.
-    # Worst: a wait that counts ready pods (as Helm 4's kstatus watcher does) would also cover
-    # the driver, a reboot and the plugin's longest restart delay; the timeout allows for it.
+    # maxUnavailable 1 leaves none that must be ready (helm pkg/kube/ready.go). The GPU host
+    # installs its driver, then joins, so this await covers both.
+    # Worst: the driver's module needs a reboot after the join, and a wait that counts ready
+    # pods (as Helm 4's kstatus watcher does) would also cover the plugin's longest restart
+    # delay meanwhile; the timeout allows for it.
     "hybrid-nvidia-release": Covers(
-        INSTANCE, "hybrid-hosts-gpu", before=("host-join",),
-        worst=("host-join", "gpu-driver", "gpu-reboot", "crashloop-backoff-cap")),
-    # The vLLM pod is pending until the device plugin advertises nvidia.com/gpu (driver, then the
-    # plugin's restart), then pulls its image and loads the model.
+        INSTANCE, "hybrid-hosts-gpu", before=("gpu-driver", "host-join"),
+        worst=("gpu-driver", "host-join", "gpu-reboot", "crashloop-backoff-cap")),
+    # The vLLM pod is pending until the device plugin advertises nvidia.com/gpu: the driver is
+    # in before the join, so the plugin serves from its first start. Then the pod pulls its
+    # image and loads the model. Worst: a reboot after the join, and the plugin backing off
+    # through it.
     "demo-vllm": Covers(
         INSTANCE, "hybrid-hosts-gpu",
-        before=("host-join", "gpu-driver", "device-plugin-restart"),
+        before=("gpu-driver", "host-join"),
         then=("vllm-image-pull", "vllm-model-load"),
-        worst=("host-join", "gpu-driver", "gpu-reboot", "crashloop-backoff-cap")),
+        worst=("gpu-driver", "host-join", "gpu-reboot", "crashloop-backoff-cap")),
 }
 
 #: An await must last this many times its typical duration. The figures are typical values from

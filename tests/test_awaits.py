@@ -70,11 +70,15 @@ def test_the_vllm_deployment_at_pulumis_default_is_reported(gpu_run):
     broken = planted(gpu_run, "demo-vllm", custom_timeouts={})
     assert await_limit(broken.named("demo-vllm")).seconds == 600
     found = problems_of(broken, "demo-vllm")
-    # The create exceeds 10 minutes even without the margin; the Recreate update with it.
+    # With the margin, the create (after the device plugin: the image and the model) and the
+    # Recreate update exceed 10 minutes; in the worst case (a reboot after the join, the
+    # plugin's longest back-off) the create does even without it.
     assert any("create typically takes" in p for p in found), found
     assert any("update typically takes" in p for p in found), found
     typical = {a.operation: a.typical for a in awaits(gpu_run) if a.name == "demo-vllm"}
-    assert typical["create"] > 600
+    worst = next(a.worst for a in awaits(gpu_run) if a.name == "demo-vllm" and a.operation == "create")
+    assert 600 < typical["create"] * SAFETY_FACTOR <= 30 * 60
+    assert 600 < worst <= 30 * 60
     assert 600 < typical["update"] * SAFETY_FACTOR <= 30 * 60
 
 
@@ -84,9 +88,11 @@ def test_the_device_plugin_release_at_helms_default_is_reported(gpu_run):
     broken = planted(gpu_run, "hybrid-nvidia-release", inputs=inputs)
     assert await_limit(broken.named("hybrid-nvidia-release")).seconds == 300
     found = problems_of(broken, "hybrid-nvidia-release")
-    assert found and "takes up to" in found[0], found
-    # What the timeout allows for, after the join the Cilium release already waited for: the
-    # driver, a reboot, the longest restart delay.
+    # The GPU host installs its driver before it joins: the typical create alone, with the
+    # margin, is over Helm's default.
+    assert found and "typically takes" in found[0], found
+    # What the timeout allows for, after the Cilium release it waits for: the driver and the
+    # join, a reboot, the longest restart delay.
     worst = next(a.worst for a in awaits(gpu_run) if a.name == "hybrid-nvidia-release")
     phases = ("gpu-driver", "gpu-reboot", "crashloop-backoff-cap")
     assert worst >= sum(DURATIONS[p].create for p in phases)
@@ -108,6 +114,18 @@ def test_the_cilium_release_covers_the_hosts_join(variant):
     assert problems_of(broken, "hybrid-cilium-release")
 
 
+def test_the_cilium_release_waits_for_the_plain_hosts_only(gpu_run):
+    # The GPU host joins only after its driver is in; Cilium's operator does not tolerate its
+    # GPU taint, so Helm's wait is met by the plain hosts and the model waits for those alone.
+    cilium = gpu_run.named("hybrid-cilium-release")
+    tolerated = {t.get("key") for t in cilium.inputs["values"]["operator"]["tolerations"]}
+    assert "gpu" not in tolerated and None not in tolerated
+    anchors = sorted(w.anchor.name for w in timing.waits(gpu_run, cilium))
+    plain = sorted(r.name for r in gpu_run.of_type(timing.INSTANCE)
+                   if r.name.startswith("hybrid-hosts-") and r.name != "hybrid-hosts-gpu")
+    assert plain and anchors == plain
+
+
 def test_a_service_created_before_its_pods_waits_for_them(gpu_run):
     # Pulumi awaits a Service until its Endpoints target a pod. Created with its namespace only,
     # vLLM's would wait through the GPU host's join, driver and the vLLM start: over 10 min.
@@ -124,16 +142,23 @@ def test_a_service_created_before_its_pods_waits_for_them(gpu_run):
         assert [w.anchor.name for w in timing.waits(gpu_run, svc)] == [workload.name]
 
 
-def test_the_gpu_work_lands_in_the_vllm_await(gpu_run):
+def test_the_gpu_work_lands_in_the_device_plugin_and_vllm_awaits(gpu_run):
     slots = schedule(gpu_run)
     gpu = gpu_run.named("hybrid-hosts-gpu")
+    plugin = gpu_run.named("hybrid-nvidia-release")
     vllm = gpu_run.named("demo-vllm")
-    figures = ("host-join", "gpu-driver", "device-plugin-restart")
+    # The driver is installed before the join, so the device plugin's pod, scheduled once the
+    # host has joined, serves from its first start (no restart phase): the plugin's release
+    # covers the driver and the join, vLLM's its image and model after that release.
+    figures = ("gpu-driver", "host-join")
+    assert slots[plugin.urn].finish == (slots[gpu.urn].finish
+                                        + sum(DURATIONS[p].create for p in figures)
+                                        + DURATIONS[timing.RELEASE].create)
+    assert slots[plugin.urn].via == gpu.urn
     own = (DURATIONS[timing.DEPLOYMENT].create + DURATIONS["vllm-image-pull"].create
            + DURATIONS["vllm-model-load"].create)
-    assert slots[vllm.urn].finish == (slots[gpu.urn].finish
-                                      + sum(DURATIONS[p].create for p in figures) + own)
-    assert slots[vllm.urn].via == gpu.urn
+    assert slots[vllm.urn].finish == slots[plugin.urn].finish + own
+    assert slots[vllm.urn].via == plugin.urn
     # Worst case: a reboot and the longest restart delay; it must fit without the margin.
     worst = next(a.worst for a in awaits(gpu_run) if a.name == "demo-vllm" and a.operation == "create")
     assert worst > slots[vllm.urn].window
@@ -144,10 +169,10 @@ def test_the_estimate_reads_the_same_figures(gpu_run, monkeypatch):
     before_up = estimate_up(gpu_run).seconds
     before = {a.name: a.typical for a in awaits(gpu_run) if a.operation == "create"}
     monkeypatch.setitem(DURATIONS, "vllm-image-pull",
-                        dataclasses.replace(DURATIONS["vllm-image-pull"], create=268 + 600))
+                        dataclasses.replace(DURATIONS["vllm-image-pull"], create=268 + 900))
     after = {a.name: a.typical for a in awaits(gpu_run) if a.operation == "create"}
-    assert estimate_up(gpu_run).seconds == before_up + 600
-    assert after["demo-vllm"] == before["demo-vllm"] + 600
+    assert estimate_up(gpu_run).seconds == before_up + 900
+    assert after["demo-vllm"] == before["demo-vllm"] + 900
     assert problems_of(gpu_run, "demo-vllm")
 
 

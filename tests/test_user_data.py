@@ -175,3 +175,22 @@ def test_commands_ignore_comments_and_heredocs():
     """The order is read from commands: a comment or heredoc mentioning apt-get does not count."""
     lines = commands("# retry 5 apt-get update\ncat <<'X'\nretry 5 apt-get update\nX\necho hi\n")
     assert lines == ["cat <<'X'", "echo hi"]
+
+
+def test_gpu_driver_and_toolkit_are_installed_before_the_join_and_the_runtime_after():
+    """The driver and the toolkit need neither the cluster nor nodeadm init: installed before
+    the join, they are in when the device plugin's pod first starts. The runtime is configured
+    after init, which rewrites containerd's configuration, and the reboot check comes last."""
+    lines = commands(render_user_data(GPU))
+    nodeadm_install = _first(lines, r'retry \d+ nodeadm install .*')
+    driver = _first(lines, r"retry \d+ ubuntu-drivers install --gpgpu")
+    toolkit = _first(lines, r"retry \d+ apt-get install -y nvidia-container-toolkit")
+    init = _first(lines, r'retry \d+ nodeadm init -c "file://\$NODE_CONFIG"')
+    runtime = _first(lines, r"nvidia-ctk runtime configure --runtime=containerd --set-as-default")
+    restart = _first(lines, r"systemctl restart containerd")
+    reboot_check = _first(lines, r"if ! nvidia-smi; then")
+    assert nodeadm_install < driver < toolkit < init < runtime < restart < reboot_check
+    # One refresh before nodeadm install, one for the toolkit's new repository: no other.
+    updates = [i for i, line in enumerate(lines) if re.fullmatch(r"retry \d+ apt-get update", line)]
+    repository = _first(lines, r"sed .*nvidia-container-toolkit-keyring\.gpg.*")
+    assert len(updates) == 2 and updates[0] < nodeadm_install and repository < updates[1] < toolkit

@@ -70,6 +70,8 @@ retry 5 apt-get update
 log "installing kubelet, containerd and the SSM agent for Kubernetes $KUBERNETES_VERSION"
 retry 5 nodeadm install "$KUBERNETES_VERSION" --credential-provider ssm
 
+{{ gpu_install }}
+
 # The NodeConfig carries the activation code: root-only.
 install -d -m 0700 /etc/eks-hybrid-lab
 umask 077

@@ -137,10 +137,12 @@ class DemoLayer(Layer):
                 needs.append(hybrid.device_plugin.release)
             workload(GPU_NS, "vllm", demos.vllm_server("vllm", cfg.gpu_model),
                      depends_on=needs, service_port=(8000, 8000),
-                     # Typically 14 min, over Pulumi's default 10: the pod waits for the GPU
-                     # host's driver and the device plugin, then pulls ~10 GB and loads the model
-                     # (offline/timing.py). An update is a Recreate rollout: the old pod stops,
-                     # the new one may pull a new image and loads the model again.
+                     # Created once the device plugin's release is done (the GPU host has its
+                     # driver and has joined), the pod pulls ~10 GB and loads the model: typically
+                     # 7.5 min, x1.5 over Pulumi's default 10; after a reboot and the plugin's
+                     # longest back-off, about 13.5 (offline/timing.py). An update is a Recreate
+                     # rollout: the old pod stops, the new one may pull a new image and loads the
+                     # model again.
                      timeouts=pulumi.CustomTimeouts(create="30m", update="30m"))
             workload(GPU_NS, "vllm-client", demos.vllm_client(
                 "vllm-client", f"http://vllm.{GPU_NS}.svc:8000", cfg.gpu_model))

@@ -223,10 +223,10 @@ def run_report(folder: Path, out: Optional[Path] = None) -> int:
 
 
 def run_summary(out: Path, stack: Optional[str], now: Optional[Any] = None) -> int:
-    from rehearse import summary
+    from rehearse import summary, summary_page
 
     stack = stack or summary.only_stack(out)
-    html_path, md_path = summary.write(out, stack, now or record.utc_now())
+    html_path, md_path = summary_page.write(out, stack, now or record.utc_now())
     print(f"summary: {html_path} and {md_path}")
     return 0
 

@@ -20,7 +20,7 @@ import argparse
 import sys
 from typing import Any, Callable, Optional
 
-from rehearse import summary as summaries
+from rehearse import summary_page
 from rehearse.errors import RunError, first_line
 from rehearse.record import utc_now
 from rehearse.summary import Step
@@ -133,7 +133,7 @@ def main(args: argparse.Namespace, *, runner: Callable[[str, argparse.Namespace]
         done = {s.command for s in steps}
         steps += [Step(c, NOT_RUN, "the rehearsal was interrupted") for c in plan if c not in done]
         _say("interrupted: writing the summary of what was done")
-    html_path, md_path = summaries.write(args.out, outputs.stack, clock(), skipped=skipped,
+    html_path, md_path = summary_page.write(args.out, outputs.stack, clock(), skipped=skipped,
                                          rehearsal=steps)
     for step in steps:
         print(f"{step.state:<13} {step.command}" + (f" — {step.detail}" if step.detail else ""))

@@ -9,7 +9,7 @@ their numbers beside the demo guide's, how old each run is, and which commands w
 ``rehearse report`` replay rewrites a report without making its run any newer. A run that was
 interrupted or failed part-way is shown as such (its report's first check, rehearse.outcome).
 
-This module gathers; rehearse.summary_page renders."""
+This module gathers; rehearse.summary_page renders and writes the pages."""
 
 from __future__ import annotations
 
@@ -227,17 +227,3 @@ def only_stack(root: Path) -> str:
     raise RunError(f"{root} holds runs of several stacks ({', '.join(sorted(stacks))}): pass "
                    "--stack NAME")
 
-
-def write(root: Path, stack: str, now: datetime.datetime, *, skipped: Optional[dict[str, str]] = None,
-          rehearsal: Optional[list[Step]] = None) -> tuple[Path, Path]:
-    """Gather and write ``<stack>-summary.html`` and ``<stack>-summary.md`` under ``root``."""
-    from rehearse import summary_page
-
-    summary = gather(root, stack, now)
-    summary.skipped = dict(skipped or {})
-    summary.rehearsal = rehearsal
-    root.mkdir(parents=True, exist_ok=True)
-    html_path, md_path = root / f"{stack}-summary.html", root / f"{stack}-summary.md"
-    html_path.write_text(summary_page.html_page(summary), encoding="utf-8")
-    md_path.write_text(summary_page.markdown_page(summary), encoding="utf-8")
-    return html_path, md_path

@@ -4,12 +4,14 @@ charts' PNGs beside it."""
 
 from __future__ import annotations
 
+import datetime
 import html
 import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import Any, Optional
 
 from rehearse.record import iso
-from rehearse.summary import NEVER_RUN, OPEN_QUESTIONS, PARTS, Chart, Run, Summary
+from rehearse.summary import NEVER_RUN, OPEN_QUESTIONS, PARTS, Chart, Run, Step, Summary, gather
 
 SVG_NS = "http://www.w3.org/2000/svg"
 XLINK_NS = "http://www.w3.org/1999/xlink"
@@ -236,3 +238,15 @@ def markdown_page(summary: Summary) -> str:
             out += _md_command(summary, command)
     return "\n".join(out).rstrip("\n") + "\n"
 
+
+def write(root: Path, stack: str, now: datetime.datetime, *, skipped: Optional[dict[str, str]] = None,
+          rehearsal: Optional[list[Step]] = None) -> tuple[Path, Path]:
+    """Gather and write ``<stack>-summary.html`` and ``<stack>-summary.md`` under ``root``."""
+    summary = gather(root, stack, now)
+    summary.skipped = dict(skipped or {})
+    summary.rehearsal = rehearsal
+    root.mkdir(parents=True, exist_ok=True)
+    html_path, md_path = root / f"{stack}-summary.html", root / f"{stack}-summary.md"
+    html_path.write_text(html_page(summary), encoding="utf-8")
+    md_path.write_text(markdown_page(summary), encoding="utf-8")
+    return html_path, md_path

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rehearse import cli, outcome, record, summary
+from rehearse import cli, outcome, record, summary_page
 from rehearse.summary_page import inline_svg
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rehearse"
@@ -49,7 +49,7 @@ def rehearsals(tmp_path_factory) -> Path:
 
 
 def pages(root: Path, stack: str, now=NOW, **kwargs) -> tuple[ET.Element, str, str]:
-    html_path, md_path = summary.write(root, stack, now, **kwargs)
+    html_path, md_path = summary_page.write(root, stack, now, **kwargs)
     assert (html_path.name, md_path.name) == (f"{stack}-summary.html", f"{stack}-summary.md")
     text = html_path.read_text()
     html.parser.HTMLParser().feed(text)  # an HTML parser reads it too

@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional
 
 from rehearse import summary_page
 from rehearse.errors import RunError, first_line
+from rehearse.outcome import CHECK_COMPLETED
 from rehearse.record import utc_now
 from rehearse.summary import Step
 from rehearse.switch import ask
@@ -133,10 +134,15 @@ def main(args: argparse.Namespace, *, runner: Callable[[str, argparse.Namespace]
         done = {s.command for s in steps}
         steps += [Step(c, NOT_RUN, "the rehearsal was interrupted") for c in plan if c not in done]
         _say("interrupted: writing the summary of what was done")
-    html_path, md_path = summary_page.write(args.out, outputs.stack, clock(), skipped=skipped,
-                                         rehearsal=steps)
     for step in steps:
         print(f"{step.state:<13} {step.command}" + (f" — {step.detail}" if step.detail else ""))
+    try:
+        html_path, md_path = summary_page.write(args.out, outputs.stack, clock(), skipped=skipped,
+                                                rehearsal=steps)
+    except KeyboardInterrupt:
+        _say("interrupted while writing the summary: every run's folder is kept; write it with "
+             f"`python -m rehearse summary --stack {outputs.stack} --out {args.out}`")
+        return 1
     print(f"summary: {html_path} and {md_path}")
     if defect is not None:
         raise defect
@@ -164,4 +170,15 @@ def _run_step(command: str, args: argparse.Namespace, runner: Callable, parse: C
         return Step(command, PASS, where), None
     if result.code == 1:
         return Step(command, FAIL, f"a check failed: {where}"), None
-    return Step(command, COULD_NOT_RUN, f"the run failed part-way: {where}"), None
+    return Step(command, COULD_NOT_RUN, f"{_ending(result.folder)}: {where}"), None
+
+
+def _ending(folder: Any) -> str:
+    """The reason a run that failed part-way recorded (its report's first check)."""
+    import json
+
+    try:
+        checks = json.loads((folder / "report.json").read_text()).get("checks") or []
+        return next(str(c["seen"]) for c in checks if c.get("name") == CHECK_COMPLETED)
+    except (OSError, ValueError, StopIteration, KeyError, AttributeError):
+        return "the run failed part-way"

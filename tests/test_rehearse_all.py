@@ -44,8 +44,10 @@ class StandIn:
         folder = record.folder_for(args.out, "lab", command, started)
         folder.mkdir(parents=True)
         failed = outcome != 0
-        Report(command, "lab", record.iso(started), f"{command} run",
-               [Check("a check", FAIL if failed else PASS, "seen", "the fix")]).write(folder)
+        checks = [Check("a check", FAIL if failed else PASS, "seen", "the fix")]
+        if outcome == 2:  # failed part-way: the report's first check says so (rehearse.outcome)
+            checks.insert(0, Check("run completed", FAIL, "failed at 17:40: the cluster went away"))
+        Report(command, "lab", record.iso(started), f"{command} run", checks).write(folder)
         return cli.RunResult(1 if outcome == "interrupted" else outcome, folder,
                              interrupted=outcome == "interrupted")
 
@@ -152,11 +154,27 @@ def test_it_stops_at_the_first_failure_unless_keep_going(tmp_path):
     assert table["verify gateway"][0] == "FAIL"
     assert {table[c][0] for c in ["verify burst", "verify gpu"] + CHANGING} == {"NOT RUN"}
     assert "stopped after verify gateway did not pass" in table["failover"][1]
-    runner = StandIn({"verify gateway": 1, "verify burst": RunError("no demo layer")})
+    runner = StandIn({"verify gateway": 1, "verify burst": RunError("no demo layer"), "burst": 2})
     assert run_all(tmp_path / "again", "--yes", "--keep-going", runner=runner) == 1
     assert runner.commands == READ_ONLY + CHANGING
     table = rehearsal_table(tmp_path / "again")
     assert table["verify burst"] == ("COULD NOT RUN", "no demo layer")
+    state, detail = table["burst"]
+    assert state == "COULD NOT RUN" and detail.startswith("failed at 17:40: the cluster went away: ")
+
+
+def test_ctrl_c_while_writing_the_summary_says_how_to_write_it(tmp_path, capsys):
+    def clock():
+        raise KeyboardInterrupt
+
+    args = cli.build_parser().parse_args(["all", "--outputs", str(outputs_file(tmp_path)), "--stack",
+                                          "lab", "--out", str(tmp_path / "r"), "--yes"])
+    runner = StandIn()
+    assert rehearsal.main(args, runner=runner, read_outputs=cli._outputs,
+                          parse=cli.build_parser().parse_args, as_run_error=cli._as_run_error,
+                          clock=clock) == 1
+    assert runner.commands == READ_ONLY + CHANGING
+    assert f"python -m rehearse summary --stack lab --out {tmp_path / 'r'}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("how", ["during a run", "before a run's folder", "at the question"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import html
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Optional
@@ -36,10 +37,12 @@ def _cls(state: str) -> str:
     return state.replace(" ", "-")
 
 
-def inline_svg(text: str) -> tuple[Optional[str], str]:
+def inline_svg(text: str, prefix: str = "") -> tuple[Optional[str], str]:
     """(the SVG markup to inline, "") or (None, why not): it must parse as SVG and hold no
     script, event handler, foreign content or link outside itself — the page stays
-    self-contained and runs nothing."""
+    self-contained and runs nothing. Its ids, and the references to them, get ``prefix``:
+    charts drawn with the same settings reuse ids (a clip path's, a glyph's), and in one page
+    a reference would find the first chart's."""
     try:
         root = ET.fromstring(text)
     except ET.ParseError as error:
@@ -54,7 +57,36 @@ def inline_svg(text: str) -> tuple[Optional[str], str]:
             name = key.rsplit("}", 1)[-1].lower()
             if name.startswith("on") or (name == "href" and not value.startswith("#")):
                 return None, f"its SVG has a {name} attribute"
+    for child in list(root):
+        if str(child.tag).rsplit("}", 1)[-1] == "metadata":  # the drawing tool's, not the chart
+            root.remove(child)
+    _prefix_ids(root, prefix)
     return ET.tostring(root, encoding="unicode"), ""
+
+
+_URL_REF = re.compile(r"url\(\s*#([^)\s]+)\s*\)")
+
+
+def _prefix_ids(root: ET.Element, prefix: str) -> None:
+    ids = {e.get("id") for e in root.iter() if e.get("id")}
+    if not prefix or not ids:
+        return
+
+    def refs(value: str) -> str:
+        return _URL_REF.sub(lambda m: f"url(#{prefix}{m.group(1)})" if m.group(1) in ids
+                            else m.group(0), value)
+
+    for element in root.iter():
+        for key, value in list(element.attrib.items()):
+            name = key.rsplit("}", 1)[-1]
+            if name == "id":
+                element.set(key, prefix + value)
+            elif name == "href" and value[1:] in ids:
+                element.set(key, f"#{prefix}{value[1:]}")
+            elif "url(" in value:
+                element.set(key, refs(value))
+        if str(element.tag).rsplit("}", 1)[-1] == "style" and element.text:
+            element.text = refs(element.text)
 
 
 def _value(m: dict[str, Any]) -> str:
@@ -109,8 +141,8 @@ def _html_numbers(run: Run) -> list[str]:
             f"<th>the demo guide's</th><th>note</th></tr>{rows}</table>"]
 
 
-def _html_chart(chart: Chart) -> str:
-    markup, why = inline_svg(chart.svg) if chart.svg is not None else (None, "")
+def _html_chart(chart: Chart, prefix: str) -> str:
+    markup, why = inline_svg(chart.svg, prefix) if chart.svg is not None else (None, "")
     problems = "; ".join(p for p in (chart.problem, why) if p)
     if markup is None:
         return (f"<p class=\"missing\" data-chart=\"{_e(chart.name)}\">Chart {_e(chart.title)} "
@@ -130,7 +162,10 @@ def _html_command(summary: Summary, command: str) -> list[str]:
         out.append(f"<p class=\"NEVER-RUN\">{_e(_never_line(summary, command))}</p>")
     else:
         out.append(f"<p>{_e(run.report.get('title', ''))}: {_e(_run_line(summary, run))}</p>")
-        out += _html_checks(run) + _html_numbers(run) + [_html_chart(c) for c in run.charts]
+        # Each chart's ids prefixed by the command and the chart's place: unique in the page.
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", command)
+        out += _html_checks(run) + _html_numbers(run) + [
+            _html_chart(c, f"{slug}-{n}-") for n, c in enumerate(run.charts)]
     return out + ["</div>"]
 
 

@@ -183,6 +183,32 @@ def test_every_listed_chart_is_embedded_and_a_missing_one_is_reported(tmp_path):
         assert not any(k in ("src", "href") for k in element.attrib), element.tag
 
 
+CLIPPED_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">'
+               '<metadata><title>drawn by a tool</title></metadata>'
+               '<defs><clipPath id="clip"><rect width="9" height="9"/></clipPath>'
+               '<path id="mark" d="M0 0h1"/></defs>'
+               '<g clip-path="url(#clip)"><use xlink:href="#mark" x="{x}"/></g></svg>')
+
+
+def test_charts_drawn_alike_keep_their_own_ids_in_one_page(tmp_path):
+    # Charts drawn with the same settings reuse ids (a clip path's, a marker's): in one page a
+    # reference would find the first chart's definition unless each chart's ids are its own.
+    charts = [{"name": n, "title": n, "svg": f"{n}.svg", "png": f"{n}.png"} for n in ("a", "b")]
+    charted_run(tmp_path, charts, {"a.svg": CLIPPED_SVG.format(x=1), "b.svg": CLIPPED_SVG.format(x=2),
+                                   "a.png": b"", "b.png": b""})
+    page, _, _ = pages(tmp_path, "lab")
+    figures = list(page.iter(f"{XHTML}figure"))
+    ids = [e.get("id") for e in page.iter() if e.get("id")]
+    assert len(figures) == 2 and len(ids) == 4 and len(set(ids)) == 4
+    xlink = "{http://www.w3.org/1999/xlink}href"
+    for figure in figures:
+        own = {e.get("id") for e in figure.iter() if e.get("id")}
+        [group] = [g for g in figure.iter(f"{SVG}g") if g.get("clip-path")]
+        assert group.get("clip-path")[len("url(#"):-1] in own
+        assert group.find(f"{SVG}use").get(xlink)[1:] in own
+        assert figure.find(f".//{SVG}metadata") is None
+
+
 def test_older_runs_without_charts_show_none(rehearsals, tmp_path):
     root = tmp_path / "r"
     shutil.copytree(rehearsals, root)

@@ -83,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     summary = commands.add_parser(
         "summary", help="one page of the latest run of each command, for the evening before",
-        description=importlib.import_module("rehearse.summary").__doc__,
+        # The docstring's last paragraph is for whoever reads the code.
+        description=importlib.import_module("rehearse.summary").__doc__.rsplit("\n\n", 1)[0],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     summary.add_argument("--stack", metavar="NAME",
                          help="the stack whose runs to gather (default: the one stack the runs "

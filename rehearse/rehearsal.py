@@ -10,7 +10,7 @@ step that does not pass unless --keep-going, and always ends by writing the summ
 (rehearse.summary) — after Ctrl-C too, which ends the rehearsal: every finished run keeps its
 folder, the interrupted one its report of what was done.
 
-Each step is the command's own run (rehearse.cli.execute) into its own folder, with this
+Each step is the command's own run, into its own folder, with this
 command's stack, outputs, kubeconfig and --out; the commands' other options keep their
 defaults."""
 
@@ -102,6 +102,9 @@ def main(args: argparse.Namespace, *, runner: Callable[[str, argparse.Namespace]
     if not outputs.optional("demo3"):
         skipped[GPU_STEP] = f"the stack {outputs.stack} has no GPU host (no output demo3)"
     plan = list(READ_ONLY + changing)
+    # Every step's options parsed before anything runs: a bad --scenarios stops here, not
+    # after the checks.
+    parsed = {command: parse(_argv(command, args)) for command in plan}
     stop: Optional[str] = None
     defect: Optional[BaseException] = None
     try:
@@ -121,7 +124,7 @@ def main(args: argparse.Namespace, *, runner: Callable[[str, argparse.Namespace]
                         skipped[rest] = "not confirmed"
                     break
             _say(f"== rehearse all, step {index + 1} of {len(plan)}: {command} ==")
-            step, defect = _run_step(command, args, runner, parse, as_run_error)
+            step, defect = _run_step(command, parsed[command], runner, as_run_error)
             steps.append(step)
             if step.state == INTERRUPTED:
                 stop = f"the rehearsal was interrupted during {command}"
@@ -149,11 +152,11 @@ def main(args: argparse.Namespace, *, runner: Callable[[str, argparse.Namespace]
     return 0 if all(s.state in (PASS, SKIPPED) for s in steps) else 1
 
 
-def _run_step(command: str, args: argparse.Namespace, runner: Callable, parse: Callable,
+def _run_step(command: str, options: argparse.Namespace, runner: Callable,
               as_run_error: Callable) -> tuple[Step, Optional[BaseException]]:
     """One command's run as a Step (and the error when it is this tool's defect)."""
     try:
-        result = runner(command, parse(_argv(command, args)))
+        result = runner(command, options)
     except KeyboardInterrupt:
         # Before its folder existed (the stack's outputs, the cluster): nothing was recorded.
         return Step(command, INTERRUPTED, "Ctrl-C before the run started: nothing recorded"), None

@@ -216,6 +216,13 @@ def test_every_step_parses_as_its_command_with_the_rehearsals_options(tmp_path):
     assert cli.build_parser().parse_args(rehearsal._argv("burst", args)).scenarios == ["B", "C"]
 
 
+def test_a_bad_scenario_stops_the_rehearsal_before_any_step(tmp_path, capsys):
+    runner = StandIn()
+    with pytest.raises(SystemExit):
+        run_all(tmp_path, "--yes", "--scenarios", "Z", runner=runner)
+    assert runner.calls == [] and "a scenario is A, B or C" in capsys.readouterr().err
+
+
 def test_a_defect_in_a_step_still_writes_the_summary_then_raises(tmp_path):
     runner = StandIn({"verify burst": ZeroDivisionError("boom")})
     with pytest.raises(ZeroDivisionError):

@@ -1,4 +1,5 @@
-"""`python -m rehearse`: verify gateway|gpu|burst, failover, burst, hostnet, predict, report.
+"""`python -m rehearse`: verify gateway|gpu|burst, preflight, failover, burst, gateway-throughput,
+hostnet, predict, all, summary, report.
 
 Exit codes: 0 every check passed; 1 a check failed or the run was interrupted; 2 the run could
 not be made (one line, no traceback). Once a run has started, its folder is kept whatever
@@ -11,6 +12,7 @@ import importlib
 import json
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -28,6 +30,7 @@ COMMANDS = {
     "burst": "rehearse.burst",
     "gateway-throughput": "rehearse.throughput",
     "hostnet": "rehearse.hostnet",
+    "preflight": "rehearse.precheck",
 }
 
 
@@ -61,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         _common(sub)
         module.add_arguments(sub)
 
-    for command in ("failover", "burst", "gateway-throughput", "hostnet"):
+    for command in ("preflight", "failover", "burst", "gateway-throughput", "hostnet"):
         module = _module(command)
         sub = commands.add_parser(command, help=module.TITLE, description=module.__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -71,6 +74,24 @@ def build_parser() -> argparse.ArgumentParser:
     predict = importlib.import_module("rehearse.predict")
     predict.add_arguments(commands.add_parser("predict", help=predict.TITLE,
                                               description=predict.__doc__))
+
+    rehearsal = importlib.import_module("rehearse.rehearsal")
+    every = commands.add_parser("all", help=rehearsal.TITLE, description=rehearsal.__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(every)
+    rehearsal.add_arguments(every)
+
+    summary = commands.add_parser(
+        "summary", help="one page of the latest run of each command, for the evening before",
+        # The docstring's last paragraph is for whoever reads the code.
+        description=importlib.import_module("rehearse.summary").__doc__.rsplit("\n\n", 1)[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    summary.add_argument("--stack", metavar="NAME",
+                         help="the stack whose runs to gather (default: the one stack the runs "
+                              "in --out are of)")
+    summary.add_argument("--out", type=Path, default=Path("rehearsals"), metavar="DIR",
+                         help="the rehearsals folder to read and write <stack>-summary.html and "
+                              "<stack>-summary.md in (default: ./rehearsals)")
 
     report = commands.add_parser(
         "report", help="analyse a run's folder again and rewrite its report",
@@ -110,7 +131,22 @@ def _connect(args: argparse.Namespace, stack_outputs) -> Any:
     return kube
 
 
+@dataclass(frozen=True)
+class RunResult:
+    """How one command's run ended, for ``rehearse all``: its exit code, its folder, and
+    whether Ctrl-C ended it (exit code 1 either way)."""
+    code: int
+    folder: Path
+    interrupted: bool = False
+
+
 def run_command(command: str, args: argparse.Namespace) -> int:
+    return execute(command, args).code
+
+
+def execute(command: str, args: argparse.Namespace) -> RunResult:
+    """One command's run into its folder. Raises before the folder exists (the stack's
+    outputs, the cluster); once it exists, every ending is a report in it."""
     from rehearse.context import Context, boto3_clients
 
     module = _module(command)
@@ -134,6 +170,7 @@ def run_command(command: str, args: argparse.Namespace) -> int:
     # A run that stops part-way keeps its folder: what it measured, and the record of what it
     # changed (a leader pod deleted, a stack switched and restored), is in events.jsonl.
     code: Optional[int] = None
+    interrupted = False
     try:
         recorder(record.RUN_STARTED, command=command, stack=stack_outputs.stack,
                  options={k: str(v) for k, v in options.items()})
@@ -141,7 +178,7 @@ def run_command(command: str, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         recorder(outcome.RUN_INTERRUPTED, reason="Ctrl-C")
         print("interrupted: writing what was recorded", file=sys.stderr)
-        code = 1
+        code, interrupted = 1, True
     except Exception as error:  # noqa: BLE001 every failure ends as a report and one line
         reason, defect = outcome.reason_of(error, _as_run_error)
         details = None
@@ -158,9 +195,9 @@ def run_command(command: str, args: argparse.Namespace) -> int:
     report.write(folder)
     print(report.summary())
     print(f"report: {folder / 'report.md'}")
-    if code is not None:
-        return code
-    return 0 if report.passed else 1
+    if code is None:
+        code = 0 if report.passed else 1
+    return RunResult(code, folder, interrupted)
 
 
 def run_report(folder: Path, out: Optional[Path] = None) -> int:
@@ -184,6 +221,15 @@ def run_report(folder: Path, out: Optional[Path] = None) -> int:
     if outcome.ending(events) is not None:
         return 1 if outcome.ending(events)["kind"] == outcome.RUN_INTERRUPTED else 2
     return 0 if report.passed else 1
+
+
+def run_summary(out: Path, stack: Optional[str], now: Optional[Any] = None) -> int:
+    from rehearse import summary, summary_page
+
+    stack = stack or summary.only_stack(out)
+    html_path, md_path = summary_page.write(out, stack, now or record.utc_now())
+    print(f"summary: {html_path} and {md_path}")
+    return 0
 
 
 def _as_run_error(error: BaseException) -> Optional[RunError]:
@@ -215,6 +261,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.command == "report":
             return run_report(args.folder, args.out)
+        if args.command == "summary":
+            return run_summary(args.out, args.stack)
+        if args.command == "all":
+            return importlib.import_module("rehearse.rehearsal").main(
+                args, runner=execute, read_outputs=_outputs, parse=build_parser().parse_args,
+                as_run_error=_as_run_error)
         if args.command == "predict":
             # The CLI's own readers, looked up here when it runs (tests replace ``_connect``).
             return importlib.import_module("rehearse.predict").main(args, _outputs, _connect)

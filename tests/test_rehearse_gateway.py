@@ -784,3 +784,24 @@ def test_a_stale_prober_log_fails():
     failed = {c.name for c in report.failures}
     assert failed == {gateway_kinds.CHECK_TRAFFIC["cloudToHybrid"]}
     assert "stopped logging" in report.failures[0].seen
+
+
+def test_rehearse_all_runs_the_real_commands_and_pages_what_they_found(scene, capsys):
+    # `rehearse all --read-only` end to end through the real commands: the pre-check cannot
+    # read a stack file for "lab" (an outputs file's name), verify gateway passes against the
+    # emulator, verify burst has no demo 2 outputs, demo 3 is skipped (no output demo3).
+    scene.plant()
+    scene.monkeypatch.setattr(cli, "_connect", lambda args, outputs: Kube.connect(scene.emulator.endpoint))
+    out = scene.tmp / "runs"
+    code = cli.main(["all", "--outputs", str(scene.outputs_file()), "--out", str(out),
+                     "--read-only", "--keep-going"])
+    assert code == 1
+    printed = capsys.readouterr().out
+    assert re.search(r"PASS +verify gateway", printed) and re.search(r"SKIPPED +verify gpu", printed)
+    folders = sorted(p.name.split("-lab-", 1)[1] for p in out.iterdir() if p.is_dir())
+    assert folders == ["preflight", "verify-burst", "verify-gateway"]
+    md = (out / "lab-summary.md").read_text()
+    assert "### `python -m rehearse verify gateway`: PASS" in md
+    assert "### `python -m rehearse preflight`: FAILED TO FINISH" in md and "no stack file" in md
+    assert "### `python -m rehearse verify gpu`: NEVER RUN" in md
+    assert (out / "lab-summary.html").read_text().count('data-state="PASS"') == 1

@@ -1,0 +1,59 @@
+"""The pre-check, kept as a run: `python -m ops.preflight`'s read-only checks (Describe, List and
+Get calls only) for the stack's ``Pulumi.<stack>.yaml``, recorded in a run folder so the
+rehearsal's summary can say when it last passed. The run itself also proves the stack's outputs
+and the cluster can be reached, as every rehearse command does first."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rehearse.errors import RunError
+from rehearse.record import RUN_STARTED, every, first
+from rehearse.report import FAIL, PASS, SKIP, Check, Report
+
+TITLE = "the pre-check: the account and this machine can hold the lab (read-only)"
+CHECKED = "preflight.check"
+#: ops.preflight's statuses as a report's: a warning passes and says so.
+STATUS = {"PASS": PASS, "WARN": PASS, "FAIL": FAIL, "SKIP": SKIP}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """No options of its own: the stack file is ``Pulumi.<stack>.yaml`` in --work-dir."""
+
+
+def collect(ctx: Any, record: Any) -> None:
+    import boto3
+
+    from offline.runner import config_from_stack_file
+    from ops.preflight import cli as preflight, sequence
+    from stacks.config import ConfigError
+
+    stack = ctx.outputs.stack
+    path = ctx.work_dir / f"Pulumi.{stack}.yaml" if ctx.work_dir else None
+    try:
+        cfg = config_from_stack_file(stack, path=path)
+    except (FileNotFoundError, ValueError, ConfigError) as error:
+        raise RunError(f"the pre-check reads the stack file: {error}") from None
+    ctx.progress(f"preflight for stack {stack} in {cfg.region} (read-only)")
+    for check in sequence.run_preflight(boto3.Session(region_name=cfg.region),
+                                        preflight.lab_needs(cfg)):
+        record(CHECKED, name=check.name, status=check.status, detail=check.detail, fix=check.fix)
+
+
+def analyse(events: list[dict]) -> Report:
+    started = first(events, RUN_STARTED) or {}
+    report = Report(command="preflight", stack=started.get("stack", "?"),
+                    started=started.get("at", "?"), title="Pre-check: the account and this "
+                    "machine can hold the lab")
+    for event in every(events, CHECKED):
+        status = STATUS.get(event.get("status"), FAIL)
+        seen = event.get("detail", "")
+        if event.get("status") == "WARN":
+            seen = f"WARN: {seen}" + (f" ({event['fix']})" if event.get("fix") else "")
+        report.checks.append(Check(event.get("name", "?"), status, seen, event.get("fix", ""),
+                                   "python -m ops.preflight --stack " + str(report.stack)))
+    if not report.checks:
+        report.checks.append(Check("preflight", FAIL, "no preflight check was recorded",
+                                   "run it again: `python -m rehearse preflight`"))
+    return report

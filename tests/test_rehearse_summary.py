@@ -1,0 +1,245 @@
+"""The summary page (`python -m rehearse summary`): the latest run of each command for a stack,
+from the recorded runs replayed into a rehearsals folder — it parses, names every part of the
+runbook, marks what was never run, shows interrupted runs, and embeds every chart it lists."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import html.parser
+import io
+import json
+import os
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from rehearse import cli, outcome, record, summary_page
+from rehearse.summary_page import inline_svg
+
+FIXTURES = Path(__file__).parent / "fixtures" / "rehearse"
+XHTML = "{http://www.w3.org/1999/xhtml}"
+SVG = "{http://www.w3.org/2000/svg}"
+#: The recorded runs' start times (their first event's ``at``).
+ROUTE_ELSEWHERE_STARTED = datetime.datetime(2026, 12, 1, 16, 37, 53, 246314, tzinfo=datetime.timezone.utc)
+#: Replayed under these names: "z-" sorts the older run last, so neither the name nor the
+#: modification time (set newest below) can be what picks the latest.
+REPLAYED = {"gateway-healthy": "z-gateway-healthy", "gateway-route-elsewhere": "gateway-route-elsewhere",
+            "failover-healthy": "failover-healthy", "hostnet-healthy": "hostnet-healthy",
+            "burst-b-no-get-nodes": "burst-b-no-get-nodes", "gpu-recorded": "gpu-recorded",
+            "verify-burst-c-old-karpenter": "verify-burst-c-old-karpenter"}
+NOW = ROUTE_ELSEWHERE_STARTED + datetime.timedelta(hours=2, minutes=5)
+RUNBOOK = ("preflight", "verify gateway", "failover", "burst", "verify burst", "verify gpu")
+
+
+@pytest.fixture(scope="module")
+def rehearsals(tmp_path_factory) -> Path:
+    """The recorded runs replayed into one rehearsals folder (the reports only, as
+    `rehearse report FOLDER --out DIR` writes them)."""
+    root = tmp_path_factory.mktemp("rehearsals")
+    with contextlib.redirect_stdout(io.StringIO()):
+        for fixture, name in REPLAYED.items():
+            cli.run_report(FIXTURES / fixture, out=root / name)
+    newest = (root / "z-gateway-healthy" / "report.json").stat().st_mtime + 3600
+    os.utime(root / "z-gateway-healthy" / "report.json", (newest, newest))
+    os.utime(root / "z-gateway-healthy", (newest, newest))
+    return root
+
+
+def pages(root: Path, stack: str, now=NOW, **kwargs) -> tuple[ET.Element, str, str]:
+    html_path, md_path = summary_page.write(root, stack, now, **kwargs)
+    assert (html_path.name, md_path.name) == (f"{stack}-summary.html", f"{stack}-summary.md")
+    text = html_path.read_text()
+    html.parser.HTMLParser().feed(text)  # an HTML parser reads it too
+    return ET.fromstring(text), text, md_path.read_text()
+
+
+def commands(page: ET.Element) -> dict[str, ET.Element]:
+    return {d.get("data-command"): d for d in page.iter(f"{XHTML}div") if d.get("data-command")}
+
+
+def text_of(element: ET.Element) -> str:
+    return " ".join("".join(element.itertext()).split())
+
+
+def test_the_page_names_every_demo_and_marks_what_was_never_run(rehearsals, tmp_path):
+    root = tmp_path / "r"
+    shutil.copytree(rehearsals, root)
+    page, _, md = pages(root, "lab")
+    headings = [text_of(h) for h in page.iter(f"{XHTML}h2")]
+    for part in ("Pre-check", "Demo 1: gateway failover", "Demo 2: bursting and scale-in",
+                 "Demo 3: GPU inference"):
+        assert part in headings and f"## {part}" in md
+    shown = commands(page)
+    assert set(RUNBOOK) <= set(shown)
+    # Stack lab: only demo 1's runs (and hostnet) were recorded for it.
+    never = {c for c, d in shown.items() if d.get("data-state") == "NEVER RUN"}
+    # gateway-throughput is an open question, shown beside hostnet's run, not a demo's.
+    assert never == {"preflight", "burst", "verify burst", "verify gpu", "gateway-throughput"}
+    listed = {li.get("data-command") for ul in page.iter(f"{XHTML}ul")
+              if ul.get("class") == "never-run" for li in ul}
+    assert listed == never - {"gateway-throughput"}
+    for command in never:
+        assert f"### `python -m rehearse {command}`: NEVER RUN" in md
+        assert (f"- `{command}`: no run of this stack" in md) == (command != "gateway-throughput")
+    checklist = {li.get("data-part"): text_of(li) for ul in page.iter(f"{XHTML}ul")
+                 if ul.get("class") == "checklist" for li in ul}
+    assert "NOT READY" in checklist["Demo 1: gateway failover"]
+    assert "NOT RUN" in checklist["Demo 3: GPU inference"]
+    assert "- [ ] **Demo 1: gateway failover**: NOT READY" in md
+    # The open questions appear when they have a run.
+    assert shown["hostnet"].get("data-state") == "PASS" and "## Open questions" in md
+
+
+def test_the_latest_run_is_by_its_recorded_start_and_says_how_old_and_the_fix(rehearsals, tmp_path):
+    root = tmp_path / "r"
+    shutil.copytree(rehearsals, root)
+    page, _, md = pages(root, "lab")
+    gateway = commands(page)["verify gateway"]
+    # The route on the standby's ENI started 0.17 s after the healthy run: it is the latest,
+    # though the healthy run's folder is the newer file and sorts last by name.
+    assert gateway.get("data-state") == "FAIL"
+    words = text_of(gateway)
+    assert "folder gateway-route-elsewhere" in words and "2 h 5 min ago" in words
+    assert "VPC route to the leader" in words and "Fix: the leader writes the route once" in words
+    assert "folder gateway-route-elsewhere" in md and "2 h 5 min ago" in md
+    assert "  - Fix: the leader writes the route once" in md
+    # Numbers beside the demo guide's: failover's Lease handover and "AWS documents 3–5 s".
+    failover = text_of(commands(page)["failover"])
+    assert "Lease handover" in failover and "AWS documents 3–5 s" in failover
+    # The handover test_rehearse_failover works out from the recording: acquireTime
+    # 09:00:03.214567 less the deletion.
+    assert "| Lease handover (new acquireTime − deletion) | 3.215 s | AWS documents 3–5 s" in md
+
+
+def test_a_run_older_than_a_day_says_to_run_it_again(rehearsals, tmp_path):
+    root = tmp_path / "r"
+    shutil.copytree(rehearsals, root)
+    page, _, md = pages(root, "dev")
+    gpu = text_of(commands(page)["verify gpu"])
+    # Recorded 2026-10-15T10:00:10Z; 47 days 8 h 37 min before NOW.
+    assert "47 d 8 h ago" in gpu and "older than a day: run it again" in gpu
+    assert "older than a day" not in text_of(commands(page)["verify burst"])
+    assert "NEVER RUN" == commands(page)["verify gateway"].get("data-state")
+
+
+def test_an_interrupted_run_is_shown_as_such_with_what_it_left(tmp_path):
+    events = record.read_events(FIXTURES / "failover-healthy")
+    deleted = next(i for i, e in enumerate(events) if e["kind"] == "pod.deleted")
+    partial = events[:deleted + 1] + [{"at": events[deleted]["at"], "kind": outcome.RUN_INTERRUPTED,
+                                       "reason": "Ctrl-C"}]
+    from rehearse import failover
+
+    folder = tmp_path / "20261201T090000Z-lab-failover"
+    folder.mkdir()
+    outcome.analyse_run(failover.analyse, partial).write(folder)
+    page, _, md = pages(tmp_path, "lab")
+    run = commands(page)["failover"]
+    assert run.get("data-state") == "INTERRUPTED"
+    assert "deleted the leader's pod" in text_of(run)
+    assert "### `python -m rehearse failover`: INTERRUPTED" in md and "deleted the leader's pod" in md
+
+
+TINY_SVG = ('<?xml version="1.0" encoding="UTF-8"?>\n<svg xmlns="http://www.w3.org/2000/svg" '
+            'width="40" height="20"><rect x="0" y="0" width="40" height="20" fill="#1f77b4"/>'
+            '<text x="2" y="14">gap &lt; 5 s</text></svg>\n')
+
+
+def charted_run(root: Path, charts: list[dict], files: dict[str, str | bytes]) -> Path:
+    """A run folder whose report.json lists ``charts``, holding ``files``."""
+    folder = root / "20261201T100000Z-lab-failover"
+    folder.mkdir(parents=True)
+    report = {"version": 1, "command": "failover", "stack": "lab",
+              "started": "2026-12-01T10:00:00.000000Z", "title": "Gateway leader failover",
+              "passed": True, "checks": [{"name": "gap", "status": "PASS", "seen": "3 s",
+                                          "fix": "", "command": ""}],
+              "measurements": [], "notes": [], "charts": charts}
+    (folder / "report.json").write_text(json.dumps(report))
+    for name, body in files.items():
+        (folder / name).write_bytes(body if isinstance(body, bytes) else body.encode())
+    return folder
+
+
+def test_every_listed_chart_is_embedded_and_a_missing_one_is_reported(tmp_path):
+    charts = [{"name": "gaps", "title": "Gaps <each way>", "svg": "gaps.svg", "png": "gaps.png"},
+              {"name": "routes", "title": "Route switch", "svg": "routes.svg", "png": "routes.png"}]
+    folder = charted_run(tmp_path, charts, {"gaps.svg": TINY_SVG, "gaps.png": b"\x89PNG\r\n"})
+    page, text, md = pages(tmp_path, "lab")
+    run = commands(page)["failover"]
+    [figure] = [f for f in run.iter(f"{XHTML}figure")]
+    assert figure.get("data-chart") == "gaps"
+    [svg] = list(figure.iter(f"{SVG}svg"))
+    assert svg.find(f"{SVG}rect").get("fill") == "#1f77b4"
+    assert "Gaps <each way>" in text_of(figure) and "Gaps &lt;each way&gt;" in text
+    [missing] = [p for p in run.iter(f"{XHTML}p") if p.get("data-chart") == "routes"]
+    assert "routes.svg is missing" in text_of(missing)
+    assert f"![Gaps <each way>]({folder.name}/gaps.png)" in md
+    assert "Chart Route switch: its SVG routes.svg is missing" in md and "routes.png is missing" in md
+    # Self-contained: nothing fetched, nothing run.
+    for element in page.iter():
+        assert element.tag.rsplit("}", 1)[-1] not in ("script", "link", "img", "iframe", "object")
+        assert not any(k in ("src", "href") for k in element.attrib), element.tag
+
+
+CLIPPED_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">'
+               '<metadata><title>drawn by a tool</title></metadata>'
+               '<defs><clipPath id="clip"><rect width="9" height="9"/></clipPath>'
+               '<path id="mark" d="M0 0h1"/></defs>'
+               '<g clip-path="url(#clip)"><use xlink:href="#mark" x="{x}"/></g></svg>')
+
+
+def test_charts_drawn_alike_keep_their_own_ids_in_one_page(tmp_path):
+    # Charts drawn with the same settings reuse ids (a clip path's, a marker's): in one page a
+    # reference would find the first chart's definition unless each chart's ids are its own.
+    charts = [{"name": n, "title": n, "svg": f"{n}.svg", "png": f"{n}.png"} for n in ("a", "b")]
+    charted_run(tmp_path, charts, {"a.svg": CLIPPED_SVG.format(x=1), "b.svg": CLIPPED_SVG.format(x=2),
+                                   "a.png": b"", "b.png": b""})
+    page, _, _ = pages(tmp_path, "lab")
+    figures = list(page.iter(f"{XHTML}figure"))
+    ids = [e.get("id") for e in page.iter() if e.get("id")]
+    assert len(figures) == 2 and len(ids) == 4 and len(set(ids)) == 4
+    xlink = "{http://www.w3.org/1999/xlink}href"
+    for figure in figures:
+        own = {e.get("id") for e in figure.iter() if e.get("id")}
+        [group] = [g for g in figure.iter(f"{SVG}g") if g.get("clip-path")]
+        assert group.get("clip-path")[len("url(#"):-1] in own
+        assert group.find(f"{SVG}use").get(xlink)[1:] in own
+        assert figure.find(f".//{SVG}metadata") is None
+
+
+def test_older_runs_without_charts_show_none(rehearsals, tmp_path):
+    root = tmp_path / "r"
+    shutil.copytree(rehearsals, root)
+    page, _, _ = pages(root, "lab")
+    assert not list(page.iter(f"{XHTML}figure")) and not list(page.iter(f"{SVG}svg"))
+
+
+@pytest.mark.parametrize("svg, why", [
+    ('<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>', "<script>"),
+    ('<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"/>', "onload attribute"),
+    ('<svg xmlns="http://www.w3.org/2000/svg" xmlns:x="http://www.w3.org/1999/xlink">'
+     '<image x:href="https://example.com/a.png"/></svg>', "href attribute"),
+    ('<svg xmlns="http://www.w3.org/2000/svg"><rect></svg>', "does not parse"),
+    ('<html xmlns="http://www.w3.org/1999/xhtml"/>', "not an <svg>"),
+])
+def test_an_svg_that_would_run_or_fetch_something_is_not_inlined(svg, why):
+    markup, problem = inline_svg(svg)
+    assert markup is None and why in problem
+    assert inline_svg(TINY_SVG)[0].startswith('<svg xmlns="http://www.w3.org/2000/svg"')
+
+
+def test_the_command_writes_both_pages_and_asks_for_a_stack_when_runs_are_of_several(
+        rehearsals, tmp_path, capsys):
+    root = tmp_path / "r"
+    shutil.copytree(rehearsals, root)
+    assert cli.main(["summary", "--out", str(root)]) == 2
+    assert "several stacks (dev, lab): pass --stack NAME" in capsys.readouterr().err
+    assert cli.main(["summary", "--out", str(root), "--stack", "dev"]) == 0
+    assert (root / "dev-summary.html").is_file() and (root / "dev-summary.md").is_file()
+    shutil.rmtree(root / "z-gateway-healthy")
+    for name in ("gateway-route-elsewhere", "failover-healthy", "hostnet-healthy"):
+        shutil.rmtree(root / name)
+    assert cli.main(["summary", "--out", str(root)]) == 0  # only dev's runs are left
+    assert "dev-summary.html" in capsys.readouterr().out

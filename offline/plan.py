@@ -1,6 +1,6 @@
 """The offline plan: what `pulumi up` would build for a stack, without AWS or the Pulumi CLI.
 
-    python -m offline.plan [--stack dev]
+    python -m offline.plan [--stack dev | --stack-file PATH]
 
 Reads ``Pulumi.<stack>.yaml``, runs the real program against a stand-in for AWS and prints the
 layers in creation order with their resources, the destroy order, cost and time, where every

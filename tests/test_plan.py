@@ -51,7 +51,8 @@ def test_plan_of_the_dev_stack(dev_run):
     done, seconds = plan()
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert "eks-hybrid-lab plan for stack 'dev' in ap-northeast-2" in out
+    assert out.splitlines()[0] == ("eks-hybrid-lab plan for stack 'dev' in ap-northeast-2: 6 of 6 "
+                                   f"layers, {dev_run.counts().describe()}")
     assert "nothing was created" in out
     assert "1. network" in out
     for type_ in ("aws.ec2.Vpc", "aws.ec2.NatGateway", "aws.ec2transitgateway.TransitGateway",

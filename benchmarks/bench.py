@@ -49,7 +49,9 @@ _EVALUATE = textwrap.dedent("""
     sys.path.insert(0, {project!r})
     from offline.runner import load_stack_config, run_program
     run = run_program(load_stack_config("dev"))
-    print(json.dumps({"seconds": time.perf_counter() - start, "resources": len(run.resources()),
+    seconds = time.perf_counter() - start
+    # The plan's own count and words (ProgramRun.counts), so the two never differ.
+    print(json.dumps({"seconds": seconds, "resources": run.counts().describe(),
                       "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """)
 
@@ -67,11 +69,11 @@ def _plan_seconds() -> float:
     return time.perf_counter() - start
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: "list[str] | None" = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     modules = json.dumps(json.loads(subprocess.run(
         [sys.executable, "-c", _CAPTURE.replace("{project!r}", repr(str(PROJECT)))], cwd=PROJECT,
@@ -94,7 +96,7 @@ def main() -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"full lab, {result['resources']} resources, median of {args.runs} fresh interpreters "
+        print(f"full lab, {result['resources']}, median of {args.runs} fresh interpreters "
               f"(Python {result['python']})")
         print(f"  import floor        {result['import_floor_s']:.2f} s  {result['import_floor_max_rss_mb']:.0f} MB")
         print(f"  program evaluation  {result['evaluation_s']:.2f} s  {result['evaluation_max_rss_mb']:.0f} MB"

@@ -453,7 +453,7 @@ def dumps(document: dict) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m offline.chart_render",
+    parser = argparse.ArgumentParser(prog="python -m offline.chart_render", allow_abbrev=False,
                                      description=__doc__.split("\n")[0])
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--write", action="store_true", help=f"rewrite {RECORDED.name}")

@@ -1,6 +1,6 @@
 """The offline plan: what `pulumi up` would build for a stack, without AWS or the Pulumi CLI.
 
-    python -m offline.plan [--stack dev]
+    python -m offline.plan [--stack dev | --stack-file PATH]
 
 Reads ``Pulumi.<stack>.yaml``, runs the real program against a stand-in for AWS and prints the
 layers in creation order with their resources, the destroy order, cost and time, where every
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 from collections import Counter, defaultdict
@@ -40,7 +41,9 @@ def short_type(token: str) -> str:
 
 
 
-def render(run: ProgramRun, out: TextIO) -> None:
+def render(run: ProgramRun, out: TextIO, stack_file: Optional[Path] = None) -> None:
+    """The plan of ``run``; ``stack_file`` when its settings came from that file rather than
+    ``Pulumi.<stack>.yaml``."""
     cfg = run.config
     region = cfg.get("aws:region", "?")
     built = run.outputs.get("layers", [])
@@ -48,9 +51,10 @@ def render(run: ProgramRun, out: TextIO) -> None:
     for reg in run.resources():
         by_layer[run.layer_of(reg)].append(reg)
 
-    total = sum(len(v) for k, v in by_layer.items() if k is not None)
-    out.write(f"eks-hybrid-lab plan for stack '{run.stack}' in {region}: "
-              f"{len(built)} of {len(LAYERS)} layers, {total} resources\n")
+    what = (f"stack '{run.stack}'" if stack_file is None
+            else f"stack file {stack_file} (as stack '{run.stack}')")
+    out.write(f"eks-hybrid-lab plan for {what} in {region}: "
+              f"{len(built)} of {len(LAYERS)} layers, {run.counts().describe()}\n")
     out.write("Offline: the program ran against a stand-in for AWS; nothing was created.\n\n")
 
     out.write("Create order\n")
@@ -222,13 +226,17 @@ def _render_times(run: ProgramRun, out: TextIO) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m offline.plan", description=__doc__.split("\n")[0])
-    parser.add_argument("--stack", default="dev",
-                        help="stack whose Pulumi.<stack>.yaml to plan (default: dev)")
-    parser.add_argument("--stack-file", type=Path, metavar="PATH",
-                        help="plan this stack file instead (a config variant you have not "
-                             "made a stack for)")
+    parser = argparse.ArgumentParser(prog="python -m offline.plan", allow_abbrev=False,
+                                     description=__doc__.split("\n")[0])
+    # One or the other: with both, which settings were planned would be a guess.
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--stack", help="stack whose Pulumi.<stack>.yaml to plan (default: dev)")
+    which.add_argument("--stack-file", type=Path, metavar="PATH",
+                       help="plan this stack file instead (a config variant you have not made "
+                            "a stack for), as the stack its name Pulumi.<stack>.yaml gives, "
+                            "else as dev")
     args = parser.parse_args(argv)
+    args.stack = args.stack or stack_of_file(args.stack_file)
     try:
         config = load_stack_config(args.stack, path=args.stack_file)
     except StackFileError as exc:
@@ -248,8 +256,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         source = args.stack_file or f"Pulumi.{args.stack}.yaml"
         print(f"error: {source}: {exc}", file=sys.stderr)
         return 1
-    render(run, sys.stdout)
+    render(run, sys.stdout, args.stack_file)
     return 0
+
+
+def stack_of_file(path: Optional[Path]) -> str:
+    """The stack a stack file would be: ``Pulumi.<stack>.yaml`` names it; the default, dev,
+    for any other name (or none)."""
+    match = re.fullmatch(r"Pulumi\.(.+)\.ya?ml", path.name) if path is not None else None
+    return match.group(1) if match else "dev"
 
 
 if __name__ == "__main__":

@@ -150,6 +150,26 @@ class _Collect(logging.Handler):
         self.records.append(record)
 
 
+PROVIDER_TYPE_PREFIX = "pulumi:providers:"
+
+
+@dataclass(frozen=True)
+class ResourceCounts:
+    """What "N resources" means: every custom resource (what a provider creates, and the
+    explicit providers themselves, which are custom resources too); not the components that
+    only group them, nor the root stack: `pulumi up`'s own tally counts those too, so it is
+    higher."""
+
+    resources: int
+    providers: int
+    components: int
+
+    def describe(self) -> str:
+        return (f"{self.resources} resources ({self.resources - self.providers} created through "
+                f"providers, {self.providers} providers; {self.components} components group "
+                "them and are not counted)")
+
+
 @dataclass
 class ProgramRun:
     stack: str
@@ -205,6 +225,14 @@ class ProgramRun:
     def resources(self) -> list[Registration]:
         """Custom resources: what the cloud (or a provider) would create."""
         return [r for r in self.registrations if r.custom]
+
+    def counts(self) -> "ResourceCounts":
+        """The one resource count the plan and the benchmark print (README, "Speed")."""
+        custom = self.resources()
+        return ResourceCounts(
+            resources=len(custom),
+            providers=sum(1 for r in custom if r.type.startswith(PROVIDER_TYPE_PREFIX)),
+            components=sum(1 for r in self.registrations if not r.custom))
 
     def provider_ref(self, reg: Registration) -> str:
         return f"{reg.urn}::{reg.id}"

@@ -34,6 +34,38 @@ COMMANDS = {
 }
 
 
+#: Every command, in the order a rehearsal runs them (the README's "Rehearse"): what a bare
+#: `python -m rehearse` lists.
+REHEARSAL_ORDER = ("verify gateway", "failover", "verify burst", "burst", "predict", "verify gpu",
+                   "gateway-throughput", "hostnet", "report")
+_REPORT_HELP = "analyse a run's folder again and rewrite its report"
+
+
+class _Parser(argparse.ArgumentParser):
+    """No option prefixes (`--out` must not stand for `--outputs`); subcommands' parsers are
+    made through this class too, since ``allow_abbrev`` is not passed down to them."""
+
+    def __init__(self, *args: Any, allow_abbrev: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
+
+
+class _RootParser(_Parser):
+    def error(self, message: str) -> None:
+        # argparse's own words for a bare `python -m rehearse` name no command at all.
+        if message.startswith("the following arguments are required: COMMAND"):
+            message = "name a command; in the order of a rehearsal:\n" + _command_lines()
+        super().error(message)
+
+
+def _command_lines() -> str:
+    titles = {"report": _REPORT_HELP,
+              "predict": importlib.import_module("rehearse.predict").TITLE}
+    titles.update({c: _module(c).TITLE for c in COMMANDS})
+    width = max(len(c) for c in REHEARSAL_ORDER)
+    return "".join(f"  {c:<{width}}  {titles[c]}\n" for c in REHEARSAL_ORDER) + \
+        "each takes --help, e.g. python -m rehearse verify gateway --help"
+
+
 def _module(command: str) -> Any:
     return importlib.import_module(COMMANDS[command])
 
@@ -47,13 +79,14 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _RootParser(
         prog="python -m rehearse",
         description="Rehearse the EKS Hybrid Nodes demos against a deployed lab: check, "
                     "measure, and keep a report (report.md, report.json, events.jsonl).",
         epilog="Exit codes: 0 every check passed, 1 a check failed or the run was interrupted, "
                "2 the run could not be made.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=_Parser)
 
     verify = commands.add_parser("verify", help="check that a demo is ready",
                                  description="Check that a demo is ready.")
@@ -94,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "<stack>-summary.md in (default: ./rehearsals)")
 
     report = commands.add_parser(
-        "report", help="analyse a run's folder again and rewrite its report",
+        "report", help=_REPORT_HELP,
         description="Analyse a run folder's events.jsonl again and write report.md and "
                     "report.json, into the folder or with --out elsewhere (a recorded run "
                     "replays through the same analysis).")

@@ -19,6 +19,11 @@ LAYER_OF = {
 }
 
 
+#: What writes an ``--outputs`` file (the kubeconfig is a secret: without --show-secrets it is
+#: "[secret]").
+WRITE_COMMAND = "pulumi stack output --json --show-secrets"
+
+
 @dataclass(frozen=True)
 class StackOutputs:
     stack: str
@@ -26,10 +31,18 @@ class StackOutputs:
     #: False when the name is only the outputs file's (no --stack): nothing may change a stack
     #: of that name (rehearse.switch.require_stack).
     named: bool = True
+    #: The ``--outputs`` file the values were read from, if any: a missing output is then the
+    #: file's, not a stack's.
+    source: Optional[Path] = None
 
     def get(self, key: str) -> Any:
         if key not in self.values:
             layer = LAYER_OF.get(key)
+            if self.source is not None:
+                built = f" (the {layer} layer's)" if layer else ""
+                raise RunError(f"the outputs file {self.source} has no output {key}{built}: "
+                               f"write it from a stack that has it with `{WRITE_COMMAND} > "
+                               f"{self.source}`")
             where = f": build the {layer} layer (upToLayer) and run `pulumi up`" if layer else ""
             raise RunError(f"the stack {self.stack} has no output {key}{where}")
         return self.values[key]
@@ -42,6 +55,10 @@ class StackOutputs:
         return list(self.values.get("layers") or [])
 
     def require_layer(self, layer: str, why: str) -> None:
+        if layer not in self.layers and self.source is not None:
+            raise RunError(f"the outputs file {self.source} records no {layer} layer ({why}): "
+                           f"write it from a stack with upToLayer {layer} or higher with "
+                           f"`{WRITE_COMMAND} > {self.source}`")
         if layer not in self.layers:
             raise RunError(f"the stack {self.stack} has no {layer} layer ({why}): set upToLayer "
                            f"to {layer} or higher and run `pulumi up`")
@@ -57,7 +74,7 @@ def from_file(path: Path, stack: Optional[str] = None) -> StackOutputs:
         raise RunError(f"{path} is not the JSON of `pulumi stack output --json`: {error}") from None
     if not isinstance(values, dict):
         raise RunError(f"{path} is not the JSON of `pulumi stack output --json` (not an object)")
-    return StackOutputs(stack or path.stem, values, named=stack is not None)
+    return StackOutputs(stack or path.stem, values, named=stack is not None, source=path)
 
 
 def from_pulumi(stack: Optional[str], work_dir: Path) -> StackOutputs:

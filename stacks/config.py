@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import datetime
 import difflib
+import functools
+import importlib.util
 import ipaddress
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 import pulumi
 
@@ -579,6 +582,38 @@ def deployer_admin_violations(admin_role_arns: tuple[str, ...], caller_arn: str)
         for arn in admin_role_arns if same_role(caller_arn, arn)]
 
 
+#: The one provider whose settings the lab's stack files set (``aws:region``).
+AWS_NAMESPACE = "aws"
+
+
+@functools.lru_cache(maxsize=1)
+def aws_provider_keys() -> frozenset[str]:
+    """The settings the installed AWS provider reads: the keys its own config module,
+    ``pulumi_aws/config/vars.py``, asks ``pulumi.Config('aws')`` for. Read from the source,
+    not imported, so nothing of the provider's runs."""
+    spec = importlib.util.find_spec("pulumi_aws.config.vars")
+    source = Path(spec.origin).read_text() if spec and spec.origin else ""
+    return frozenset(re.findall(r"__config__\.get\w*\('([A-Za-z0-9]+)'\)", source))
+
+
+def unknown_provider_keys(keys: Iterable[str]) -> list[str]:
+    """A warning for each ``aws:`` key the AWS provider does not read (a misspelt ``aws:regon``
+    is otherwise ignored without a word), naming the nearest one it does. Only warned, not
+    refused: a newer provider may read a key this one does not know. Other providers'
+    namespaces are theirs to judge, and this project's own keys are refused by load_config."""
+    known = aws_provider_keys()
+    warnings = []
+    for key in sorted(keys):
+        namespace, _, name = key.partition(":")
+        if namespace != AWS_NAMESPACE or not known or name.split(".")[0] in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {AWS_NAMESPACE}:{close[0]}?" if close else ""
+        warnings.append(f"{key} is not a setting of the AWS provider (pulumi_aws/config/vars.py "
+                        f"lists those it reads), so it is ignored{hint}")
+    return warnings
+
+
 def read_pulumi_config() -> LabConfig:
     """Loads the config of the running Pulumi program (real or under mocks)."""
     from pulumi.runtime import config as runtime_config
@@ -587,6 +622,8 @@ def read_pulumi_config() -> LabConfig:
     everything: dict[str, Any] = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
     prefix = f"{PROJECT}:"
     values = {k[len(prefix):]: v for k, v in everything.items() if k.startswith(prefix)}
+    for warning in unknown_provider_keys(everything):
+        pulumi.log.warn(warning)
     # Pulumi.yaml's project-level defaults are applied by the CLI and arrive here as values;
     # defaults for keys that are absent come from SETTINGS.
     return load_config(values, stack=pulumi.get_stack(), project=pulumi.get_project(),

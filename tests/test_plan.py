@@ -13,6 +13,7 @@ import subprocess
 import sys
 import resource
 
+import pytest
 import yaml
 
 from offline import plan as offline_plan
@@ -50,7 +51,8 @@ def test_plan_of_the_dev_stack(dev_run):
     done, seconds = plan()
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert "eks-hybrid-lab plan for stack 'dev' in ap-northeast-2" in out
+    assert out.splitlines()[0] == ("eks-hybrid-lab plan for stack 'dev' in ap-northeast-2: 6 of 6 "
+                                   f"layers, {dev_run.counts().describe()}")
     assert "nothing was created" in out
     assert "1. network" in out
     for type_ in ("aws.ec2.Vpc", "aws.ec2.NatGateway", "aws.ec2transitgateway.TransitGateway",
@@ -99,6 +101,31 @@ def test_plan_of_an_invalid_stack_file_fails_with_the_rule(tmp_path, capsys, mon
     assert 'hybridPodCidr = "10.0.0.0/16": must not overlap cloudVpcCidr (10.0.0.0/16)' in done.stderr
     assert 'hybridNodeCount = "42": must be from 1 to 10' in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_plan_of_a_stack_file_names_the_file_and_the_stack_it_would_be(tmp_path, capsys,
+                                                                        monkeypatch):
+    variant = tmp_path / "Pulumi.variant.yaml"
+    variant.write_text((PROJECT_DIR / "Pulumi.dev.yaml").read_text())
+    done = planned(capsys, monkeypatch, "--stack-file", str(variant))
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith(f"eks-hybrid-lab plan for stack file {variant} (as stack 'variant') "
+                            "in ap-northeast-2:")
+    assert "eks-hybrid-lab:stack=eks-hybrid-lab/variant" in done.stdout
+
+
+def test_a_stack_file_of_another_name_is_planned_as_dev():
+    assert offline_plan.stack_of_file(PROJECT_DIR / "settings.yaml") == "dev"
+    assert offline_plan.stack_of_file(PROJECT_DIR / "Pulumi.big.yaml") == "big"
+    assert offline_plan.stack_of_file(None) == "dev"
+
+
+def test_plan_refuses_both_a_stack_and_a_stack_file(capsys):
+    with pytest.raises(SystemExit) as done:
+        offline_plan.main(["--stack", "dev", "--stack-file", str(PROJECT_DIR / "Pulumi.dev.yaml")])
+    assert done.value.code == 2
+    assert "argument --stack-file: not allowed with argument --stack" in capsys.readouterr().err
 
 
 def test_plan_of_a_missing_stack_says_so(capsys, monkeypatch):

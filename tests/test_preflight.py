@@ -42,10 +42,12 @@ ROOMY = {VPCS: 5, NATS: 5, EIPS: 5, STANDARD: 640}
 
 
 def stack_file(tmp_path: Path, **settings) -> Path:
-    """The dev stack file with some settings changed (``region`` stands for aws:region)."""
+    """The dev stack file with some settings changed (``region`` stands for aws:region; a key
+    with a namespace is taken as it is)."""
     data = copy.deepcopy(DEV_STACK)
     for key, value in settings.items():
-        data["config"]["aws:region" if key == "region" else f"eks-hybrid-lab:{key}"] = value
+        full = key if ":" in key else f"eks-hybrid-lab:{key}"
+        data["config"]["aws:region" if key == "region" else full] = value
     path = tmp_path / "Pulumi.preflight-test.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -206,6 +208,18 @@ def test_all_pass(aws, tmp_path, capsys):
     # moto's default VPC is in use; the lab adds its two.
     assert checks[f"quota VPCs per Region ({VPCS})"].endswith("in use 1, the lab adds 2: 3 of 5")
     assert not any("fix:" in line for line in lines)
+
+
+def test_a_misspelt_aws_key_is_a_warning_naming_the_nearest(aws, tmp_path, capsys):
+    code, lines, checks = preflight(tmp_path, capsys, **{"aws:regon": "ap-northeast-1"})
+    assert code == 0
+    assert list(checks) == ["stack settings", *DEFAULT_CHECKS]
+    line = checks["stack settings"]
+    assert line.startswith("WARN  stack settings: aws:regon is not a setting of the AWS provider")
+    assert line.endswith("did you mean aws:region?")
+    assert fix_of(lines, line) == "      fix: correct or remove the key in " + str(
+        tmp_path / "Pulumi.preflight-test.yaml")
+    assert lines[-1] == f"preflight: {len(DEFAULT_CHECKS)} passed, 1 warnings, 0 failed"
 
 
 def test_too_few_zones_names_the_setting_and_the_zones(aws, tmp_path, capsys):

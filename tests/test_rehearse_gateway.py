@@ -536,7 +536,9 @@ def test_a_stack_without_the_demo_layer_cannot_be_verified(scene, capsys):
     run = scene.run()
     assert run.code == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: the stack lab has no demo layer") and "\n" not in err
+    # Read from --outputs: the file lacks the layer, and is named (a file is not a stack).
+    assert err.startswith(f"error: the outputs file {scene.tmp / 'lab.json'} records no demo "
+                          "layer") and "\n" not in err
 
 
 # --- the Lease's age and the gateway's own word on leadership (docs/gateway.md#metrics) ---

@@ -36,6 +36,7 @@ EKS_NAME_TAG = "eks:eks-cluster-name"
 REGION_TAG = "topology.kubernetes.io/region"
 
 from ops.leftovers.prices import HOURLY_USD, INSTANCE_HOURLY_USD
+from ops.leftovers.answers import NotAnAwsAnswer, refuse_html_answers
 
 
 # --- what the checks return ----------------------------------------------------------------------
@@ -177,6 +178,8 @@ def _error_code(error: Exception) -> str:
 
 
 def _why(error: Exception) -> str:
+    if isinstance(error, NotAnAwsAnswer):
+        return str(error)
     code = _error_code(error)
     if code:
         message = (getattr(error, "response", {}).get("Error") or {}).get("Message", "")
@@ -217,7 +220,8 @@ class _ClientPerService:
     def client(self, service: str, region_name: Optional[str] = None, **kwargs: Any) -> Any:
         key = (service, region_name)
         if key not in self._clients:
-            self._clients[key] = self._session.client(service, region_name=region_name, **kwargs)
+            self._clients[key] = refuse_html_answers(
+                self._session.client(service, region_name=region_name, **kwargs))
         return self._clients[key]
 
 
@@ -229,7 +233,7 @@ def identify(session: Any, scope: Scope) -> Scope:
 
     try:
         identity = _client(session, "sts", scope).get_caller_identity()
-    except (BotoCoreError, ClientError) as error:
+    except (BotoCoreError, ClientError, NotAnAwsAnswer) as error:
         raise AwsUnavailable(_why(error)) from error
     arn = identity.get("Arn") or ""
     partition = arn.split(":")[1] if arn.count(":") >= 5 else scope.partition

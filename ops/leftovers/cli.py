@@ -117,7 +117,7 @@ def _stack_name(args: argparse.Namespace) -> str:
 
 
 def main(argv: Optional[list[str]] = None, session: Any = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ops.leftovers",
+    parser = argparse.ArgumentParser(prog="python -m ops.leftovers", allow_abbrev=False,
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--stack", help="stack whose leftovers to list (default: dev, or the "
                                         "name in --stack-file's Pulumi.<name>.yaml)")

@@ -26,8 +26,8 @@ from components.zones import EKS_UNSUPPORTED_ZONE_IDS
 from ops.preflight.checks import (FAIL, PASS, SKIP, WARN, Check, InstanceNeed, LabNeeds, Run, Which,
                                   run_command)
 from ops.preflight.sequence import counts, run_preflight
-from offline.runner import config_from_stack_file
-from stacks.config import ConfigError, LabConfig
+from offline.runner import config_from_stack_file, load_stack_config
+from stacks.config import ConfigError, LabConfig, unknown_provider_keys
 from stacks.layers.cluster import SYSTEM_NODE_COUNT
 from stacks.layers.gateway import GATEWAY_NODE_COUNT
 from stacks.layers.karpenter import BURST_INSTANCE_TYPES
@@ -91,7 +91,7 @@ def render(checks: list[Check], out: TextIO) -> None:
 
 def main(argv: Optional[list[str]] = None, *, session: Optional[boto3.Session] = None,
          which: Which = shutil.which, run: Run = run_command) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ops.preflight",
+    parser = argparse.ArgumentParser(prog="python -m ops.preflight", allow_abbrev=False,
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--stack", default="dev",
                         help="stack whose Pulumi.<stack>.yaml to check for (default: dev)")
@@ -117,7 +117,12 @@ def main(argv: Optional[list[str]] = None, *, session: Optional[boto3.Session] =
 
     print(f"eks-hybrid-lab preflight for stack '{cfg.stack}' in {cfg.region} "
           f"(read-only: Describe/List/Get calls only)")
-    checks = run_preflight(session, lab_needs(cfg), which=which, run=run)
+    # A misspelt provider key (aws:regon) is ignored by the provider: said here as by the plan.
+    settings = [Check("stack settings", WARN, warning, "correct or remove the key in "
+                      f"{source}")
+                for warning in unknown_provider_keys(load_stack_config(args.stack,
+                                                                       path=args.stack_file))]
+    checks = settings + run_preflight(session, lab_needs(cfg), which=which, run=run)
     render(checks, sys.stdout)
     return 1 if any(c.status == FAIL for c in checks) else 0
 

@@ -36,9 +36,10 @@ COMMANDS = {
 
 #: Every command, in the order a rehearsal runs them (the README's "Rehearse"): what a bare
 #: `python -m rehearse` lists.
-REHEARSAL_ORDER = ("verify gateway", "failover", "verify burst", "burst", "predict", "verify gpu",
-                   "gateway-throughput", "hostnet", "report")
+REHEARSAL_ORDER = ("all", "preflight", "verify gateway", "failover", "verify burst", "burst",
+                   "predict", "verify gpu", "gateway-throughput", "hostnet", "report", "summary")
 _REPORT_HELP = "analyse a run's folder again and rewrite its report"
+_SUMMARY_HELP = "one page of the latest run of each command, for the evening before"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -58,7 +59,8 @@ class _RootParser(_Parser):
 
 
 def _command_lines() -> str:
-    titles = {"report": _REPORT_HELP,
+    titles = {"report": _REPORT_HELP, "summary": _SUMMARY_HELP,
+              "all": importlib.import_module("rehearse.rehearsal").TITLE,
               "predict": importlib.import_module("rehearse.predict").TITLE}
     titles.update({c: _module(c).TITLE for c in COMMANDS})
     width = max(len(c) for c in REHEARSAL_ORDER)
@@ -115,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     rehearsal.add_arguments(every)
 
     summary = commands.add_parser(
-        "summary", help="one page of the latest run of each command, for the evening before",
+        "summary", help=_SUMMARY_HELP,
         # The docstring's last paragraph is for whoever reads the code.
         description=importlib.import_module("rehearse.summary").__doc__.rsplit("\n\n", 1)[0],
         formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -867,6 +867,7 @@ def test_verify_capacity_fails_when_another_pod_takes_room_on_a_hybrid_node(lab_
 
 # --- burst: whole runs ---------------------------------------------------------------------------------
 
+@pytest.mark.charts
 def test_scenario_b_runs_the_sequence_and_ends_as_the_rules_say(lab_for):
     lab = lab_for(scenario="B")
     assert lab.run() == 0, lab.markdown()
@@ -1249,6 +1250,7 @@ def test_a_failure_in_the_middle_restores_the_scenario_through_the_automation_ap
 
 # --- recorded runs replay (tests/fixtures/rehearse/record_burst.py) --------------------------------------
 
+@pytest.mark.charts
 def test_a_recorded_a_b_c_run_replays_to_its_report(tmp_path):
     events = read_events(FIXTURES / "burst-abc")
     report = burst.analyse(events)

@@ -152,7 +152,7 @@ def _chart(results: list[ScenarioResult], settings: dict) -> Chart:
                              forecast=None if predicted is None else list(predicted))
             states.append(state)
         missing = [f"{a} → {b}" for a, b in zip(sequence, sequence[1:])][len(result.rows):]
-        why = ("; ".join(result.refused) if result.refused else
+        why = ("not in place: " + "; ".join(result.refused) if result.refused else
                f"stopped: {result.aborted}" if result.aborted else "the run ended before it")
         scenarios.append({"scenario": result.scenario, "words": SCENARIO_WORDS[result.scenario],
                           "refused": bool(result.refused), "states": states,

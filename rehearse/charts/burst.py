@@ -15,7 +15,7 @@ VERDICT_COLOUR = {"same": common.OK, "explained": "#b8860b", "unexplained": comm
 def draw(data: dict, title: str) -> Any:
     scenarios = data["scenarios"]
     widest = max((len(s["states"]) + len(s["not_measured"]) for s in scenarios), default=1)
-    fig = common.figure(max(5.0, 1.15 * widest * len(scenarios)), 5.2)
+    fig = common.figure(max(7.0, 1.15 * widest * len(scenarios)), 5.2)
     fig.suptitle(title, x=0.01, ha="left", fontweight="bold")
     peak = max((s["hybrid"] + s["cloud"] for sc in scenarios for s in sc["states"]), default=1)
     axes = fig.subplots(1, max(1, len(scenarios)), sharey=True, squeeze=False)[0]

@@ -5,6 +5,7 @@ files), the colours, and the "not measured" mark."""
 from __future__ import annotations
 
 import contextlib
+import textwrap
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -53,8 +54,10 @@ def save(fig: Any, folder: Path, name: str) -> None:
 
 def not_measured(ax: Any, why: str = "") -> None:
     """An empty panel says so, and why, instead of looking like a zero."""
+    # The reason shortened and wrapped to the panel: the report's tables give it in full.
+    why = textwrap.fill(textwrap.shorten(why, 150, placeholder=" …"), 44) if why else ""
     ax.text(0.5, 0.5, NOT_MEASURED + (f"\n{why}" if why else ""), transform=ax.transAxes,
-            ha="center", va="center", color=MUTED, fontsize=12, wrap=True)
+            ha="center", va="center", color=MUTED, fontsize=11)
     # Ticks hidden, not removed: a panel sharing its y axis with a measured one keeps its scale.
     ax.tick_params(left=False, bottom=False, labelleft=False, labelbottom=False)
     for spine in ax.spines.values():

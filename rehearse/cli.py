@@ -130,12 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser(
         "report", help=_REPORT_HELP,
-        description="Analyse a run folder's events.jsonl again and write report.md and "
-                    "report.json, into the folder or with --out elsewhere (a recorded run "
-                    "replays through the same analysis).")
+        description="Analyse a run folder's events.jsonl again and write report.md, "
+                    "report.json and the report's charts (SVG and PNG), into the folder or with "
+                    "--out elsewhere (a recorded run replays through the same analysis).")
     report.add_argument("folder", type=Path, help="a run folder (rehearsals/<time>-<stack>-<command>)")
     report.add_argument("--out", type=Path, metavar="DIR",
-                        help="write report.md and report.json into DIR and leave FOLDER as it "
+                        help="write the report (report.md, report.json, charts) into DIR and leave FOLDER as it "
                              "is (default: rewrite them in FOLDER)")
     return parser
 

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Optional
 
 from rehearse import leader as leaders, probes as probe_logs
 from rehearse.record import every, first, iso, parse_time
-from rehearse.report import FAIL, PASS, Check, Measurement, Report
+from rehearse.report import FAIL, PASS, Chart, Check, Measurement, Report
 
 
 #: The demo 1 probers (components/demos.py) and the direction each measures.
@@ -303,7 +303,8 @@ def analyse(events: list[dict[str, Any]]) -> Report:
     _leadership(run, report, commands, deletion)
     _routes(run, report, commands, deletion.local)
     _vtep(run, report, commands, deletion.local)
-    _gaps(run, report, commands, deletion.cluster, end)
+    rows = _gaps(run, report, commands, deletion.cluster, end)
+    report.charts.append(_timeline(report, rows, run.threshold, (end - deletion.cluster).total_seconds()))
     report.notes.append(
         f"Deletion time: {deletion.source}. Probe gaps come from the probers' kubelet timestamps, "
         "the Lease times from the gateway nodes' clocks; the route and VTEP times are when a poll "
@@ -498,8 +499,29 @@ def _vtep(run: _Run, report: Report, commands: dict[str, str],
               f"{run.interval:g} s)" if seen_at is not None else "not seen")))
 
 
+#: The timeline's vertical markers: the measurement each is drawn from, and its label.
+MARKERS = (("Lease handover (new acquireTime − deletion)", "Lease handed over"),
+           ("route switch (first poll seeing the new ENI)", "route replaced"),
+           ("VTEP follow (first poll naming the new leader)", "VTEP config updated"))
+
+
+def _timeline(report: Report, rows: list[dict], threshold: float, end: float) -> Chart:
+    """Demo 1's failover timeline, from the figures the report's table shows."""
+    values = {m.name: m.value for m in report.measurements}
+    return Chart("failover-timeline", "Demo 1: gateway leader failover, probes around the deletion",
+                 {"rows": rows, "end": round(end, 3), "threshold": threshold, "documented": DOCUMENTED,
+                  "markers": [{"label": label, "at": values.get(name)} for name, label in MARKERS]})
+
+
 def _gaps(run: _Run, report: Report, commands: dict[str, str], deleted: datetime.datetime,
-          end: datetime.datetime) -> None:
+          end: datetime.datetime) -> list[dict]:
+    """The gap checks and measurements; returns each path's probes and longest gap, in seconds
+    from the deletion, for the timeline."""
+    rows = []
+
+    def since(moment: Optional[datetime.datetime]) -> Optional[float]:
+        return None if moment is None else round((moment - deleted).total_seconds(), 3)
+
     reads = {e["direction"]: e for e in every(run.events, "probes.read")}
     for prober, direction in PROBERS:
         event = reads.get(direction)
@@ -550,3 +572,9 @@ def _gaps(run: _Run, report: Report, commands: dict[str, str], deleted: datetime
             report.measurements.append(Measurement(
                 f"longest gap {label}", _round(gap.seconds), "s",
                 f"{DOCUMENTED}; PASS ≤ {run.threshold:g} s (e2e: ≤ 30 s)", "; ".join(note)))
+            rows.append({"label": label, "status": status, "measured": event is not None,
+                         "probes": [[since(p.at), p.ok] for p in found if p.path == path],
+                         "gap": None if gap.seconds is None else {
+                             "seconds": _round(gap.seconds), "start": since(gap.start),
+                             "end": since(gap.end), "ongoing": gap.ongoing}})
+    return rows

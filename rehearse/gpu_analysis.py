@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 from rehearse import record as rec
-from rehearse.report import FAIL, PASS, SKIP, Check, Measurement, Report
+from rehearse.report import FAIL, PASS, SKIP, Chart, Check, Measurement, Report
 
 
 TITLE = "check demo 3: vLLM on the hybrid GPU host, called from the cloud"
@@ -38,6 +38,7 @@ CLIENT_PERIOD_SECONDS, CALL_TIMEOUT_SECONDS = 30, 60
 
 #: The demo guide (docs/demo-guide.md#demo-3-gpu-inference-on-a-hybrid-node): the ~10 GB vLLM image took 4m28s to pull (g6.xlarge, 2026-10-15).
 SEED_PULL = "4m28s (268 s) in the demo guide, ~10 GB"
+GUIDE_PULL_SECONDS = 4 * 60 + 28
 
 DEFAULT_WINDOW_MINUTES = 10.0
 #: 95 %: ten minutes hold about 20 calls, and 19 of 20 passes. One failed call in ten minutes
@@ -221,6 +222,7 @@ def analyse(events: list[dict]) -> Report:
 
     report.measurements += _client_measurements(settings, calls)
     report.measurements += _pull_measurements(pods, pod_events, report.notes)
+    report.charts.append(_chart(report, calls))
     if completion and completion.get("status") == 200:
         report.measurements.append(Measurement(
             M_COMPLETION, completion.get("seconds"), "s", "",
@@ -389,6 +391,15 @@ def _pod_spec_checks(ns: str, app: str, pods: list[dict]) -> list[Check]:
             Check(CHECK_HOST_NETWORK, PASS,
                   f"hostNetwork off on {', '.join(p['name'] for p in pods)}", "", host_cmd))
     return [sidecar, host]
+
+
+def _chart(report: Report, calls: list[Call]) -> Chart:
+    """The client's call times and the pull beside the demo guide's, from the measurements."""
+    values = {m.name: m.value for m in report.measurements}
+    return Chart("gpu-latency", "Demo 3: the cloud client's completions and the vLLM image pull",
+                 {"calls": [[c.seconds, c.ok] for c in calls], "p50": values.get(M_P50),
+                  "p95": values.get(M_P95), "pull_seconds": values.get(M_PULL),
+                  "guide_pull_seconds": GUIDE_PULL_SECONDS, "guide_pull": SEED_PULL})
 
 
 def _calls_in_window(events: list[dict], settings: dict) -> list[Call]:

@@ -50,7 +50,7 @@ from rehearse.errors import RunError
 from rehearse.gateway import ROUTE_TABLE, _collect_route_tables, _node_view
 from rehearse.leader import not_found
 from rehearse.record import RUN_STARTED, every, first
-from rehearse.report import FAIL, PASS, Check, Report
+from rehearse.report import FAIL, PASS, Chart, Check, Report
 
 TITLE = "which path host-network pods take between hybrid and cloud nodes"
 
@@ -590,6 +590,8 @@ class _Run:
         self.waits = list(every(events, WAIT))
         self.cleanup = first(events, CLEANUP)
         self.events = events
+        #: The path each probe's traffic took, as its check names it (the chart draws them).
+        self.paths: dict[str, str] = {}
 
     def lines(self, role: str) -> list[str]:
         return [line for e in self.logs.get(role, []) for line in e.get("lines", [])]
@@ -637,7 +639,7 @@ def _check_from_host(run: _Run, probe: str) -> Check:
                      "with the node's address: the cluster security group must admit the remote node "
                      "CIDR on echo-cloud's port 8080 (stacks/layers/demo.py admit_remote_networks), and "
                      "the on-prem route table must send the VPC CIDR to the Transit Gateway", command)
-    return _verdict(name, said, _from_hybrid(run, sources, node_ip), command)
+    return _verdict(run, probe, said, _from_hybrid(run, sources, node_ip), command)
 
 
 def _from_hybrid(run: _Run, sources: list[str], node_ip: Optional[str]) -> tuple[str, str, bool]:
@@ -697,7 +699,7 @@ def _check_to_host(run: _Run) -> Check:
                 f"{routes or 'no route table read'}")
     if not run.tables:
         path = "not determined (no route table read)"
-    return _verdict(name, said, (path, evidence, path == TGW), command)
+    return _verdict(run, CLOUD_TO_HOST, said, (path, evidence, path == TGW), command)
 
 
 def _routes_command(run: _Run) -> str:
@@ -707,8 +709,9 @@ def _routes_command(run: _Run) -> str:
             f"TransitGatewayId,NetworkInterfaceId,State]' --output table")
 
 
-def _verdict(name: str, said: str, found: tuple[str, str, bool], command: str) -> Check:
-    path, evidence, expected = found
+def _verdict(run: _Run, probe: str, said: str, found: tuple[str, str, bool], command: str) -> Check:
+    name, (path, evidence, expected) = CHECK[probe], found
+    run.paths[probe] = path
     seen = f"{said}. Path: {path} — {evidence}. Expected: {TGW} (a host-network pod has the node's address)"
     if expected:
         return Check(name, PASS, seen, command=command)
@@ -776,6 +779,9 @@ def analyse(events: list[dict]) -> Report:
     for wait in run.waits:
         if not wait.get("done"):
             notes.append(f"Gave up waiting for {wait['what']} after {wait['seconds']:g} s.")
+    chart = Chart("hostnet-paths", "Host-network traffic: the path each direction took", {
+        "tgw": TGW, "gateway": GATEWAY,
+        "paths": [{"label": CHECK[p], "path": run.paths.get(p), "status": c.status} for p, c in zip(CHECK, checks)]})
     return Report(command="hostnet", stack=run.started.get("stack", "?"), started=run.started.get("at", "?"),
                   title="Host-network pods: the path between hybrid and cloud nodes", checks=checks,
-                  notes=notes)
+                  notes=notes, charts=[chart])

@@ -1,6 +1,6 @@
 """What a run found: checks (PASS/FAIL with what was seen, the fix, and the command to see it
 yourself) and measurements (beside the demo guide's figure, docs/demo-guide.md), rendered as ``report.md`` and
-``report.json`` (versioned)."""
+``report.json`` (versioned), with the run's charts (rehearse.charts) beside them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-REPORT_VERSION = 1
+#: 2: ``charts`` lists the charts written beside the report (1 had none, and demo 2's
+#: ``chart``).
+REPORT_VERSION = 2
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 
 
@@ -34,6 +36,21 @@ class Measurement:
     note: str = ""
 
 
+@dataclass(frozen=True)
+class Chart:
+    """A picture of what the analysis found, drawn by rehearse.charts (the module that draws
+    ``name``) from ``data``: plain values the report's own tables were made from."""
+
+    #: The files' stem: ``<name>.svg`` and ``<name>.png`` in the run folder.
+    name: str
+    title: str
+    data: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "title": self.title, "svg": f"{self.name}.svg",
+                "png": f"{self.name}.png"}
+
+
 @dataclass
 class Report:
     command: str
@@ -44,6 +61,7 @@ class Report:
     measurements: list[Measurement] = field(default_factory=list)
     #: Things a reader should know that are neither checks nor numbers.
     notes: list[str] = field(default_factory=list)
+    charts: list[Chart] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -58,7 +76,7 @@ class Report:
                 "started": self.started, "title": self.title, "passed": self.passed,
                 "checks": [asdict(c) for c in self.checks],
                 "measurements": [asdict(m) for m in self.measurements],
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "charts": [c.to_json() for c in self.charts]}
 
     def to_markdown(self) -> str:
         lines = [f"# {self.title}", "",
@@ -66,6 +84,8 @@ class Report:
                  f"Result: **{'PASS' if self.passed else 'FAIL'}** "
                  f"({len(self.checks) - len(self.failures)} of {len(self.checks)} checks passed).",
                  ""]
+        for c in self.charts:
+            lines += [f"![{c.title}]({c.name}.png)", "", f"*{c.title}* ([SVG for slides]({c.name}.svg))", ""]
         if self.measurements:
             lines += ["## Numbers", "", "| measurement | value | reference | note |",
                       "|---|---|---|---|"]
@@ -86,6 +106,12 @@ class Report:
         return "\n".join(lines) + "\n"
 
     def write(self, folder: Path) -> None:
+        if self.charts:
+            # Imported here: a report without charts never loads the plotting library.
+            from rehearse import charts
+
+            for chart in self.charts:
+                charts.write(folder, chart.name, chart.title, chart.data)
         (folder / "report.json").write_text(json.dumps(self.to_json(), indent=2) + "\n")
         (folder / "report.md").write_text(self.to_markdown())
 

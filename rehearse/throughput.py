@@ -29,7 +29,7 @@ from rehearse import record as rec
 from rehearse.errors import RunError, first_line, status_code
 from rehearse.stack import open_stack
 from rehearse.switch import ConfigSwitch, RestoreBlocked, Scope, require_confirmation, require_stack
-from rehearse.report import FAIL, PASS, Check, Measurement, Report
+from rehearse.report import FAIL, PASS, Chart, Check, Measurement, Report
 
 TITLE = "measure the gateway's throughput, pod to pod, each way"
 
@@ -66,6 +66,10 @@ GATEWAY_SETTLE_SECONDS = 600
 
 #: (direction, where the server runs, where the client runs). iperf3's client sends.
 DIRECTIONS = (("cloud → hybrid", True), ("hybrid → cloud", False))
+#: Baseline network bandwidth (Gbit/s) of the gateway instance types the lab compares, from
+#: AWS's instance-type network specifications (docs/networking.md#gateway-instance-bandwidth):
+#: these sizes burst above it on network I/O credits, for minutes.
+BASELINE_GBPS = {"m6i.large": 0.781, "m6in.large": 3.125, "c6in.xlarge": 6.25}
 
 # --- event kinds ----------------------------------------------------------------------------
 
@@ -562,6 +566,7 @@ def analyse(events: list[dict[str, Any]]) -> Report:
     rounds = list(settings.get("instance_types") or []) or [None]
     results = list(rec.every(events, RESULT))
     seconds_asked = settings.get("seconds")
+    bars = []
     for instance_type in rounds:
         row: dict[str, Any] = {"instance_type": instance_type}
         switch = switched.get(instance_type) if instance_type else None
@@ -611,6 +616,7 @@ def analyse(events: list[dict[str, Any]]) -> Report:
                     _failure_fix(direction, parsed), command))
                 report.measurements.append(Measurement(f"{prefix}{direction} (receiver)", None,
                                                        "Gbit/s", note=parsed["status"]))
+        bars.append(_bar(row, gateways))
         if instance_type:
             report.table.append(row)
             gw = next((g for g in gateways if g.get("when") == "before"
@@ -626,6 +632,8 @@ def analyse(events: list[dict[str, Any]]) -> Report:
                     f"{GATEWAY_SETTLE_SECONDS} s: the figures for {instance_type} are not its own",
                     "kubectl get nodes -l hybrid-gateway-node=true -L node.kubernetes.io/instance-type"))
 
+    report.charts.append(Chart("gateway-throughput", "Gateway throughput per instance type, pod to pod",
+                               {"rows": bars, "mtu": mtu and {"mtu": mtu["mtu"], "source": mtu["source"]}}))
     created = [e["name"] for e in rec.every(events, POD_CREATED)]
     deleted = {e["name"] for e in rec.every(events, POD_DELETED) if e.get("ok")}
     left = [n for n in created if n not in deleted]
@@ -650,6 +658,21 @@ def analyse(events: list[dict[str, Any]]) -> Report:
             f"`pulumi config set gatewayInstanceType {original}` and `pulumi up`",
             "pulumi config get gatewayInstanceType"))
     return report
+
+
+def _bar(row: dict[str, Any], gateways: list[dict]) -> dict[str, Any]:
+    """One instance type's figures for the chart: the table's row, named by the type measured
+    (the leader's, when the run switched nothing), with its baseline where known."""
+    named = row["instance_type"] or next((g.get("leader_instance_type") for g in gateways
+                                          if g.get("when") != "after" and g.get("leader_instance_type")), None)
+    directions = {}
+    for direction, _ in DIRECTIONS:
+        r = row.get(direction) or {}
+        directions[direction] = {"status": r.get("status", "not measured"), "receiver_gbps": r.get("receiver_gbps"),
+                                 "retransmits": r.get("retransmits"), "pmtu": r.get("pmtu"),
+                                 "tcp_mss": r.get("tcp_mss")}
+    return {"instance_type": named or "the current gateway type", "baseline_gbps": BASELINE_GBPS.get(named or ""),
+            "directions": directions}
 
 
 __all__ = ["TITLE", "add_arguments", "collect", "analyse", "parse_iperf", "pod_manifest"]

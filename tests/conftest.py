@@ -116,6 +116,19 @@ def _share_runs_between_workers(request, tmp_path_factory):
     yield
 
 
+@pytest.fixture(autouse=True)
+def _charts_drawn_where_they_are_tested(request, monkeypatch):
+    """A rehearsal test's report lists its charts (report.json, report.md) without drawing
+    them: matplotlib's drawing costs about 0.3 s a chart, over dozens of runs. The drawing is
+    tested where it is read back — tests/test_rehearse_charts.py, and tests marked ``charts``."""
+    if not request.module.__name__.startswith("tests.test_rehearse") or \
+            request.module.__name__ == "tests.test_rehearse_charts" or request.node.get_closest_marker("charts"):
+        return
+    from rehearse import charts
+
+    monkeypatch.setattr(charts, "write", lambda folder, name, title, data: None)
+
+
 def run_lab(**overrides: Any) -> ProgramRun:
     """Runs __main__.py under mocks with the dev config plus ``overrides``. Runs are
     deterministic, so identical configs share one run; treat the result as read-only."""

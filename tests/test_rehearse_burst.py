@@ -23,8 +23,6 @@ import functools
 import json
 import math
 import socket
-import struct
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
@@ -869,6 +867,7 @@ def test_verify_capacity_fails_when_another_pod_takes_room_on_a_hybrid_node(lab_
 
 # --- burst: whole runs ---------------------------------------------------------------------------------
 
+@pytest.mark.charts
 def test_scenario_b_runs_the_sequence_and_ends_as_the_rules_say(lab_for):
     lab = lab_for(scenario="B")
     assert lab.run() == 0, lab.markdown()
@@ -895,7 +894,7 @@ def test_scenario_b_runs_the_sequence_and_ends_as_the_rules_say(lab_for):
     assert ("| 15 → 12 | 8 → 8 | 7 → 4 | 3: 0 hybrid, 3 cloud | 3: 0 hybrid, 3 cloud (3 chosen "
             "among equals) | same pods |") in text
     assert "| scale to 15 → first NodeClaim |" in text and "| 37–38 s |" in text
-    png = (lab.folder() / "chart.png").read_bytes()
+    png = (lab.folder() / "burst-scale-in.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
 
 
@@ -1251,6 +1250,7 @@ def test_a_failure_in_the_middle_restores_the_scenario_through_the_automation_ap
 
 # --- recorded runs replay (tests/fixtures/rehearse/record_burst.py) --------------------------------------
 
+@pytest.mark.charts
 def test_a_recorded_a_b_c_run_replays_to_its_report(tmp_path):
     events = read_events(FIXTURES / "burst-abc")
     report = burst.analyse(events)
@@ -1293,8 +1293,10 @@ def test_a_recorded_a_b_c_run_replays_to_its_report(tmp_path):
     folder.mkdir()
     (folder / "events.jsonl").write_bytes((FIXTURES / "burst-abc" / "events.jsonl").read_bytes())
     assert cli.main(["report", str(folder)]) == 0
-    assert (folder / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert json.loads((folder / "report.json").read_text())["chart"] == "chart.png"
+    assert (folder / "burst-scale-in.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((folder / "report.json").read_text())["charts"] == [
+        {"name": "burst-scale-in", "title": "Demo 2: burst pods on hybrid vs cloud nodes after each step",
+         "svg": "burst-scale-in.svg", "png": "burst-scale-in.png"}]
 
 
 def test_a_recorded_refusal_replays(tmp_path):
@@ -1384,22 +1386,6 @@ def test_feature_gates_and_versions_are_read_from_the_running_controller():
     assert burst.image_version("public.ecr.aws/karpenter/controller:1.15.0@sha256:abc") == (1, 15, 0)
     assert burst.image_version("public.ecr.aws/karpenter/controller:v1.14.1") == (1, 14, 1)
     assert burst.image_version("localhost:5000/karpenter@sha256:abc") is None
-
-
-def test_the_chart_is_a_png_of_the_right_size():
-    canvas = burst_chart_canvas()
-    png = canvas.png()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", png[16:24])
-    assert (width, height) == (canvas.width, canvas.height)
-    raw = zlib.decompress(png[png.index(b"IDAT") + 4:-16])
-    assert len(raw) == height * (1 + width * 3)
-
-
-def burst_chart_canvas():
-    from rehearse.chart import burst_chart
-
-    return burst_chart("DEMO 2", [("SCENARIO A", [("start", 3, 0), ("15", 8, 7), ("12", 8, 4)])])
 
 
 def test_every_new_command_has_help(capsys):

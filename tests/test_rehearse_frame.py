@@ -153,7 +153,7 @@ def test_a_report_is_versioned_json_and_markdown_with_a_way_to_see_each_check(tm
                     measurements=[Measurement("gap", 3.2, "s", "AWS: 3-5 s")])
     report.write(tmp_path)
     data = json.loads((tmp_path / "report.json").read_text())
-    assert data["version"] == 1 and data["passed"] is False
+    assert data["version"] == 2 and data["passed"] is False and data["charts"] == []
     assert [c["name"] for c in data["checks"]] == ["leader resolved", "route to the leader"]
     text = (tmp_path / "report.md").read_text()
     assert "Result: **FAIL** (1 of 2 checks passed)" in text

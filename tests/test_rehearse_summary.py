@@ -19,6 +19,9 @@ import pytest
 from rehearse import cli, outcome, record, summary_page
 from rehearse.summary_page import inline_svg
 
+#: The page inlines the charts the runs drew: these replays draw them (tests/conftest.py).
+pytestmark = pytest.mark.charts
+
 FIXTURES = Path(__file__).parent / "fixtures" / "rehearse"
 XHTML = "{http://www.w3.org/1999/xhtml}"
 SVG = "{http://www.w3.org/2000/svg}"
@@ -209,9 +212,44 @@ def test_charts_drawn_alike_keep_their_own_ids_in_one_page(tmp_path):
         assert figure.find(f".//{SVG}metadata") is None
 
 
+def _latest_runs(root: Path, stack: str) -> dict[str, dict]:
+    """Each command's latest run of ``stack`` in ``root``, by the start its report.json says."""
+    latest: dict[str, tuple[str, Path, dict]] = {}
+    for report_json in root.glob("*/report.json"):
+        report = json.loads(report_json.read_text())
+        if report["stack"] != stack:
+            continue
+        seen = latest.get(report["command"])
+        if seen is None or report["started"] > seen[0]:
+            latest[report["command"]] = (report["started"], report_json.parent, report)
+    return {command: {"folder": folder, **report} for command, (_, folder, report) in latest.items()}
+
+
+def test_every_chart_the_latest_runs_list_is_inlined_and_exists(rehearsals, tmp_path):
+    root = tmp_path / "r"
+    shutil.copytree(rehearsals, root)
+    page, _, md = pages(root, "lab")
+    listed = {(run["folder"], chart["name"]): chart for run in _latest_runs(root, "lab").values()
+              for chart in run.get("charts") or []}
+    # The recorded runs draw (the failover timeline, hostnet's paths): the page is not vacuous.
+    assert {name for _, name in listed} >= {"failover-timeline", "hostnet-paths"}
+    figures = list(page.iter(f"{XHTML}figure"))
+    assert sorted(f.get("data-chart") for f in figures) == sorted(name for _, name in listed)
+    for figure in figures:
+        assert list(figure.iter(f"{SVG}svg")), figure.get("data-chart")
+    for (folder, _), chart in listed.items():
+        assert (folder / chart["svg"]).is_file() and (folder / chart["png"]).is_file()
+        assert chart["png"] in md
+
+
 def test_older_runs_without_charts_show_none(rehearsals, tmp_path):
     root = tmp_path / "r"
     shutil.copytree(rehearsals, root)
+    for report_json in root.glob("*/report.json"):
+        # report.json before version 2 had no "charts".
+        report = json.loads(report_json.read_text())
+        report.pop("charts", None)
+        report_json.write_text(json.dumps(report))
     page, _, _ = pages(root, "lab")
     assert not list(page.iter(f"{XHTML}figure")) and not list(page.iter(f"{SVG}svg"))
 

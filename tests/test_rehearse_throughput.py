@@ -25,7 +25,8 @@ from tests.offline_guard import forbid_non_loopback
 from tests.kube_checks import pod_problems
 from tests.kube_emulator import CONFIGMAPS, LEASES, NODES, emulator  # noqa: F401 fixture
 
-SAMPLES = Path(__file__).resolve().parent / "fixtures" / "rehearse" / "iperf3"
+FIXTURES_RUNS = Path(__file__).resolve().parent / "fixtures" / "rehearse"
+SAMPLES = FIXTURES_RUNS / "iperf3"
 NS = "demo-gateway"
 GOOD_C2H = (SAMPLES / "good-cloud-to-hybrid.json").read_text()
 GOOD_H2C = (SAMPLES / "good-hybrid-to-cloud.json").read_text()
@@ -466,6 +467,36 @@ def test_instance_types_are_switched_measured_compared_and_restored(emulator, ru
     assert "## Instance types compared" in markdown
     assert "| c6in.xlarge | 4.74 | 31 | 4.19 | 48 |" in markdown
     assert len(kubelet.seen) == 8 and live_measurement_pods(emulator) == []
+
+
+def _scaled(sample: str, factor: float) -> str:
+    """An iperf3 JSON with its summed throughput scaled: another instance type's figures."""
+    data = json.loads(sample)
+    for key in ("sum_sent", "sum_received"):
+        data["end"][key]["bits_per_second"] *= factor
+    return json.dumps(data)
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("RECORD_THROUGHPUT"),
+                    reason="records tests/fixtures/rehearse/throughput-two-types when RECORD_THROUGHPUT=1")
+def test_record_the_committed_run(emulator, run, fake_pulumi):
+    """Two instance types, the second (m6in.large) measuring 70 % of the first's figures."""
+    state, _ = fake_pulumi
+    plant(emulator)
+    clients = []
+
+    def logs(args: list[str], on_hybrid: bool) -> str:
+        clients.append(on_hybrid)
+        sample = GOOD_H2C if on_hybrid else GOOD_C2H
+        return sample if len(clients) <= 2 else _scaled(sample, 0.7)
+
+    with mock.patch.object(throughput, "open_stack", _relabelling(emulator, state)), \
+            Kubelet(emulator, logs):
+        code, folder, report, out, err = run("-t", "10", "--instance-types", "c6in.xlarge", "m6in.large")
+    assert code == 0, out + err
+    target = FIXTURES_RUNS / "throughput-two-types"
+    target.mkdir(exist_ok=True)
+    (target / "events.jsonl").write_bytes((folder / "events.jsonl").read_bytes())
 
 
 def test_a_failure_in_the_middle_restores_the_instance_type(emulator, run, fake_pulumi, monkeypatch):

@@ -1,13 +1,12 @@
-"""The report (pure): demo 2's report.md sections, tables and chart and its report.json, from the
-analysis' results."""
+"""The report (pure): demo 2's report.md sections and tables, its report.json and the data of
+its chart (rehearse.charts.burst), from the analysis' results."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Optional
 
 from rehearse.record import RUN_STARTED, every, first
-from rehearse.report import FAIL, PASS, SKIP, Check, Report
+from rehearse.report import FAIL, PASS, SKIP, Chart, Check, Report
 from rehearse.burst.names import (CHECK_RESTORED, ORIGINAL, PRECONDITIONS, RESTORED, SCENARIO_WORDS,
                                   SETTINGS)
 from rehearse.burst.preconditions import in_place, scenario_checks
@@ -16,21 +15,18 @@ from rehearse.burst.analysis import ScenarioResult, StepRow, _victim_text, analy
 
 
 class BurstReport(Report):
-    """The frame's report with demo 2's tables and chart."""
+    """The frame's report with demo 2's tables."""
 
     def __init__(self, *args: Any, sections: Optional[list[str]] = None,
-                 data: Optional[dict] = None, chart: Optional[dict] = None, **kwargs: Any):
+                 data: Optional[dict] = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.sections = sections or []
         self.data = data or {}
-        self.chart = chart
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
         if self.data:
             out["demo2"] = self.data
-        if self.chart:
-            out["chart"] = "chart.png"
         return out
 
     def to_markdown(self) -> str:
@@ -39,13 +35,6 @@ class BurstReport(Report):
             return text
         head, sep, tail = text.partition("## Checklist")
         return head + "\n".join(self.sections).rstrip() + "\n\n" + sep + tail
-
-    def write(self, folder: Path) -> None:
-        if self.chart:
-            from rehearse import chart as charts
-
-            charts.write_burst_chart(folder / "chart.png", self.chart["title"], self.chart["panels"])
-        super().write(folder)
 
 
 def analyse(events: list[dict]) -> Report:
@@ -114,16 +103,14 @@ def _step_table(result: ScenarioResult) -> list[str]:
         if r.after > r.before:
             removed = forecast = match = "—"
         else:
-            h = len([p for p in r.removed if p.get("place") == "hybrid"])
-            c = len([p for p in r.removed if p.get("place") == "cloud"])
+            (h, c), predicted = _step_counts(r)
             removed = f"{len(r.removed)}: {h} hybrid, {c} cloud"
             if r.evicted:
                 removed += f" (+{len(r.evicted)} evicted by Karpenter)"
-            if r.forecast is not None:
-                fh = len([v for v in r.forecast if _place_of(r, v["name"]) == "hybrid"])
-                fc = len(r.forecast) - fh
-                ties = len([v for v in r.forecast if v.get("tie")])
-                forecast = f"{len(r.forecast)}: {fh} hybrid, {fc} cloud" + (
+            if predicted is not None:
+                fh, fc = predicted
+                ties = len([v for v in r.forecast or [] if v.get("tie")])
+                forecast = f"{len(r.forecast or [])}: {fh} hybrid, {fc} cloud" + (
                     f" ({ties} chosen among equals)" if ties else "")
             else:
                 forecast = f"— ({r.forecast_error or 'none'})"
@@ -133,6 +120,45 @@ def _step_table(result: ScenarioResult) -> list[str]:
         lines.append(f"| {r.before} → {r.after}{state} | {r.hybrid[0]} → {r.hybrid[1]} | "
                      f"{r.cloud[0]} → {r.cloud[1]} | {removed} | {forecast} | {match} |")
     return lines
+
+
+def _step_counts(r: StepRow) -> tuple[tuple[int, int], Optional[tuple[int, int]]]:
+    """(hybrid, cloud) pods the scale-in removed, and those the forecast named (None: no
+    forecast): the step table's and the chart's figures."""
+    removed = (len([p for p in r.removed if p.get("place") == "hybrid"]),
+               len([p for p in r.removed if p.get("place") == "cloud"]))
+    if r.forecast is None:
+        return removed, None
+    fh = len([v for v in r.forecast if _place_of(r, v["name"]) == "hybrid"])
+    return removed, (fh, len(r.forecast) - fh)
+
+
+def _chart(results: list[ScenarioResult], settings: dict) -> Chart:
+    """Per scenario, the hybrid/cloud split at the start and after each step of the sequence
+    (a step not reached is drawn as not measured), and each scale-in's removed pods beside the
+    forecast's."""
+    sequence = list(settings.get("sequence") or [])
+    scenarios = []
+    for result in results:
+        states = []
+        if result.start is not None:
+            states.append({"label": "start", "hybrid": result.start[0], "cloud": result.start[1]})
+        for r in result.rows:
+            state = {"label": f"{r.before} → {r.after}", "hybrid": r.hybrid[1], "cloud": r.cloud[1],
+                     "done": r.done}
+            if r.after < r.before:
+                removed, predicted = _step_counts(r)
+                state.update(removed=list(removed), verdict=r.verdict,
+                             forecast=None if predicted is None else list(predicted))
+            states.append(state)
+        missing = [f"{a} → {b}" for a, b in zip(sequence, sequence[1:])][len(result.rows):]
+        why = ("not in place: " + "; ".join(result.refused) if result.refused else
+               f"stopped: {result.aborted}" if result.aborted else "the run ended before it")
+        scenarios.append({"scenario": result.scenario, "words": SCENARIO_WORDS[result.scenario],
+                          "refused": bool(result.refused), "states": states,
+                          "not_measured": missing, "why": why})
+    return Chart("burst-scale-in", "Demo 2: burst pods on hybrid vs cloud nodes after each step",
+                 {"scenarios": scenarios})
 
 
 def _place_of(row: StepRow, name: str) -> Optional[str]:
@@ -165,14 +191,8 @@ def _analyse_burst(events: list[dict], settings: dict, report: BurstReport) -> R
         report.sections.append(_scenario_section(result, settings))
     if len([r for r in results if r.rows]) > 1:
         report.sections.append(_comparison_section(results, settings))
-    panels = [(f"SCENARIO {r.scenario}", r.states) for r in results if r.states]
-    if panels:
-        report.chart = {"title": "DEMO 2: HYBRID VS CLOUD PODS AFTER EACH STEP", "panels": panels}
-        report.sections.append("## Chart\n\n![hybrid vs cloud pods per step](chart.png)\n\n"
-                               "`chart.png`: per scenario, the burst pods on hybrid nodes (blue, "
-                               "bottom) and on cloud-burst nodes (orange, top) at the start and "
-                               "after each step; drawn with the standard library (zlib PNG), no "
-                               "plotting library needed.\n")
+    if results:
+        report.charts.append(_chart(results, settings))
     report.data = {"scenarios": {r.scenario: _result_json(r) for r in results}}
     report.notes.append("Times are the cluster's own: NodeClaim creationTimestamp and the pods' "
                         "Ready conditions, against the scale (the first pod the scale created), in "

@@ -1,0 +1,288 @@
+"""The reports' charts (rehearse/charts), drawn from the recorded runs in tests/fixtures/rehearse
+through `python -m rehearse report FOLDER --out DIR` (in-process): each SVG's text read back
+with xml.etree for the labels and numbers it must show, equal to report.json's; the PNG is a
+PNG; a second replay writes the same bytes; a step not measured says so on the picture; and the
+README's chart is what a replay draws today.
+
+Each recorded run is replayed once for the module (matplotlib's import and the drawing are the
+cost)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from rehearse import cli, record, throughput
+from rehearse.charts import DRAWERS
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "rehearse"
+README_CHART = ROOT / "docs" / "img" / "failover-timeline.svg"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _partial(source: str, keep: int, target: Path) -> Path:
+    """A run that stopped part-way: the first ``keep`` events of a recording, then Ctrl-C."""
+    events = record.read_events(FIXTURES / source)[:keep]
+    events.append({"at": events[-1]["at"], "kind": "run.interrupted", "reason": "Ctrl-C"})
+    target.mkdir(parents=True)
+    (target / "events.jsonl").write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in events))
+    return target
+
+
+def _cut_after_first_type(target: Path) -> Path:
+    """throughput-two-types stopped before it measured the second instance type."""
+    events = record.read_events(FIXTURES / "throughput-two-types")
+    results = [i for i, e in enumerate(events) if e["kind"] == throughput.RESULT]
+    return _partial("throughput-two-types", results[1] + 1, target)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """name -> the folder `rehearse report --out` wrote for that recording."""
+    base = tmp_path_factory.mktemp("charts")
+    sources = {name: FIXTURES / name for name in (
+        "failover-healthy", "failover-route-stuck", "burst-abc", "burst-b-no-get-nodes",
+        "throughput-two-types", "gpu-recorded", "hostnet-healthy")}
+    # burst-abc up to scenario A's 15 -> 12 (events 0-36): 12 -> 10 and 10 -> 3 never ran.
+    sources["burst-partial"] = _partial("burst-abc", 37, base / "in" / "burst-partial")
+    sources["throughput-partial"] = _cut_after_first_type(base / "in" / "throughput-partial")
+    out = {}
+    for name, folder in sources.items():
+        out[name] = base / name
+        cli.run_report(folder, out[name])
+    return out
+
+
+def report_of(folder: Path) -> dict:
+    return json.loads((folder / "report.json").read_text())
+
+
+def texts(svg: Path) -> list[str]:
+    """Every <text> element's text: the labels matplotlib wrote as text (svg.fonttype none)."""
+    root = ET.parse(svg).getroot()
+    return ["".join(t.itertext()) for t in root.iter(f"{SVG}text")]
+
+
+def values(report: dict) -> dict:
+    return {m["name"]: m["value"] for m in report["measurements"]}
+
+
+def only_chart(folder: Path) -> tuple[dict, list[str]]:
+    [chart] = report_of(folder)["charts"]
+    return chart, texts(folder / chart["svg"])
+
+
+# --- what every chart is -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, chart", [
+    ("failover-healthy", "failover-timeline"), ("burst-abc", "burst-scale-in"),
+    ("throughput-two-types", "gateway-throughput"), ("gpu-recorded", "gpu-latency"),
+    ("hostnet-healthy", "hostnet-paths")])
+def test_each_command_writes_its_chart_as_svg_and_png_listed_and_linked(runs, name, chart):
+    folder = runs[name]
+    report = report_of(folder)
+    assert report["version"] == 2
+    [listed] = report["charts"]
+    assert listed == {"name": chart, "title": listed["title"], "svg": f"{chart}.svg", "png": f"{chart}.png"}
+    assert listed["title"]
+    assert (folder / listed["png"]).read_bytes()[:8] == PNG_SIGNATURE
+    assert ET.parse(folder / listed["svg"]).getroot().tag == f"{SVG}svg"
+    markdown = (folder / "report.md").read_text()
+    assert f"![{listed['title']}]({chart}.png)" in markdown and f"]({chart}.svg)" in markdown
+    assert not (folder / "chart.png").exists()
+    # The files are named by the chart: the summary page and the README point at them.
+    assert chart in DRAWERS
+
+
+def test_a_second_replay_writes_the_same_bytes(runs, tmp_path):
+    for name in ("failover-route-stuck", "burst-partial", "hostnet-healthy"):
+        again = tmp_path / name
+        recorded = FIXTURES / name
+        cli.run_report(recorded if recorded.exists() else runs[name].parent / "in" / name, again)
+        [chart] = report_of(again)["charts"]
+        for kind in ("svg", "png"):
+            assert (again / chart[kind]).read_bytes() == (runs[name] / chart[kind]).read_bytes(), (name, kind)
+
+
+def test_the_svg_carries_no_date_or_version_and_draws_with_agg(runs):
+    import matplotlib
+
+    svg = (runs["gpu-recorded"] / "gpu-latency.svg").read_text()
+    assert "<dc:date>" not in svg and matplotlib.__version__ not in svg
+    assert matplotlib.get_backend().lower() == "agg"
+
+
+def test_a_report_without_charts_writes_none_and_an_empty_list(tmp_path):
+    cli.run_report(FIXTURES / "gateway-healthy", tmp_path)
+    assert report_of(tmp_path)["charts"] == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "report.md"]
+
+
+# --- demo 1: the failover timeline -------------------------------------------------------------
+
+def test_the_failover_timeline_shows_each_gap_beside_aws_and_the_markers(runs):
+    report = report_of(runs["failover-healthy"])
+    _, shown = only_chart(runs["failover-healthy"])
+    numbers = values(report)
+    for direction in ("cloud→hybrid", "hybrid→cloud"):
+        for path in ("Service", "pod"):
+            label = f"{direction} via {path}"
+            assert label in shown
+            gap = numbers[f"longest gap {label}"]
+            assert f"longest gap {gap:g} s (AWS documents 3–5 s)" in shown
+    assert "leader pod deleted (0 s)" in shown
+    lease = numbers["Lease handover (new acquireTime − deletion)"]
+    assert f"Lease handed over ({lease:g} s)" in shown
+    assert f"route replaced ({numbers['route switch (first poll seeing the new ENI)']:g} s)" in shown
+    assert f"VTEP config updated ({numbers['VTEP follow (first poll naming the new leader)']:g} s)" in shown
+
+
+def test_a_route_that_never_switched_reads_not_measured_and_the_gaps_still_open(runs):
+    report = report_of(runs["failover-route-stuck"])
+    _, shown = only_chart(runs["failover-route-stuck"])
+    assert values(report)["route switch (first poll seeing the new ENI)"] is None
+    assert "route replaced: not measured" in shown
+    gap = values(report)["longest gap cloud→hybrid via pod"]
+    assert f"longest gap {gap:g} s and counting (AWS documents 3–5 s)" in shown
+
+
+# --- demo 2: scale-in --------------------------------------------------------------------------
+
+def _places(pods: list[dict]) -> tuple[int, int]:
+    return (len([p for p in pods if p.get("place") == "hybrid"]),
+            len([p for p in pods if p.get("place") == "cloud"]))
+
+
+def test_the_scale_in_chart_shows_every_steps_split_and_removed_beside_forecast(runs):
+    report = report_of(runs["burst-abc"])
+    _, shown = only_chart(runs["burst-abc"])
+    for scenario, data in report["demo2"]["scenarios"].items():
+        assert f"Scenario {scenario}" in "\n".join(shown)
+        start = data["start"]
+        assert f"{start[0]} + {start[1]}" in shown
+        for step in data["steps"]:
+            assert f"{step['from']} → {step['to']}" in shown
+            assert f"{step['hybrid'][1]} + {step['cloud'][1]}" in shown
+            if step["to"] < step["from"]:
+                removed = _places(step["removed"])
+                assert f"removed {removed[0]} + {removed[1]}" in shown
+                # Every recorded scale-in went as forecast: the forecast names the same split.
+                assert f"forecast {removed[0]} + {removed[1]}" in shown
+    # A's last scale-in, by hand from the step table: 4 hybrid and 3 cloud pods removed.
+    assert "removed 4 + 3" in shown
+    assert "not measured" not in shown
+
+
+def test_a_partial_run_draws_the_missing_steps_as_not_measured(runs):
+    _, shown = only_chart(runs["burst-partial"])
+    # Scenario A reached 15 -> 12; the sequence's 12 -> 10 and 10 -> 3 did not run, nor B or C.
+    assert "15 → 12" in shown and "8 + 4" in shown
+    assert "12 → 10" in shown and "10 → 3" in shown
+    # Two bars in A's panel, and B's and C's panels, each with why.
+    assert shown.count("not measured") == 4
+    assert shown.count("the run ended before it") == 3
+
+
+def test_a_refused_scenario_reads_not_measured_with_the_reason(runs):
+    report = report_of(runs["burst-b-no-get-nodes"])
+    _, shown = only_chart(runs["burst-b-no-get-nodes"])
+    assert report["demo2"]["scenarios"]["B"]["refused"]
+    assert "not measured" in shown
+    assert "get nodes" in " ".join(shown)
+
+
+# --- gateway throughput ------------------------------------------------------------------------
+
+def test_the_throughput_chart_shows_both_directions_baselines_and_the_mtu(runs):
+    report = report_of(runs["throughput-two-types"])
+    _, shown = only_chart(runs["throughput-two-types"])
+    numbers = values(report)
+    for instance_type in ("c6in.xlarge", "m6in.large"):
+        assert instance_type in shown
+        for direction in ("cloud → hybrid", "hybrid → cloud"):
+            assert f"{numbers[f'{instance_type}: {direction} (receiver)']:g} Gbit/s" in shown
+    # docs/networking.md#gateway-instance-bandwidth
+    assert "baseline 6.25 Gbit/s" in " ".join(shown) and "baseline 3.125 Gbit/s" in " ".join(shown)
+    assert "MTU in force: 8450 (cilium-config ConfigMap (kube-system), key mtu)" in shown
+    assert "path MTU 8450" in shown
+
+
+def test_a_type_the_run_did_not_reach_reads_not_measured(runs):
+    report = report_of(runs["throughput-partial"])
+    _, shown = only_chart(runs["throughput-partial"])
+    assert values(report)["c6in.xlarge: cloud → hybrid (receiver)"] == 4.74
+    assert "4.74 Gbit/s" in shown
+    assert "m6in.large" in shown and shown.count("not measured") == 2
+
+
+# --- demo 3 ------------------------------------------------------------------------------------
+
+def test_the_gpu_chart_marks_p50_p95_and_the_pull_beside_the_guide(runs):
+    report = report_of(runs["gpu-recorded"])
+    _, shown = only_chart(runs["gpu-recorded"])
+    numbers = values(report)
+    assert f"p50 {numbers['client latency p50']:g} s" in " ".join(shown)
+    assert f"p95 {numbers['client latency p95']:g} s" in " ".join(shown)
+    # The demo guide's 4m28s (docs/demo-guide.md#demo-3-gpu-inference-on-a-hybrid-node).
+    assert "4 min 28 s (268 s)" in " ".join(shown)
+    assert f"({numbers['vLLM image pull (kubelet)']:g} s)" in " ".join(shown)
+
+
+# --- hostnet -----------------------------------------------------------------------------------
+
+def test_the_hostnet_chart_labels_each_arrow_with_the_path_taken(runs):
+    _, shown = only_chart(runs["hostnet-healthy"])
+    for number, label in enumerate(("hybrid host network → cloud pod", "hybrid host network → ClusterIP Service",
+                                    "cloud pod → hybrid host network"), start=1):
+        assert f"{number}. {label}: node to node across the Transit Gateway (PASS)" in shown
+        assert str(number) in shown
+    assert {"cloud VPC", "Transit", "hybrid nodes gateway"} <= {line for t in shown for line in t.split("\n")} | set(shown)
+
+
+def test_a_direction_through_the_gateway_or_not_probed_is_drawn_so(tmp_path):
+    from rehearse import charts, hostnet
+
+    data = {"tgw": hostnet.TGW, "gateway": hostnet.GATEWAY, "paths": [
+        {"label": "hybrid host network → cloud pod", "path": hostnet.GATEWAY, "status": "FAIL"},
+        {"label": "hybrid host network → ClusterIP Service", "path": None, "status": "FAIL"},
+        {"label": "cloud pod → hybrid host network", "path": hostnet.TGW, "status": "PASS"}]}
+    charts.write(tmp_path, "hostnet-paths", "t", data)
+    shown = texts(tmp_path / "hostnet-paths.svg")
+    assert f"1. hybrid host network → cloud pod: {hostnet.GATEWAY} (FAIL)" in shown
+    assert "2. hybrid host network → ClusterIP Service: not measured" in shown
+    assert "2" not in shown and "1" in shown and "3" in shown
+
+
+# --- the README's chart, the requirements, the import ----------------------------------------
+
+def test_the_readme_shows_the_chart_a_replay_draws_today(runs):
+    """docs/img/failover-timeline.svg is failover-healthy's; after changing a chart on purpose,
+    copy it again: `python -m rehearse report tests/fixtures/rehearse/failover-healthy --out DIR`."""
+    assert README_CHART.read_bytes() == (runs["failover-healthy"] / "failover-timeline.svg").read_bytes()
+    assert "docs/img/failover-timeline.svg" in (ROOT / "README.md").read_text()
+
+
+def test_matplotlib_is_the_rehearsals_requirement_not_the_programs():
+    assert "matplotlib" not in (ROOT / "requirements.txt").read_text()
+    assert any(line.startswith("matplotlib>=3") for line in (ROOT / "requirements-rehearse.txt").read_text().splitlines())
+
+
+def test_matplotlib_is_imported_only_inside_the_chart_modules_functions():
+    """Commands that draw nothing never load it; analysers hand plain data to the drawing."""
+    for path in sorted((ROOT / "rehearse").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if not any(n.split(".")[0] == "matplotlib" for n in names):
+                continue
+            rel = path.relative_to(ROOT).as_posix()
+            assert rel.startswith("rehearse/charts/"), rel
+            assert node not in tree.body, f"{rel}: matplotlib imported at module level"

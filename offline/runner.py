@@ -192,7 +192,8 @@ class ProgramRun:
 
         prefix = f"{PROJECT}:"
         values = {k[len(prefix):]: v for k, v in self.config.items() if k.startswith(prefix)}
-        return load_config(values, stack=self.stack, region=self.config.get("aws:region"))
+        return load_config(values, stack=self.stack, region=self.config.get("aws:region"),
+                           others={k: v for k, v in self.config.items() if not k.startswith(prefix)})
 
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.registrations if r.type == type_]
@@ -392,4 +393,5 @@ def config_from_stack_file(stack: str, path: Optional[Path] = None,
     raw = load_stack_config(stack, path=path)
     prefix = f"{PROJECT}:"
     values = {k[len(prefix):]: v for k, v in raw.items() if k.startswith(prefix)}
-    return load_config(values, stack=stack, region=region or raw.get("aws:region"))
+    return load_config(values, stack=stack, region=region or raw.get("aws:region"),
+                       others={k: v for k, v in raw.items() if not k.startswith(prefix)})

@@ -459,13 +459,15 @@ def _field(key: str) -> str:
 
 
 def load_config(values: Mapping[str, str], *, stack: str, region: Optional[str],
-                project: str = PROJECT, day: Optional[datetime.date] = None) -> LabConfig:
+                project: str = PROJECT, day: Optional[datetime.date] = None,
+                others: Optional[Mapping[str, Any]] = None) -> LabConfig:
     """Builds the validated config from raw values keyed by setting name (no namespace).
 
     ``region`` is the ``aws:region`` setting; ``day`` the date support windows are judged on
-    (today). Raises ConfigError listing every violation.
+    (today); ``others`` the stack's keys of other namespaces (``aws:profile``), judged by
+    ``unapplied_provider_settings``. Raises ConfigError listing every violation.
     """
-    violations: list[Violation] = []
+    violations: list[Violation] = unapplied_provider_settings(others or {})
     parsed: dict[str, Any] = {}
 
     for key in sorted(set(values) - set(SETTINGS_BY_KEY)):
@@ -596,6 +598,47 @@ def aws_provider_keys() -> frozenset[str]:
     return frozenset(re.findall(r"__config__\.get\w*\('([A-Za-z0-9]+)'\)", source))
 
 
+#: AWS provider settings that hold credentials: their values are never printed.
+_CREDENTIAL_SETTINGS = frozenset({"accessKey", "secretKey", "token"})
+#: What to do instead, for the settings that choose the account or the credentials.
+_INSTEAD = {
+    "profile": "export AWS_PROFILE=<name> before pulumi up",
+    "accessKey": "export AWS_ACCESS_KEY_ID (and AWS_SECRET_ACCESS_KEY) before pulumi up",
+    "secretKey": "export AWS_SECRET_ACCESS_KEY before pulumi up",
+    "token": "export AWS_SESSION_TOKEN before pulumi up",
+    "sharedCredentialsFiles": "export AWS_SHARED_CREDENTIALS_FILE before pulumi up",
+    "sharedConfigFiles": "export AWS_CONFIG_FILE before pulumi up",
+    "assumeRoles": "assume the role first (aws sts assume-role, or a profile with role_arn "
+                   "and AWS_PROFILE)",
+}
+
+
+def unapplied_provider_settings(others: Mapping[str, Any]) -> list[Violation]:
+    """The ``aws:`` settings the lab would silently not apply: every AWS setting but
+    ``aws:region``. The lab makes its AWS provider explicitly (stacks/layers: its region and
+    the lab's default tag), and an explicit provider takes only its arguments, not the stack's
+    ``aws:`` config (docs/pulumi-cli.md#an-explicit-provider-reads-no-stack-config) — so
+    ``aws:profile`` would leave ``pulumi up`` on the environment's credentials, and the account
+    it deploys into would not be the one the stack file names; preflight and the leftovers audit
+    read the environment's credentials too. Refused, with what to do instead. Keys the provider
+    does not read at all are only warned about (``unknown_provider_keys``)."""
+    known = aws_provider_keys()
+    found = []
+    for key in sorted(others):
+        namespace, _, name = key.partition(":")
+        name = name.split(".")[0]
+        if namespace != AWS_NAMESPACE or name == "region" or name not in known:
+            continue
+        instead = _INSTEAD.get(name, "leave it out: the lab's provider sets only the region "
+                                     "and its default tag")
+        value = "(a credential, not shown)" if name in _CREDENTIAL_SETTINGS else others[key]
+        found.append(Violation(
+            key, value,
+            f"is not applied: the lab's AWS provider is explicit and reads no aws: config but "
+            f"aws:region, so this would be ignored without a word; {instead}"))
+    return found
+
+
 def unknown_provider_keys(keys: Iterable[str]) -> list[str]:
     """A warning for each ``aws:`` key the AWS provider does not read (a misspelt ``aws:regon``
     is otherwise ignored without a word), naming the nearest one it does. Only warned, not
@@ -627,4 +670,5 @@ def read_pulumi_config() -> LabConfig:
     # Pulumi.yaml's project-level defaults are applied by the CLI and arrive here as values;
     # defaults for keys that are absent come from SETTINGS.
     return load_config(values, stack=pulumi.get_stack(), project=pulumi.get_project(),
-                       region=pulumi.Config("aws").get("region"))
+                       region=pulumi.Config("aws").get("region"),
+                       others={k: v for k, v in everything.items() if not k.startswith(prefix)})

@@ -18,8 +18,9 @@ import pytest
 from offline.plan import render
 from rehearse import cli, outputs
 from rehearse.errors import RunError
-from stacks.config import aws_provider_keys, unknown_provider_keys
-from tests.conftest import PROJECT_DIR, run_lab
+from offline.runner import run_program
+from stacks.config import ConfigError, aws_provider_keys, unknown_provider_keys
+from tests.conftest import PROJECT_DIR, lab_config, run_lab
 
 # --- every parser refuses an option prefix -----------------------------------------------------
 
@@ -214,3 +215,43 @@ def test_the_program_warns_about_a_misspelt_aws_key_in_the_plan():
     out = io.StringIO()
     render(run, out)
     assert f"  ! {warning}" in out.getvalue().split("\nWarnings\n", 1)[1]
+
+
+# --- an aws: setting the lab's explicit provider would not apply ----------------------------------
+
+
+def test_an_aws_profile_is_refused_before_anything_registers_saying_what_to_do_instead():
+    """The lab's AWS provider is explicit, so it reads no aws: config but the region it is
+    given: aws:profile would deploy with the environment's credentials, into their account."""
+    with pytest.raises(ConfigError) as caught:
+        run_program(lab_config(**{"aws:profile": "other-account"}))
+    [found] = caught.value.violations
+    assert (found.key, found.value) == ("aws:profile", "other-account")
+    assert "export AWS_PROFILE=" in found.rule and "ignored" in found.rule
+    assert caught.value.registrations == []
+
+
+def test_a_credential_setting_is_refused_without_printing_its_value():
+    with pytest.raises(ConfigError) as caught:
+        run_program(lab_config(**{"aws:secretKey": "wJalrXUtnFEMI/K7MDENG", "aws:maxRetries": "5"}))
+    assert sorted(v.key for v in caught.value.violations) == ["aws:maxRetries", "aws:secretKey"]
+    assert "wJalrXUtnFEMI" not in str(caught.value)
+    assert "AWS_SECRET_ACCESS_KEY" in str(caught.value)
+
+
+def test_the_region_and_other_namespaces_are_not_judged_and_an_unknown_aws_key_is_only_warned():
+    # aws:region is what the provider is given; kubernetes: keys are that provider's to judge;
+    # aws:regon is not an AWS setting at all (warned, see above), so it is not refused.
+    run = run_lab(**{"aws:regon": "ap-northeast-1"})
+    assert run.registrations
+    run_program(lab_config(**{"kubernetes:context": "elsewhere"}))
+
+
+def test_the_plan_refuses_a_stack_file_with_an_aws_profile(tmp_path, capsys):
+    from offline import plan
+
+    stack_file = tmp_path / "Pulumi.other.yaml"
+    stack_file.write_text("config:\n  aws:region: ap-northeast-2\n  aws:profile: other-account\n")
+    assert plan.main(["--stack-file", str(stack_file)]) == 1
+    err = capsys.readouterr().err
+    assert "aws:profile" in err and "export AWS_PROFILE=" in err

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
 from collections import Counter, defaultdict
@@ -29,7 +28,8 @@ from stacks.costs import totals as cost_totals
 from offline.timing import (SAFETY_FACTOR, awaits, estimate_destroy, estimate_layer_by_layer,
                            estimate_up)
 from offline.pulumi_cli import CliConfigError, StackFileError
-from offline.runner import ProgramRun, load_stack_config, provider_default_tags, run_program
+from offline.runner import (ProgramRun, load_stack_config, provider_default_tags, run_program,
+                            stack_of_file)
 
 _MAX_NAMES = 4
 
@@ -258,13 +258,6 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 1
     render(run, sys.stdout, args.stack_file)
     return 0
-
-
-def stack_of_file(path: Optional[Path]) -> str:
-    """The stack a stack file would be: ``Pulumi.<stack>.yaml`` names it; the default, dev,
-    for any other name (or none)."""
-    match = re.fullmatch(r"Pulumi\.(.+)\.ya?ml", path.name) if path is not None else None
-    return match.group(1) if match else "dev"
 
 
 if __name__ == "__main__":

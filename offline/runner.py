@@ -384,6 +384,17 @@ def load_stack_config(stack: str, path: Optional[Path] = None) -> dict[str, str]
     return pulumi_cli.program_config(merged)
 
 
+def stack_of_file(path: Optional[Path]) -> str:
+    """The stack a stack file would be: ``Pulumi.<stack>.yaml`` names it; the default, dev,
+    for any other name (or none). The plan and preflight name the stack this way, so both judge
+    the names derived from it (the cluster's, the activation's) as ``pulumi up`` on that stack
+    would."""
+    import re
+
+    match = re.fullmatch(r"Pulumi\.(.+)\.ya?ml", path.name) if path is not None else None
+    return match.group(1) if match else "dev"
+
+
 def config_from_stack_file(stack: str, path: Optional[Path] = None,
                            region: Optional[str] = None):
     """The validated ``LabConfig`` of ``Pulumi.<stack>.yaml`` (or ``path``), for the

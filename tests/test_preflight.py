@@ -48,7 +48,8 @@ def stack_file(tmp_path: Path, **settings) -> Path:
     for key, value in settings.items():
         full = key if ":" in key else f"eks-hybrid-lab:{key}"
         data["config"]["aws:region" if key == "region" else full] = value
-    path = tmp_path / "Pulumi.preflight-test.yaml"
+    # Named as the dev stack's file: preflight takes the stack's name from it.
+    path = tmp_path / "Pulumi.dev.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
 
@@ -218,7 +219,7 @@ def test_a_misspelt_aws_key_is_a_warning_naming_the_nearest(aws, tmp_path, capsy
     assert line.startswith("WARN  stack settings: aws:regon is not a setting of the AWS provider")
     assert line.endswith("did you mean aws:region?")
     assert fix_of(lines, line) == "      fix: correct or remove the key in " + str(
-        tmp_path / "Pulumi.preflight-test.yaml")
+        tmp_path / "Pulumi.dev.yaml")
     assert lines[-1] == f"preflight: {len(DEFAULT_CHECKS)} passed, 1 warnings, 0 failed"
 
 
@@ -633,3 +634,18 @@ def test_the_deployers_role_in_admin_role_arns_fails(aws, tmp_path, capsys):
 ])
 def test_admin_roles(caller, roles, status):
     assert check_admin_roles(caller, _needs(admin_role_arns=roles)).status == status
+
+
+def test_a_stack_file_is_checked_as_the_stack_its_name_gives(aws, tmp_path, capsys):
+    """Pulumi.prod.yaml is the prod stack's file: its derived names (the cluster is
+    hybrid-lab-<stack>) are the ones to look up, not the default dev stack's."""
+    prod = tmp_path / "Pulumi.prod.yaml"
+    stack_file(tmp_path).rename(prod)
+    session = CachingSession(region_name=REGION)
+    stubber = stub_quotas(session, REGION, ROOMY)
+    which, run = fake_tools()
+    main(["--stack-file", str(prod)], session=session, which=which, run=run)
+    stubber.assert_no_pending_responses()
+    out = capsys.readouterr().out
+    assert out.startswith(f"eks-hybrid-lab preflight for stack 'prod' in {REGION}")
+    assert "hybrid-lab-prod, /aws/eks/hybrid-lab-prod/cluster, hybrid-lab-prod-karpenter" in out

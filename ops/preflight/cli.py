@@ -26,7 +26,7 @@ from components.zones import EKS_UNSUPPORTED_ZONE_IDS
 from ops.preflight.checks import (FAIL, PASS, SKIP, WARN, Check, InstanceNeed, LabNeeds, Run, Which,
                                   run_command)
 from ops.preflight.sequence import counts, run_preflight
-from offline.runner import config_from_stack_file, load_stack_config
+from offline.runner import config_from_stack_file, load_stack_config, stack_of_file
 from stacks.config import ConfigError, LabConfig, unknown_provider_keys
 from stacks.layers.cluster import SYSTEM_NODE_COUNT
 from stacks.layers.gateway import GATEWAY_NODE_COUNT
@@ -93,12 +93,16 @@ def main(argv: Optional[list[str]] = None, *, session: Optional[boto3.Session] =
          which: Which = shutil.which, run: Run = run_command) -> int:
     parser = argparse.ArgumentParser(prog="python -m ops.preflight", allow_abbrev=False,
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--stack", default="dev",
-                        help="stack whose Pulumi.<stack>.yaml to check for (default: dev)")
+    parser.add_argument("--stack",
+                        help="stack whose Pulumi.<stack>.yaml to check for (default: dev, or the "
+                             "name in --stack-file's Pulumi.<name>.yaml)")
     parser.add_argument("--stack-file", type=Path, metavar="PATH",
                         help="read this stack file instead")
     parser.add_argument("--region", help="check this region instead of the stack's aws:region")
     args = parser.parse_args(argv)
+    # The stack's name decides names the checks look up (the cluster's is hybrid-lab-<stack>):
+    # a Pulumi.prod.yaml is checked as prod, not as the default dev.
+    args.stack = args.stack or stack_of_file(args.stack_file)
     source = args.stack_file or f"Pulumi.{args.stack}.yaml"
     try:
         cfg = config_from_stack_file(args.stack, path=args.stack_file, region=args.region)

@@ -51,7 +51,10 @@ _EVALUATE = textwrap.dedent("""
     run = run_program(load_stack_config("dev"))
     seconds = time.perf_counter() - start
     # The plan's own count and words (ProgramRun.counts), so the two never differ.
-    print(json.dumps({"seconds": seconds, "resources": run.counts().describe(),
+    counts = run.counts()
+    print(json.dumps({"seconds": seconds, "resources": counts.resources,
+                      "providers": counts.providers, "components": counts.components,
+                      "resources_text": counts.describe(),
                       "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """)
 
@@ -89,14 +92,17 @@ def main(argv: "list[str] | None" = None) -> int:
         "import_floor_max_rss_mb": round(statistics.median(r["max_rss_mb"] for r in floor), 1),
         "evaluation_s": round(statistics.median(r["seconds"] for r in evaluate), 3),
         "evaluation_max_rss_mb": round(statistics.median(r["max_rss_mb"] for r in evaluate), 1),
+        # Numbers for --json readers; the plan's own words for the text.
         "resources": evaluate[0]["resources"],
+        "providers": evaluate[0]["providers"],
+        "components": evaluate[0]["components"],
         "plan_s": round(statistics.median(plan), 3),
     }
     result["evaluation_over_floor"] = round(result["evaluation_s"] / result["import_floor_s"], 2)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"full lab, {result['resources']}, median of {args.runs} fresh interpreters "
+        print(f"full lab, {evaluate[0]['resources_text']}, median of {args.runs} fresh interpreters "
               f"(Python {result['python']})")
         print(f"  import floor        {result['import_floor_s']:.2f} s  {result['import_floor_max_rss_mb']:.0f} MB")
         print(f"  program evaluation  {result['evaluation_s']:.2f} s  {result['evaluation_max_rss_mb']:.0f} MB"

@@ -189,7 +189,8 @@ def test_no_document_copies_a_resource_count_that_can_drift(dev_run):
         for number in re.findall(r"(\d+) resources\b", document.read_text()):
             assert int(number) == dev_run.counts().resources, f"{document.name}: {number}"
     bench = (PROJECT_DIR / "benchmarks" / "bench.py").read_text()
-    assert "run.counts().describe()" in bench and "len(run.resources())" not in bench
+    assert "counts = run.counts()" in bench and "counts.describe()" in bench
+    assert "len(run.resources())" not in bench
 
 
 # --- an aws: key the AWS provider does not read ------------------------------------------------------
@@ -226,16 +227,18 @@ def test_an_aws_profile_is_refused_before_anything_registers_saying_what_to_do_i
     with pytest.raises(ConfigError) as caught:
         run_program(lab_config(**{"aws:profile": "other-account"}))
     [found] = caught.value.violations
-    assert (found.key, found.value) == ("aws:profile", "other-account")
+    assert found.key == "aws:profile" and "other-account" not in str(caught.value)
     assert "export AWS_PROFILE=" in found.rule and "ignored" in found.rule
     assert caught.value.registrations == []
 
 
 def test_a_credential_setting_is_refused_without_printing_its_value():
     with pytest.raises(ConfigError) as caught:
-        run_program(lab_config(**{"aws:secretKey": "wJalrXUtnFEMI/K7MDENG", "aws:maxRetries": "5"}))
-    assert sorted(v.key for v in caught.value.violations) == ["aws:maxRetries", "aws:secretKey"]
-    assert "wJalrXUtnFEMI" not in str(caught.value)
+        run_program(lab_config(**{"aws:secretKey": "wJalrXUtnFEMI/K7MDENG", "aws:maxRetries": "5",
+                                  "aws:httpsProxy": "http://alice:S3cretPw@proxy:3128"}))
+    assert sorted(v.key for v in caught.value.violations) == [
+        "aws:httpsProxy", "aws:maxRetries", "aws:secretKey"]
+    assert "wJalrXUtnFEMI" not in str(caught.value) and "S3cretPw" not in str(caught.value)
     assert "AWS_SECRET_ACCESS_KEY" in str(caught.value)
 
 

@@ -227,7 +227,13 @@ def execute(command: str, args: argparse.Namespace) -> RunResult:
         recorder.close()
         kube.close()
     report = outcome.analyse_run(module.analyse, recorder.events)
-    report.write(folder)
+    try:
+        report.write(folder)
+    except KeyboardInterrupt:
+        # The report is written before the charts (Report.write): the run is kept, and a
+        # rehearsal (`all`) ends here as on any other Ctrl-C.
+        print("interrupted while drawing the charts: the report is written", file=sys.stderr)
+        code, interrupted = 1, True
     print(report.summary())
     print(f"report: {folder / 'report.md'}")
     if code is None:

@@ -106,12 +106,41 @@ class Report:
         return "\n".join(lines) + "\n"
 
     def write(self, folder: Path) -> None:
-        if self.charts:
-            # Imported here: a report without charts never loads the plotting library.
-            from rehearse import charts
+        """report.json and report.md first, then the charts: a chart that cannot be drawn, or
+        a Ctrl-C while the plotting library loads and draws (a second or so), must not cost the
+        report of a run that may already have changed the lab. A chart that failed is left out
+        of the report with a note; on Ctrl-C the report says which were not drawn, and the
+        interrupt goes on."""
+        self._write_files(folder)
+        if not self.charts:
+            return
+        # Imported here: a report without charts never loads the plotting library.
+        from rehearse import charts
 
+        drawn: list[Chart] = []
+        failed: list[str] = []
+        try:
             for chart in self.charts:
-                charts.write(folder, chart.name, chart.title, chart.data)
+                try:
+                    charts.write(folder, chart.name, chart.title, chart.data)
+                except Exception as error:  # noqa: BLE001 a drawing defect costs one picture
+                    failed.append(f"the chart {chart.name} could not be drawn ({type(error).__name__}: "
+                                  f"{error}); the tables hold its figures")
+                else:
+                    drawn.append(chart)
+        except KeyboardInterrupt:
+            missing = [c.name for c in self.charts if c not in drawn]
+            self.charts = drawn
+            self.notes.append(f"interrupted while drawing the charts: {', '.join(missing)} not "
+                              "drawn (python -m rehearse report FOLDER draws them again)")
+            self._write_files(folder)
+            raise
+        if failed:
+            self.charts = drawn
+            self.notes.extend(failed)
+            self._write_files(folder)
+
+    def _write_files(self, folder: Path) -> None:
         (folder / "report.json").write_text(json.dumps(self.to_json(), indent=2) + "\n")
         (folder / "report.md").write_text(self.to_markdown())
 

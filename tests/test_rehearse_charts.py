@@ -286,3 +286,38 @@ def test_matplotlib_is_imported_only_inside_the_chart_modules_functions():
             rel = path.relative_to(ROOT).as_posix()
             assert rel.startswith("rehearse/charts/"), rel
             assert node not in tree.body, f"{rel}: matplotlib imported at module level"
+
+
+# --- a chart that cannot be drawn costs that picture, not the report -----------------------------
+
+
+def test_a_chart_that_fails_to_draw_is_left_out_with_a_note_and_the_report_is_written(
+        tmp_path, monkeypatch, capsys):
+    from rehearse import charts
+
+    def broken(folder, name, title, data):
+        raise KeyError("status")
+
+    monkeypatch.setattr(charts, "write", broken)
+    cli.run_report(FIXTURES / "failover-healthy", out=tmp_path)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["charts"] == []
+    assert any("failover-timeline could not be drawn (KeyError" in n for n in report["notes"])
+    assert "failover-timeline.png" not in (tmp_path / "report.md").read_text()
+    assert report["measurements"], "the tables are all there"
+
+
+def test_ctrl_c_while_drawing_keeps_the_report_saying_which_charts_are_missing(tmp_path, monkeypatch):
+    from rehearse import charts
+
+    def interrupted(folder, name, title, data):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(charts, "write", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        cli.run_report(FIXTURES / "failover-healthy", out=tmp_path)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["charts"] == [] and report["measurements"]
+    assert any("interrupted while drawing the charts: failover-timeline not drawn" in n
+               for n in report["notes"])
+    assert (tmp_path / "report.md").is_file()

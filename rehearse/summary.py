@@ -183,6 +183,17 @@ def _charts(folder: Path, listed: Any) -> tuple[Chart, ...]:
     return tuple(charts)
 
 
+def _check_shape(report: dict[str, Any]) -> None:
+    """The parts the page reads, as Report.to_json writes them: a report.json that parses but
+    is of another shape (hand-edited, another tool's) is listed as unreadable, not a crash."""
+    for key in ("checks", "measurements"):
+        items = report.get(key) or []
+        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+            raise TypeError(f"{key} is not a list of objects")
+    if not isinstance(report.get("notes") or [], list):
+        raise TypeError("notes is not a list")
+
+
 def gather(root: Path, stack: str, now: datetime.datetime) -> Summary:
     """The latest run of each command of ``stack`` under ``root``."""
     latest: dict[str, Run] = {}
@@ -199,8 +210,10 @@ def gather(root: Path, stack: str, now: datetime.datetime) -> Summary:
             if report.get("stack") != stack:
                 continue
             command, started = str(report["command"]), parse_time(str(report["started"]))
+            _check_shape(report)
         except (ValueError, KeyError, TypeError, AttributeError) as error:
-            unreadable.append(f"{folder.name}: report.json unreadable ({type(error).__name__})")
+            unreadable.append(f"{folder.name}: report.json unreadable ({type(error).__name__}: "
+                              f"{error})")
             continue
         run = Run(folder, command, stack, started, report, _state(report),
                   _charts(folder, report.get("charts")))

@@ -281,3 +281,22 @@ def test_the_command_writes_both_pages_and_asks_for_a_stack_when_runs_are_of_sev
         shutil.rmtree(root / name)
     assert cli.main(["summary", "--out", str(root)]) == 0  # only dev's runs are left
     assert "dev-summary.html" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("report", [
+    "{not json",
+    json.dumps({"command": "failover", "stack": "lab", "started": "2026-12-01T10:00:00Z",
+                "checks": ["x"]}),
+    json.dumps({"command": "failover", "stack": "lab", "started": "2026-12-01T10:00:00Z",
+                "measurements": "7 s"}),
+])
+def test_a_report_json_of_another_shape_is_listed_unreadable_not_a_crash(rehearsals, tmp_path, report):
+    root = tmp_path / "r"
+    shutil.copytree(rehearsals, root)
+    odd = root / "2026-12-01T10-00-00Z-lab-failover"
+    odd.mkdir()
+    (odd / "report.json").write_text(report)
+    page, text, md = pages(root, "lab")
+    assert odd.name in text and "report.json unreadable" in text and odd.name in md
+    # The recorded failover run is still the one shown.
+    assert commands(page)["failover"].get("data-state") == "PASS"

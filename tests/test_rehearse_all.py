@@ -274,3 +274,7 @@ def test_the_pre_check_records_ops_preflights_checks_as_a_run(tmp_path, monkeypa
     with pytest.raises(RunError, match="the pre-check reads the stack file: no stack file"):
         precheck.collect(ctx, recorder)
     assert precheck.analyse([]).checks[0].status == FAIL
+    # Outputs from a file (--outputs without --stack) are named after the file, not a stack.
+    ctx.outputs = StackOutputs("lab-outputs", {}, named=False)
+    with pytest.raises(RunError, match="pass --stack NAME with --outputs"):
+        precheck.collect(ctx, recorder)

@@ -37,29 +37,70 @@ def _cls(state: str) -> str:
     return state.replace(" ", "-")
 
 
+#: The SVG elements a chart may hold: what matplotlib's SVG backend writes, and shapes like
+#: them. Anything else (HTML such as <p> or <iframe>, which a browser parsing the page as HTML
+#: lifts out of the <svg>; <a>, <image>, <set>, <animate>, <foreignObject>, <script>) is refused.
+_SVG_ELEMENTS = frozenset({
+    "svg", "g", "defs", "path", "rect", "circle", "ellipse", "line", "polyline", "polygon",
+    "text", "tspan", "clipPath", "use", "title", "desc", "symbol", "marker", "linearGradient",
+    "radialGradient", "stop", "pattern", "mask", "style"})
+#: matplotlib's one style rule (backend_svg), given to the root as presentation attributes: a
+#: <style> inside inlined SVG applies to the whole page (``.FAIL{display:none}`` would hide the
+#: failures), so no <style> is inlined.
+_MATPLOTLIB_STYLE = {"stroke-linejoin": "round", "stroke-linecap": "butt"}
+_MATPLOTLIB_STYLE_TEXT = "*{stroke-linejoin: round; stroke-linecap: butt}"
+_URL = re.compile(r"url\(\s*['\"]?\s*([^)'\"\s]*)", re.IGNORECASE)
+
+
+def _css_problem(value: str) -> Optional[str]:
+    """Why a style text could reach outside the chart: an @import, an expression, or a url()
+    that is not a reference to the chart's own ids."""
+    lowered = value.lower()
+    if "@import" in lowered or "expression(" in lowered:
+        return "an @import or expression in its style"
+    if any(not target.startswith("#") for target in _URL.findall(value)):
+        return "a url() outside itself"
+    return None
+
+
 def inline_svg(text: str, prefix: str = "") -> tuple[Optional[str], str]:
-    """(the SVG markup to inline, "") or (None, why not): it must parse as SVG and hold no
-    script, event handler, foreign content or link outside itself — the page stays
-    self-contained and runs nothing. Its ids, and the references to them, get ``prefix``:
-    charts drawn with the same settings reuse ids (a clip path's, a glyph's), and in one page
-    a reference would find the first chart's."""
+    """(the SVG markup to inline, "") or (None, why not): it must parse as SVG and hold only SVG
+    drawing elements (``_SVG_ELEMENTS``) — no script, event handler, foreign content, style
+    sheet or link outside itself — so the page stays self-contained, runs nothing, and no chart
+    can restyle the page. Its ids, and the references to them, get ``prefix``: charts drawn
+    with the same settings reuse ids (a clip path's, a glyph's), and in one page a reference
+    would find the first chart's."""
     try:
         root = ET.fromstring(text)
     except ET.ParseError as error:
         return None, f"its SVG does not parse ({error})"
     if root.tag != f"{{{SVG_NS}}}svg":
         return None, "its SVG file is not an <svg> document"
+    # The drawing tool's metadata (RDF in other namespaces), not part of the chart.
+    for parent in list(root.iter()):
+        for child in list(parent):
+            if child.tag == f"{{{SVG_NS}}}metadata":
+                parent.remove(child)
+    for parent in list(root.iter()):
+        for child in list(parent):
+            if child.tag != f"{{{SVG_NS}}}style":
+                continue
+            if " ".join((child.text or "").split()) != _MATPLOTLIB_STYLE_TEXT:
+                return None, "its SVG holds a <style> sheet, which would apply to the whole page"
+            parent.remove(child)
+            for key, value in _MATPLOTLIB_STYLE.items():
+                root.set(key, value)
     for element in root.iter():
-        local = str(element.tag).rsplit("}", 1)[-1]
-        if local in ("script", "foreignObject"):
-            return None, f"its SVG holds a <{local}>"
         for key, value in element.attrib.items():
             name = key.rsplit("}", 1)[-1].lower()
             if name.startswith("on") or (name == "href" and not value.startswith("#")):
                 return None, f"its SVG has a {name} attribute"
-    for child in list(root):
-        if str(child.tag).rsplit("}", 1)[-1] == "metadata":  # the drawing tool's, not the chart
-            root.remove(child)
+            problem = _css_problem(value)
+            if problem:
+                return None, f"its SVG has {problem} ({name})"
+        namespace, _, local = str(element.tag)[1:].partition("}")
+        if namespace != SVG_NS or local not in _SVG_ELEMENTS:
+            return None, f"its SVG holds a <{local or element.tag}>"
     _prefix_ids(root, prefix)
     return ET.tostring(root, encoding="unicode"), ""
 

@@ -261,11 +261,36 @@ def test_older_runs_without_charts_show_none(rehearsals, tmp_path):
      '<image x:href="https://example.com/a.png"/></svg>', "href attribute"),
     ('<svg xmlns="http://www.w3.org/2000/svg"><rect></svg>', "does not parse"),
     ('<html xmlns="http://www.w3.org/1999/xhtml"/>', "not an <svg>"),
+    # A style sheet in inlined SVG applies to the whole page: it could hide the failures.
+    ('<svg xmlns="http://www.w3.org/2000/svg"><style>.FAIL{display:none}</style></svg>',
+     "<style> sheet"),
+    ('<svg xmlns="http://www.w3.org/2000/svg"><style>@import url(http://e.example/x.css)</style>'
+     '</svg>', "<style> sheet"),
+    ('<svg xmlns="http://www.w3.org/2000/svg"><rect style="fill:url(http://e.example/p)"/></svg>',
+     "url() outside itself"),
+    ('<svg xmlns="http://www.w3.org/2000/svg"><rect fill="url(\'//e.example/p\')"/></svg>',
+     "url() outside itself"),
+    # HTML inside <svg>: a browser parsing the page as HTML lifts it out, and the iframe runs.
+    ('<svg xmlns="http://www.w3.org/2000/svg"><p/><iframe srcdoc="&lt;script&gt;"/></svg>',
+     "holds a <p>"),
+    ('<svg xmlns="http://www.w3.org/2000/svg" xmlns:h="http://www.w3.org/1999/xhtml">'
+     '<h:img src="http://e.example/x.png"/></svg>', "holds a <img>"),
+    ('<svg xmlns="http://www.w3.org/2000/svg"><set attributeName="fill" to="red"/></svg>',
+     "holds a <set>"),
 ])
 def test_an_svg_that_would_run_or_fetch_something_is_not_inlined(svg, why):
     markup, problem = inline_svg(svg)
-    assert markup is None and why in problem
+    assert markup is None and why in problem, problem
     assert inline_svg(TINY_SVG)[0].startswith('<svg xmlns="http://www.w3.org/2000/svg"')
+
+
+def test_matplotlibs_own_style_rule_becomes_the_charts_attributes_not_a_page_style():
+    svg = ('<svg xmlns="http://www.w3.org/2000/svg"><defs><style type="text/css">'
+           '*{stroke-linejoin: round; stroke-linecap: butt}</style></defs><path d="M0 0h1"/></svg>')
+    markup, problem = inline_svg(svg)
+    root = ET.fromstring(markup)
+    assert problem == "" and root.find(f".//{SVG}style") is None
+    assert (root.get("stroke-linejoin"), root.get("stroke-linecap")) == ("round", "butt")
 
 
 def test_the_command_writes_both_pages_and_asks_for_a_stack_when_runs_are_of_several(

@@ -48,12 +48,12 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
                     *args.tolerations,
                 ],
             },
-            # Helm v3 returns once the plugin pod is scheduled on the GPU host (one node, less
-            # maxUnavailable 1, leaves none that must be ready): after the host has installed its
-            # driver and joined, about 6 min after the Cilium release (x1.5 is over Helm's
-            # default 300 s). A reboot after the join and, for a wait that counts ready pods,
-            # the plugin's longest CrashLoopBackOff bring it to about 13 min
-            # (offline/timing.py).
+            # Helm v3 waits for the DaemonSet's desired pods to be scheduled, all but
+            # maxUnavailable ready: installed after the Cilium release, while the GPU host is
+            # still installing its driver, it finds no node to run on and returns at once. The
+            # timeout is for the worst case (offline/timing.py): the host already joined and a
+            # wait that counts ready pods, through a reboot and the plugin's longest
+            # CrashLoopBackOff, about 13 min; Helm's default 300 s would not do.
             timeout=1200,
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.wait_for)),
         )

@@ -95,14 +95,16 @@ COVERS: dict[str, Covers] = {
     # operator tolerates the hybrid taint only, so the hosts that count are the plain ones (the
     # GPU host, which joins after its driver is in, counts for neither).
     "hybrid-cilium-release": Covers(INSTANCE, "hybrid-hosts-node-", before=("host-join",)),
-    # Helm v3 counts a DaemonSet ready once its pods are scheduled: one GPU node minus
-    # maxUnavailable 1 leaves none that must be ready (helm pkg/kube/ready.go). The GPU host
-    # installs its driver, then joins, so this await covers both.
-    # Worst: the driver's module needs a reboot after the join, and a wait that counts ready
-    # pods (as Helm 4's kstatus watcher does) would also cover the plugin's longest restart
-    # delay meanwhile; the timeout allows for it.
+    # Helm v3 counts a DaemonSet ready when its desired pods are scheduled and all but
+    # maxUnavailable of them ready (helm pkg/kube/ready.go, daemonSetReady). The release installs
+    # after Cilium's, which the plain hosts' join ends; the GPU host is then still installing its
+    # driver, so no node matches the plugin's selector, desired is 0, and the wait returns at
+    # once: typically this await covers nothing outside Pulumi.
+    # Worst: the GPU host has joined by then and a wait that counts ready pods (as Helm 4's
+    # kstatus watcher does) waits through the driver, the join, a reboot and the plugin's
+    # longest restart delay; the timeout allows for it.
     "hybrid-nvidia-release": Covers(
-        INSTANCE, "hybrid-hosts-gpu", before=("gpu-driver", "host-join"),
+        INSTANCE, "hybrid-hosts-gpu", before=(),
         worst=("gpu-driver", "host-join", "gpu-reboot", "crashloop-backoff-cap")),
     # The vLLM pod is pending until the device plugin advertises nvidia.com/gpu: the driver is
     # in before the join, so the plugin serves from its first start. Then the pod pulls its

@@ -95,16 +95,15 @@ def test_deploy_time_critical_paths(dev_run):
 def test_gpu_up_ends_with_the_gpu_host_and_the_vllm_start(dev_run, lab):
     run = lab(gpuEnabled=True)
     up = estimate_up(run)
-    assert up.chain[-4:] == ["hybrid-hosts-gpu", "hybrid-nvidia-release", "demo-vllm", "demo-vllm-svc"]
+    assert up.chain[-3:] == ["hybrid-hosts-gpu", "demo-vllm", "demo-vllm-svc"]
     names = {r.name: r for r in run.resources()}
     for before, after in zip(up.chain, up.chain[1:]):
         assert names[before].urn in set(names[after].dependencies) | {names[after].provider.rsplit("::", 1)[0]}
-    # Recomputed from the figures: after the GPU host runs, it installs its driver and joins,
-    # the device plugin's release sees its pod (which serves from its first start), vLLM pulls
-    # its image and loads the model, and its Service (created after it) sees the pod.
+    # Recomputed from the figures: after the GPU host runs, it installs its driver and joins
+    # (the device plugin's pod then serves from its first start), vLLM pulls its image and loads
+    # the model, and its Service (created after it) sees the pod.
     after_host = sum(DURATIONS[k].create for k in (
-        "gpu-driver", "host-join", RELEASE, DEPLOYMENT, "vllm-image-pull",
-        "vllm-model-load", SERVICE))
+        "gpu-driver", "host-join", DEPLOYMENT, "vllm-image-pull", "vllm-model-load", SERVICE))
     host_done = schedule(run)[names["hybrid-hosts-gpu"].urn].finish
     assert up.seconds == pytest.approx(host_done + after_host)
     assert up.seconds > estimate_up(dev_run).seconds

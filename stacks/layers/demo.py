@@ -137,10 +137,11 @@ class DemoLayer(Layer):
                 needs.append(hybrid.device_plugin.release)
             workload(GPU_NS, "vllm", demos.vllm_server("vllm", cfg.gpu_model),
                      depends_on=needs, service_port=(8000, 8000),
-                     # Created once the device plugin's release is done (the GPU host has its
-                     # driver and has joined), the pod pulls ~10 GB and loads the model: typically
-                     # 7.5 min, x1.5 over Pulumi's default 10; after a reboot and the plugin's
-                     # longest back-off, about 13.5 (offline/timing.py). An update is a Recreate
+                     # The pod is pending until the GPU host has installed its driver and
+                     # joined (about 10 min after it boots), then pulls ~10 GB and loads the
+                     # model: the await typically lasts about 11.5 min, x1.5 over Pulumi's
+                     # default 10; after a reboot and the plugin's longest back-off, about 18.5
+                     # (offline/timing.py). An update is a Recreate
                      # rollout: the old pod stops, the new one may pull a new image and loads the
                      # model again.
                      timeouts=pulumi.CustomTimeouts(create="30m", update="30m"))

@@ -804,6 +804,8 @@ def test_rehearse_all_runs_the_real_commands_and_pages_what_they_found(scene, ca
     assert folders == ["preflight", "verify-burst", "verify-gateway"]
     md = (out / "lab-summary.md").read_text()
     assert "### `python -m rehearse verify gateway`: PASS" in md
-    assert "### `python -m rehearse preflight`: FAILED TO FINISH" in md and "no stack file" in md
+    assert "### `python -m rehearse preflight`: FAILED TO FINISH" in md
+    # --outputs names no stack: the pre-check asks for --stack rather than guess a stack file.
+    assert "pass --stack NAME with --outputs" in md
     assert "### `python -m rehearse verify gpu`: NEVER RUN" in md
     assert (out / "lab-summary.html").read_text().count('data-state="PASS"') == 1

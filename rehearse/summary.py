@@ -183,6 +183,16 @@ def _charts(folder: Path, listed: Any) -> tuple[Chart, ...]:
     return tuple(charts)
 
 
+def _is_run_of(name: str, stack: str) -> bool:
+    """Whether a folder's name is one of ``stack``'s runs (record.folder_for:
+    ``<stamp>-<stack>-<command>``): by the whole name, since stack names hold dashes too (the
+    runs of ``dev-gpu`` are not ``dev``'s)."""
+    stamp, _, rest = name.partition("-")
+    commands = [c for part in (*PARTS, OPEN_QUESTIONS) for c in part.commands]
+    return len(stamp) == 16 and stamp.endswith("Z") and any(
+        rest == f"{stack}-{command.replace(' ', '-')}" for command in commands)
+
+
 def _check_shape(report: dict[str, Any]) -> None:
     """The parts the page reads, as Report.to_json writes them: a report.json that parses but
     is of another shape (hand-edited, another tool's) is listed as unreadable, not a crash."""
@@ -201,7 +211,7 @@ def gather(root: Path, stack: str, now: datetime.datetime) -> Summary:
     for folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
         path = folder / "report.json"
         if not path.is_file():
-            if (folder / "events.jsonl").is_file() and f"-{stack}-" in folder.name:
+            if (folder / "events.jsonl").is_file() and _is_run_of(folder.name, stack):
                 unreadable.append(f"{folder.name}: no report.json (rebuild it with "
                                   f"`python -m rehearse report {root / folder.name}`)")
             continue

@@ -325,3 +325,16 @@ def test_a_report_json_of_another_shape_is_listed_unreadable_not_a_crash(rehears
     assert odd.name in text and "report.json unreadable" in text and odd.name in md
     # The recorded failover run is still the one shown.
     assert commands(page)["failover"].get("data-state") == "PASS"
+
+
+def test_a_run_folder_without_its_report_is_listed_for_its_own_stack_only(rehearsals, tmp_path):
+    root = tmp_path / "r"
+    shutil.copytree(rehearsals, root)
+    ours, theirs = root / "20261201T100000Z-lab-failover", root / "20261201T100000Z-lab-gpu-failover"
+    for folder in (ours, theirs):
+        folder.mkdir()
+        (folder / "events.jsonl").write_text("")
+    _, text, md = pages(root, "lab")
+    assert f"{ours.name}: no report.json" in text and f"{ours.name}: no report.json" in md
+    # Stack lab-gpu's run, not lab's: stack names hold dashes too.
+    assert theirs.name not in text and theirs.name not in md

@@ -28,7 +28,7 @@ from pulumi.runtime.sync_await import _sync_await
 
 from offline import pulumi_cli
 from offline.fake_cloud import FakeCloud
-from stacks.config import PROJECT, load_config
+from stacks.config import PROJECT, load_keyed_config
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 PROGRAM = PROJECT_DIR / "__main__.py"
@@ -188,12 +188,9 @@ class ProgramRun:
     @property
     def lab_config(self):
         """The validated LabConfig of this run's config."""
-        from stacks.config import PROJECT, load_config
+        from stacks.config import load_keyed_config
 
-        prefix = f"{PROJECT}:"
-        values = {k[len(prefix):]: v for k, v in self.config.items() if k.startswith(prefix)}
-        return load_config(values, stack=self.stack, region=self.config.get("aws:region"),
-                           others={k: v for k, v in self.config.items() if not k.startswith(prefix)})
+        return load_keyed_config(self.config, stack=self.stack, region=self.config.get("aws:region"))
 
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.registrations if r.type == type_]
@@ -402,7 +399,4 @@ def config_from_stack_file(stack: str, path: Optional[Path] = None,
     ``region`` overrides ``aws:region``. Raises what ``load_stack_config`` raises, and
     ``ConfigError`` for a value the lab's own rules refuse."""
     raw = load_stack_config(stack, path=path)
-    prefix = f"{PROJECT}:"
-    values = {k[len(prefix):]: v for k, v in raw.items() if k.startswith(prefix)}
-    return load_config(values, stack=stack, region=region or raw.get("aws:region"),
-                       others={k: v for k, v in raw.items() if not k.startswith(prefix)})
+    return load_keyed_config(raw, stack=stack, region=region or raw.get("aws:region"))

@@ -656,18 +656,26 @@ def unknown_provider_keys(keys: Iterable[str]) -> list[str]:
     return warnings
 
 
+def load_keyed_config(config: Mapping[str, Any], *, stack: str, region: Optional[str],
+                      project: str = PROJECT) -> LabConfig:
+    """``load_config`` for a stack's whole config keyed as Pulumi keys it: this project's keys
+    (``eks-hybrid-lab:burstReplicas``) are the lab's settings, every other namespace's
+    (``aws:profile``) is judged as ``others``."""
+    prefix = f"{PROJECT}:"
+    values = {k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix)}
+    others = {k: v for k, v in config.items() if not k.startswith(prefix)}
+    return load_config(values, stack=stack, region=region, project=project, others=others)
+
+
 def read_pulumi_config() -> LabConfig:
     """Loads the config of the running Pulumi program (real or under mocks)."""
     from pulumi.runtime import config as runtime_config
 
     # Every key set for this stack, so a misspelt key is reported instead of silently ignored.
     everything: dict[str, Any] = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
-    prefix = f"{PROJECT}:"
-    values = {k[len(prefix):]: v for k, v in everything.items() if k.startswith(prefix)}
     for warning in unknown_provider_keys(everything):
         pulumi.log.warn(warning)
     # Pulumi.yaml's project-level defaults are applied by the CLI and arrive here as values;
     # defaults for keys that are absent come from SETTINGS.
-    return load_config(values, stack=pulumi.get_stack(), project=pulumi.get_project(),
-                       region=pulumi.Config("aws").get("region"),
-                       others={k: v for k, v in everything.items() if not k.startswith(prefix)})
+    return load_keyed_config(everything, stack=pulumi.get_stack(), project=pulumi.get_project(),
+                             region=pulumi.Config("aws").get("region"))

@@ -28,12 +28,10 @@ def collect(ctx: Any, record: Any) -> None:
     from offline.runner import config_from_stack_file
     from ops.preflight import cli as preflight, sequence
     from stacks.config import ConfigError
+    from rehearse.switch import require_stack
 
-    if not getattr(ctx.outputs, "named", True):
-        # Outputs read from a file carry the file's name, which is not a stack: its stack file
-        # would be looked for under that name.
-        raise RunError("the pre-check reads the stack's Pulumi.<stack>.yaml: pass --stack NAME "
-                       "with --outputs (the outputs file does not say which stack it came from)")
+    # Outputs read from a file carry the file's name: its stack file would be looked for under it.
+    require_stack(ctx, "the pre-check", needs="reads the stack's Pulumi.<stack>.yaml")
     stack = ctx.outputs.stack
     path = ctx.work_dir / f"Pulumi.{stack}.yaml" if ctx.work_dir else None
     try:

@@ -79,11 +79,11 @@ def ask(question: str) -> Optional[bool]:
         return False
 
 
-def require_stack(ctx: Any, what: str) -> None:
-    """A command that changes a stack must name it: outputs read from a file carry the file's
-    name, which is not a stack."""
+def require_stack(ctx: Any, what: str, needs: str = "changes the stack's config") -> None:
+    """A command that changes a stack (or reads its stack file) must name it: outputs read
+    from a file carry the file's name, which is not a stack."""
     if not getattr(ctx.outputs, "named", True):
-        raise RunError(f"{what} changes the stack's config: pass --stack NAME with --outputs "
+        raise RunError(f"{what} {needs}: pass --stack NAME with --outputs "
                        "(the outputs file does not say which stack it came from)")
 
 

@@ -36,9 +36,24 @@ def parse_time(text: str) -> datetime.datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=datetime.timezone.utc)
 
 
+#: A run folder's name starts with its UTC start: 20261201T100000Z.
+_STAMP = "%Y%m%dT%H%M%SZ"
+
+
 def folder_for(root: Path, stack: str, command: str, now: datetime.datetime) -> Path:
-    stamp = now.astimezone(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = now.astimezone(datetime.timezone.utc).strftime(_STAMP)
     return root / f"{stamp}-{stack}-{command.replace(' ', '-')}"
+
+
+def is_folder_of(name: str, stack: str, command: str) -> bool:
+    """Whether ``name`` is what folder_for names a run of ``stack``'s ``command``: by the whole
+    name, since stack names hold dashes too (the runs of ``dev-gpu`` are not ``dev``'s)."""
+    stamp, _, rest = name.partition("-")
+    try:
+        datetime.datetime.strptime(stamp, _STAMP)
+    except ValueError:
+        return False
+    return rest == f"{stack}-{command.replace(' ', '-')}"
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 from rehearse.errors import RunError
 from rehearse.outcome import CHECK_COMPLETED
-from rehearse.record import parse_time
+from rehearse.record import is_folder_of, parse_time
 
 
 @dataclass(frozen=True)
@@ -184,13 +184,9 @@ def _charts(folder: Path, listed: Any) -> tuple[Chart, ...]:
 
 
 def _is_run_of(name: str, stack: str) -> bool:
-    """Whether a folder's name is one of ``stack``'s runs (record.folder_for:
-    ``<stamp>-<stack>-<command>``): by the whole name, since stack names hold dashes too (the
-    runs of ``dev-gpu`` are not ``dev``'s)."""
-    stamp, _, rest = name.partition("-")
-    commands = [c for part in (*PARTS, OPEN_QUESTIONS) for c in part.commands]
-    return len(stamp) == 16 and stamp.endswith("Z") and any(
-        rest == f"{stack}-{command.replace(' ', '-')}" for command in commands)
+    """Whether a folder's name is a run of one of the summary's commands for ``stack``."""
+    return any(is_folder_of(name, stack, command)
+               for part in (*PARTS, OPEN_QUESTIONS) for command in part.commands)
 
 
 def _check_shape(report: dict[str, Any]) -> None:

@@ -7,9 +7,9 @@ Automation API and the fake `pulumi`, and the pods' spec against Pod Security "r
 
 from __future__ import annotations
 
+import datetime
+import functools
 import json
-import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 from unittest import mock
@@ -19,6 +19,7 @@ import pytest
 from rehearse import cli, throughput
 from rehearse import record as rec
 from rehearse.connection import Kube
+from rehearse.context import Context
 from rehearse.report import FAIL, PASS
 from tests import fake_pulumi as fake_pulumi_cli
 from tests.offline_guard import forbid_non_loopback
@@ -144,25 +145,47 @@ def plant(emulator, *, mtu: Optional[str] = "8450", gateway_type: str = "m6i.lar
         emulator.put(CONFIGMAPS, "kube-system", "cilium-config", {"data": {"mtu": mtu}})
 
 
-class Kubelet:
-    """Plays the scheduler and kubelet for the measurement pods, on a thread: a server pod gets
-    a node and an IP and runs; a client pod's log is declared (``logs(args)`` -> text) and it
-    Succeeds. ``stop_after`` clients, it stops playing (the rest stay Pending)."""
+class Cluster:
+    """The cluster's clock, simulated: the tool's sleeps advance it, and in each sleep the
+    players (the kubelet below) act once, as the real ones would have meanwhile. No test waits
+    for a deadline in real time."""
 
-    def __init__(self, emulator, logs: Callable[[list[str], bool], str],
+    def __init__(self, emulator):
+        self.emulator = emulator
+        self.t = 0.0
+        self.players: list[Any] = []
+        self.t0 = datetime.datetime.now(datetime.timezone.utc)
+
+    def clock(self) -> datetime.datetime:
+        return self.t0 + datetime.timedelta(seconds=self.t)
+
+    def monotonic(self) -> float:
+        return 1000.0 + self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+        for player in list(self.players):
+            player.step()
+
+
+class Kubelet:
+    """Plays the scheduler and kubelet for the measurement pods, in each of the tool's sleeps:
+    a server pod gets a node and an IP and runs; a client pod's log is declared
+    (``logs(args)`` -> text) and it ends in ``client_phase``."""
+
+    def __init__(self, cluster: Cluster, logs: Callable[[list[str], bool], str],
                  client_phase: str = "Succeeded"):
-        self.emulator, self.logs, self.client_phase = emulator, logs, client_phase
+        self.cluster, self.emulator = cluster, cluster.emulator
+        self.logs, self.client_phase = logs, client_phase
         self.seen: list[tuple[str, dict]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.done: set[str] = set()
 
     def __enter__(self) -> "Kubelet":
-        self._thread.start()
+        self.cluster.players.append(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        self.cluster.players.remove(self)
 
     def _pods(self) -> list[dict]:
         def read(kmock: Any) -> list[dict]:
@@ -181,29 +204,26 @@ class Kubelet:
 
         self.emulator.do(write)
 
-    def _run(self) -> None:
-        done: set[str] = set()
-        while not self._stop.is_set():
-            for pod in self._pods():
-                name = pod["metadata"]["name"]
-                if name in done or (pod["metadata"].get("labels") or {}).get(throughput.LABEL) != "throughput":
-                    continue
-                done.add(name)
-                self.seen.append((name, pod))
-                spec = pod["spec"]
-                on_hybrid = spec["affinity"]["nodeAffinity"][
-                    "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
-                    "matchExpressions"][0]["operator"] == "In"
-                node = HYBRID_NODE if on_hybrid else CLOUD_NODE
-                args = spec["containers"][0]["args"]
-                if "-s" in args:
-                    ip = "10.200.1.23" if on_hybrid else "10.0.12.88"
-                    status = {"phase": "Running", "podIP": ip}
-                else:
-                    self.emulator.log(NS, name, self.logs(args, on_hybrid))
-                    status = {"phase": self.client_phase}
-                self._update(name, {**pod, "spec": {**spec, "nodeName": node}, "status": status})
-            time.sleep(0.05)
+    def step(self) -> None:
+        for pod in self._pods():
+            name = pod["metadata"]["name"]
+            if name in self.done or (pod["metadata"].get("labels") or {}).get(throughput.LABEL) != "throughput":
+                continue
+            self.done.add(name)
+            self.seen.append((name, pod))
+            spec = pod["spec"]
+            on_hybrid = spec["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
+                "matchExpressions"][0]["operator"] == "In"
+            node = HYBRID_NODE if on_hybrid else CLOUD_NODE
+            args = spec["containers"][0]["args"]
+            if "-s" in args:
+                ip = "10.200.1.23" if on_hybrid else "10.0.12.88"
+                status = {"phase": "Running", "podIP": ip}
+            else:
+                self.emulator.log(NS, name, self.logs(args, on_hybrid))
+                status = {"phase": self.client_phase}
+            self._update(name, {**pod, "spec": {**spec, "nodeName": node}, "status": status})
 
 
 def samples(c2h: str = GOOD_C2H, h2c: str = GOOD_H2C) -> Callable[[list[str], bool], str]:
@@ -218,11 +238,18 @@ def loopback_only(monkeypatch):
 
 
 @pytest.fixture
-def run(emulator, tmp_path, monkeypatch, loopback_only, capsys):
-    """Runs `python -m rehearse gateway-throughput` in-process against the emulator:
-    (exit code, run folder or None, report.json or None, stdout, stderr)."""
+def cluster(emulator) -> Cluster:
+    return Cluster(emulator)
+
+
+@pytest.fixture
+def run(emulator, cluster, tmp_path, monkeypatch, loopback_only, capsys):
+    """Runs `python -m rehearse gateway-throughput` in-process against the emulator, on the
+    cluster's simulated clock: (exit code, run folder or None, report.json or None, stdout,
+    stderr)."""
     monkeypatch.setattr(cli, "_connect", lambda args, outputs: Kube.connect(emulator.endpoint))
-    monkeypatch.setattr(throughput, "POLL_SECONDS", 0.05)
+    monkeypatch.setattr("rehearse.context.Context", functools.partial(
+        Context, clock=cluster.clock, sleep=cluster.sleep, monotonic=cluster.monotonic))
     outputs = tmp_path / "lab.json"
     outputs.write_text(json.dumps({
         "region": "ap-northeast-2", "kubeconfig": "{}", "layers": ["network", "cluster", "demo"],
@@ -272,9 +299,9 @@ def assert_created_and_deleted(emulator, count: int) -> None:
     assert live_measurement_pods(emulator) == []
 
 
-def test_a_run_measures_both_ways_records_the_gateway_and_removes_its_pods(emulator, run):
+def test_a_run_measures_both_ways_records_the_gateway_and_removes_its_pods(emulator, cluster, run):
     plant(emulator)
-    with Kubelet(emulator, samples()) as kubelet:
+    with Kubelet(cluster, samples()) as kubelet:
         code, folder, report, out, err = run("-t", "10", "-P", "4")
     assert code == 0, out + err
     assert statuses(report) == {"cloud → hybrid measured": PASS, "hybrid → cloud measured": PASS,
@@ -311,17 +338,17 @@ def test_a_run_measures_both_ways_records_the_gateway_and_removes_its_pods(emula
     assert (folder / "report.md").read_text() == markdown
 
 
-def test_the_mtu_falls_back_to_the_lab_s_configured_value(emulator, run):
+def test_the_mtu_falls_back_to_the_lab_s_configured_value(emulator, cluster, run):
     plant(emulator, mtu=None)
-    with Kubelet(emulator, samples()):
+    with Kubelet(cluster, samples()):
         code, folder, report, out, err = run("-t", "10")
     assert code == 0, out + err
     assert "MTU in force: 8450 (configured, not observed" in "\n".join(report["notes"])
 
 
-def test_a_failed_and_a_partial_run_fail_their_checks_without_a_number(emulator, run):
+def test_a_failed_and_a_partial_run_fail_their_checks_without_a_number(emulator, cluster, run):
     plant(emulator)
-    with Kubelet(emulator, samples(c2h=FAILED, h2c=PARTIAL), client_phase="Failed"):
+    with Kubelet(cluster, samples(c2h=FAILED, h2c=PARTIAL), client_phase="Failed"):
         code, folder, report, out, err = run("-t", "10")
     assert code == 1, out + err
     checks = {c["name"]: c for c in report["checks"]}
@@ -333,12 +360,12 @@ def test_a_failed_and_a_partial_run_fail_their_checks_without_a_number(emulator,
     assert live_measurement_pods(emulator) == []
 
 
-def test_a_connection_never_made_is_reported_as_a_blocked_flow_not_a_gateway_problem(emulator, run):
+def test_a_connection_never_made_is_reported_as_a_blocked_flow_not_a_gateway_problem(emulator, cluster, run):
     """iperf3's hybrid → cloud connection timed out (the cluster security
     group dropped TCP 5201 from the remote networks). The fix names that flow and what opens it,
     not `verify gateway`, which passes on such a lab."""
     plant(emulator)
-    with Kubelet(emulator, samples(h2c=FAILED), client_phase="Failed"):
+    with Kubelet(cluster, samples(h2c=FAILED), client_phase="Failed"):
         code, folder, report, out, err = run("-t", "10")
     assert code == 1, out + err
     checks = {c["name"]: c for c in report["checks"]}
@@ -350,7 +377,7 @@ def test_a_connection_never_made_is_reported_as_a_blocked_flow_not_a_gateway_pro
     assert checks["cloud → hybrid measured"]["status"] == PASS
 
 
-def test_the_pods_are_deleted_after_a_failure_in_the_middle(emulator, run, monkeypatch):
+def test_the_pods_are_deleted_after_a_failure_in_the_middle(emulator, cluster, run, monkeypatch):
     plant(emulator)
     real = throughput.Pods.read
     calls = {"n": 0}
@@ -362,7 +389,7 @@ def test_the_pods_are_deleted_after_a_failure_in_the_middle(emulator, run, monke
         return real(self, name)
 
     monkeypatch.setattr(throughput.Pods, "read", broken)
-    with Kubelet(emulator, samples()):
+    with Kubelet(cluster, samples()):
         code, folder, report, out, err = run("-t", "10")
     assert code == 2 and "cannot reach the cluster" in err
     # The folder is kept: its report says the run failed, and why.
@@ -371,7 +398,7 @@ def test_the_pods_are_deleted_after_a_failure_in_the_middle(emulator, run, monke
     assert_created_and_deleted(emulator, 2)
 
 
-def test_the_pods_are_deleted_on_ctrl_c(emulator, run, monkeypatch):
+def test_the_pods_are_deleted_on_ctrl_c(emulator, cluster, run, monkeypatch):
     plant(emulator)
     real = throughput.Pods.wait
 
@@ -381,7 +408,7 @@ def test_the_pods_are_deleted_on_ctrl_c(emulator, run, monkeypatch):
         return real(self, name, done, seconds)
 
     monkeypatch.setattr(throughput.Pods, "wait", interrupted)
-    with Kubelet(emulator, samples()):
+    with Kubelet(cluster, samples()):
         code, folder, report, out, err = run("-t", "10")
     assert code == 1 and "interrupted" in err
     assert report["checks"][0]["seen"].startswith("interrupted (Ctrl-C)")
@@ -444,11 +471,11 @@ def _relabelling(emulator, state: Path) -> Callable:
     return opened
 
 
-def test_instance_types_are_switched_measured_compared_and_restored(emulator, run, fake_pulumi):
+def test_instance_types_are_switched_measured_compared_and_restored(emulator, cluster, run, fake_pulumi):
     state, log = fake_pulumi
     plant(emulator)
     with mock.patch.object(throughput, "open_stack", _relabelling(emulator, state)), \
-            Kubelet(emulator, samples()) as kubelet:
+            Kubelet(cluster, samples()) as kubelet:
         code, folder, report, out, err = run("-t", "10", "--instance-types", "c6in.xlarge", "m6in.large")
     assert code == 0, out + err
     sets = [c for c in _calls(log) if c[:2] == ["config", "set"]]
@@ -479,7 +506,7 @@ def _scaled(sample: str, factor: float) -> str:
 
 @pytest.mark.skipif(not __import__("os").environ.get("RECORD_THROUGHPUT"),
                     reason="records tests/fixtures/rehearse/throughput-two-types when RECORD_THROUGHPUT=1")
-def test_record_the_committed_run(emulator, run, fake_pulumi):
+def test_record_the_committed_run(emulator, cluster, run, fake_pulumi):
     """Two instance types, the second (m6in.large) measuring 70 % of the first's figures."""
     state, _ = fake_pulumi
     plant(emulator)
@@ -491,7 +518,7 @@ def test_record_the_committed_run(emulator, run, fake_pulumi):
         return sample if len(clients) <= 2 else _scaled(sample, 0.7)
 
     with mock.patch.object(throughput, "open_stack", _relabelling(emulator, state)), \
-            Kubelet(emulator, logs):
+            Kubelet(cluster, logs):
         code, folder, report, out, err = run("-t", "10", "--instance-types", "c6in.xlarge", "m6in.large")
     assert code == 0, out + err
     target = FIXTURES_RUNS / "throughput-two-types"
@@ -499,7 +526,7 @@ def test_record_the_committed_run(emulator, run, fake_pulumi):
     (target / "events.jsonl").write_bytes((folder / "events.jsonl").read_bytes())
 
 
-def test_a_failure_in_the_middle_restores_the_instance_type(emulator, run, fake_pulumi, monkeypatch):
+def test_a_failure_in_the_middle_restores_the_instance_type(emulator, cluster, run, fake_pulumi, monkeypatch):
     state, log = fake_pulumi
     plant(emulator)
     real = throughput.Pods.read
@@ -511,7 +538,7 @@ def test_a_failure_in_the_middle_restores_the_instance_type(emulator, run, fake_
 
     monkeypatch.setattr(throughput.Pods, "read", broken)
     with mock.patch.object(throughput, "open_stack", _relabelling(emulator, state)), \
-            Kubelet(emulator, samples()):
+            Kubelet(cluster, samples()):
         code, folder, report, out, err = run("-t", "10", "--instance-types", "c6in.xlarge")
     assert code == 2, out + err
     sets = [c for c in _calls(log) if c[:2] == ["config", "set"]]
@@ -520,14 +547,14 @@ def test_a_failure_in_the_middle_restores_the_instance_type(emulator, run, fake_
     assert live_measurement_pods(emulator) == []
 
 
-def test_a_refused_update_is_reported_and_the_original_put_back(emulator, run, fake_pulumi):
+def test_a_refused_update_is_reported_and_the_original_put_back(emulator, cluster, run, fake_pulumi):
     state, log = fake_pulumi
     data = json.loads(state.read_text())
     data["up_fails"] = 1
     state.write_text(json.dumps(data))
     plant(emulator)
     with mock.patch.object(throughput, "open_stack", _relabelling(emulator, state)), \
-            Kubelet(emulator, samples()):
+            Kubelet(cluster, samples()):
         code, folder, report, out, err = run("-t", "10", "--instance-types", "c6in.xlarge", "m6in.large")
     assert code == 1, out + err
     checks = {c["name"]: c for c in report["checks"]}
@@ -539,19 +566,19 @@ def test_a_refused_update_is_reported_and_the_original_put_back(emulator, run, f
     assert "| c6in.xlarge | not measured |" in (folder / "report.md").read_text()
 
 
-def test_events_replay_to_the_same_report(emulator, run):
+def test_events_replay_to_the_same_report(emulator, cluster, run):
     plant(emulator)
-    with Kubelet(emulator, samples()):
+    with Kubelet(cluster, samples()):
         code, folder, report, out, err = run()
     again = throughput.analyse(rec.read_events(folder))
     assert again.to_json() == report
 
 
-def test_a_gateway_still_on_the_old_type_fails_its_check(emulator, run, fake_pulumi, monkeypatch):
+def test_a_gateway_still_on_the_old_type_fails_its_check(emulator, cluster, run, fake_pulumi, monkeypatch):
     """`pulumi up` returned but the nodes were not replaced (here: nothing relabels them)."""
     plant(emulator)
     monkeypatch.setattr(throughput, "GATEWAY_SETTLE_SECONDS", 0.1)
-    with Kubelet(emulator, samples()):
+    with Kubelet(cluster, samples()):
         code, folder, report, out, err = run("-t", "10", "--instance-types", "c6in.xlarge")
     assert code == 1, out + err
     check = {c["name"]: c for c in report["checks"]}["gateway on c6in.xlarge"]
@@ -559,7 +586,7 @@ def test_a_gateway_still_on_the_old_type_fails_its_check(emulator, run, fake_pul
     assert statuses(report)[throughput.CHECK_RESTORED] == PASS
 
 
-def test_a_leader_change_during_the_measurement_is_noted(emulator, run, monkeypatch):
+def test_a_leader_change_during_the_measurement_is_noted(emulator, cluster, run, monkeypatch):
     plant(emulator)
     real = throughput.measure_direction
 
@@ -569,18 +596,18 @@ def test_a_leader_change_during_the_measurement_is_noted(emulator, run, monkeypa
             "holderIdentity": f"{GW_NODES[0]}_0c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f"}})
 
     monkeypatch.setattr(throughput, "measure_direction", failover_midway)
-    with Kubelet(emulator, samples()):
+    with Kubelet(cluster, samples()):
         code, folder, report, out, err = run("-t", "10")
     assert code == 0, out + err
     assert (f"the leader changed during the measurement: {GW_NODES[1]} → {GW_NODES[0]}"
             in "\n".join(report["notes"]))
 
 
-def test_a_client_that_does_not_finish_is_partial(emulator, run, monkeypatch):
+def test_a_client_that_does_not_finish_is_partial(emulator, cluster, run, monkeypatch):
     plant(emulator)
     monkeypatch.setattr(throughput, "CLIENT_MARGIN_SECONDS", 0)
     monkeypatch.setattr(throughput, "SERVER_START_SECONDS", 0.3)
-    with Kubelet(emulator, lambda args, on_hybrid: "", client_phase="Running"):
+    with Kubelet(cluster, lambda args, on_hybrid: "", client_phase="Running"):
         code, folder, report, out, err = run("-t", "1")
     assert code == 1, out + err
     seen = {c["name"]: c["seen"] for c in report["checks"]}

@@ -153,16 +153,18 @@ def _loop_container(name: str, body: str, *, period_seconds: int, stale_minutes:
     }
 
 
-def prober(name: str, service_url: str, pod_url: str, *, on_hybrid: bool) -> dict:
+def prober(name: str, service_url: str, pod_url: str, *, on_hybrid: bool,
+           probe_timeout_seconds: float = PROBE_TIMEOUT_SECONDS) -> dict:
     """Demo 1: every second, requests the echo servers on the other side twice — through their
     ClusterIP Service (``service_url``) and straight at a pod (``pod_url``, a headless Service's
     name, which resolves to the pods' own addresses) — and logs one line for each:
     ``HH:MM:SS svc ok``, ``HH:MM:SS pod FAIL``. The kubelet's timestamps on those lines are what
-    the failover is measured with (``python -m rehearse failover``)."""
+    the failover is measured with (``python -m rehearse failover``). ``probe_timeout_seconds``
+    is there for a test that times the bound without waiting a whole second per request."""
     # `timeout` bounds each request whole: wget's -T covers the connection, not the name
     # lookup, and a DNS query to an unreachable server waits far longer than a second.
     probes = "; ".join(
-        f"if timeout {PROBE_TIMEOUT_SECONDS} wget -q -T 1 -O /dev/null {url}; then r=ok; "
+        f"if timeout {probe_timeout_seconds} wget -q -T 1 -O /dev/null {url}; then r=ok; "
         f'else r=FAIL; fi; echo "$(date +%T) {path} $r"'
         for path, url in (("svc", service_url), ("pod", pod_url)))
     container = _loop_container("prober", probes, period_seconds=1, stale_minutes=1,

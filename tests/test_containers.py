@@ -9,6 +9,7 @@ import getpass
 import os
 import pwd
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from unittest import mock
@@ -235,13 +236,23 @@ def run_one_turn(script: str, tmp_path: Path, wget: str) -> list[str]:
 
 
 def test_the_prober_is_alive_before_its_first_request_and_bounds_a_hung_one(tmp_path):
+    # The lab's bound is a second a request; the test's is shorter, to time it quickly.
+    bound = 0.2
     pod = demos.prober("p", "http://echo.invalid", "http://echo-pods.invalid:8080",
-                       on_hybrid=False)["template"]["spec"]
+                       on_hybrid=False, probe_timeout_seconds=bound)["template"]["spec"]
     script = pod["containers"][0]["command"][2]
-    # A request that hangs (a DNS lookup nobody answers) is cut off by `timeout`, both of them.
+    assert f"timeout {bound} wget" in script
+    # A request that hangs (a DNS lookup nobody answers) is cut off by `timeout`, both of them:
+    # at the bound, not before it and not at the end of the hang.
+    started = time.monotonic()
     lines = run_one_turn(script, tmp_path, wget="exec /bin/sleep 30")
+    took = time.monotonic() - started
+    assert 2 * bound <= took < 2 * bound + 1.5, took
     assert lines[-1] == "calls: touch touch sleep", "alive before the requests, and after them"
     assert [line.split()[1:] for line in lines[:-1]] == [["svc", "FAIL"], ["pod", "FAIL"]]
+    # The lab's own pod says the lab's bound.
+    lab = demos.prober("p", "http://echo.invalid", "http://echo-pods.invalid:8080", on_hybrid=False)
+    assert f"timeout {demos.PROBE_TIMEOUT_SECONDS} wget" in lab["template"]["spec"]["containers"][0]["command"][2]
 
 
 def test_the_prober_logs_each_path_it_probed(tmp_path):
@@ -256,8 +267,8 @@ def test_the_prober_logs_each_path_it_probed(tmp_path):
 def test_the_vllm_client_logs_sub_second_latencies(tmp_path):
     pod = demos.vllm_client("c", "http://vllm:8000", "m/m")["template"]["spec"]
     script = pod["containers"][0]["command"][2]
-    lines = run_one_turn(script, tmp_path, wget='echo "{}"; exec /bin/sleep 0.3')
+    lines = run_one_turn(script, tmp_path, wget='echo "{}"; exec /bin/sleep 0.1')
     result = next(line for line in lines if " in " in line)
     seconds = float(result.rsplit(" in ", 1)[1].rstrip("s"))
-    # The request took 0.3 s: whole seconds would read 0 or 1.
-    assert result.split()[1] == "ok" and 0.25 <= seconds < 1.0, result
+    # The request took 0.1 s: whole seconds would read 0 or 1.
+    assert result.split()[1] == "ok" and 0.08 <= seconds < 1.0, result

@@ -319,6 +319,11 @@ def _update(store: _State, name: str, args: list[str], event_log) -> int:
         stack["lock"] = me
         state.setdefault("timeline", []).append([os.getpid(), "start", args[0], time.time()])
 
+    interrupts: list[float] = []
+    if not preview:
+        # The CLI's cancellation scope is set up before the update takes the lock, so a Ctrl-C
+        # once the update has started (its "start" below) always reaches it.
+        signal.signal(signal.SIGINT, lambda *_: interrupts.append(time.monotonic()))
     state = store.update(take)
     if held:
         print(f"error: {_lock_error(name, held['lock'])}", file=sys.stderr)
@@ -339,9 +344,6 @@ def _update(store: _State, name: str, args: list[str], event_log) -> int:
              f" {UNCHANGED} unchanged")
         store.update(lambda st: release(st, "previewed"))
         return 0
-
-    interrupts: list[float] = []
-    signal.signal(signal.SIGINT, lambda *_: interrupts.append(time.monotonic()))
 
     def terminated(st: dict) -> None:
         # Terminated mid-update: the steps in flight stay pending, the lock file stays.

@@ -58,7 +58,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def endpoint():
     server = Endpoint(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for the loop's next poll: 0.5 s by default, at the module's end.
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
+                              daemon=True)
     thread.start()
     yield server
     server.shutdown()

@@ -11,6 +11,7 @@ they are public and named by repository.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from pathlib import Path
@@ -38,6 +39,10 @@ OUTSIDE = [
     (re.compile(r"\bcharts/README\.md\b"), "the chart sources' README (outside the repository)"),
 ]
 
+#: A text every match of the OUTSIDE pattern in the same place holds, in lower case.
+NEEDLES = ("reference", "seed", "design", "issue", "charts/readme.md")
+assert len(NEEDLES) == len(OUTSIDE)
+
 #: A docs link: ``docs/page.md`` or ``docs/page.md#anchor`` in code; ``](page.md#anchor)``
 #: between docs pages.
 DOCS_LINK = re.compile(r"\bdocs/([A-Za-z0-9_.-]+\.md)(?:#([A-Za-z0-9_-]+))?")
@@ -51,7 +56,9 @@ def anchor(heading: str) -> str:
     return kept.replace(" ", "-")
 
 
+@functools.lru_cache(maxsize=None)
 def anchors(page: Path) -> set[str]:
+    """(Cached: a page is linked to many times, and the docs do not change during a run.)"""
     found: set[str] = set()
     in_code = False
     for line in page.read_text(encoding="utf-8").splitlines():
@@ -74,6 +81,12 @@ def project_files():
 
 
 def outside_citations(rel: str, text: str) -> list[str]:
+    # Line by line only in a file where some pattern matches at all (a match in a line is one in
+    # the whole text), and a pattern is searched for only where its needle is: most files hold
+    # no citation, and a regex starting at \b is tried at every character.
+    low = text.lower()
+    if not any(pattern.search(text) for (pattern, _), needle in zip(OUTSIDE, NEEDLES) if needle in low):
+        return []
     found = []
     for number, line in enumerate(text.splitlines(), 1):
         for pattern, what in OUTSIDE:
@@ -85,6 +98,8 @@ def outside_citations(rel: str, text: str) -> list[str]:
 
 
 def broken_docs_links(rel: str, text: str, relative: bool = False) -> list[str]:
+    if not (RELATIVE_LINK if relative else DOCS_LINK).search(text):
+        return []
     broken = []
     for number, line in enumerate(text.splitlines(), 1):
         for m in (RELATIVE_LINK if relative else DOCS_LINK).finditer(line):

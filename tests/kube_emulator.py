@@ -84,24 +84,56 @@ def status_response(code: int, reason: str, message: str) -> Any:
                        headers={"Content-Type": "application/json"})
 
 
-def _sees(view: Any, request: Any) -> bool:
+def _sees(view: Any, request: Any, known: Optional[dict] = None, facts: Any = None) -> bool:
     """``request in view`` for the request being served, as kmock's ``View.__contains__``
     answers it, without its walk: kmock iterates the view over every request the root has
     kept, applying each filter's criteria to each, to find this one by identity. For the
     chains the emulator declares (a root, filters, priorities) membership of one request is
     that request's own answers: the root holds it and every filter's criteria accept it,
     checked from the root outwards as kmock's iteration does. Any other view (slices, groups,
-    streams, exclusions) is asked kmock's way."""
+    streams, exclusions) is asked kmock's way.
+
+    ``known`` remembers, by filter and by the request's ``facts`` (``_facts``), the answers of
+    criteria that read nothing but those facts (``_by_facts``): the same path, method and
+    query are judged the same way every time. Any other criteria (a callable, headers, a
+    body) are asked for each request."""
     import kmock
 
     kind = type(view)
     if kind is kmock.Filter:
-        return _sees(view._source, request) and bool(view.criteria(request))
+        if not _sees(view._source, request, known, facts):
+            return False
+        if known is None or not _by_facts(view.criteria):
+            return bool(view.criteria(request))
+        key = (id(view), facts)
+        answer = known.get(key)
+        if answer is None:
+            answer = known[key] = bool(view.criteria(request))
+        return answer
     if kind is kmock.Priority:
-        return _sees(view._source, request)
+        return _sees(view._source, request, known, facts)
     if isinstance(view, kmock.Root) and kind.__iter__ is kmock.Root.__iter__:
         return any(kept is request for kept in reversed(view._requests))
     return request in view
+
+
+def _by_facts(criteria: Any) -> bool:
+    """Whether kmock's ``criteria`` read only a request's ``_facts``: Kubernetes criteria
+    (method, action, resource, subresource, namespace, name) and HTTP criteria on method, path
+    and query alone."""
+    from kmock._internal import filtering
+
+    kind = type(criteria)
+    if kind is filtering.K8sCriteria:
+        return True
+    return kind is filtering.HTTPCriteria and all(
+        getattr(criteria, field) is ... for field in ("text", "body", "data", "cookies", "headers"))
+
+
+def _facts(request: Any) -> tuple:
+    """What ``_by_facts`` criteria read of a request."""
+    return (request.method, request.url.path, tuple(request.params.items()), request.action,
+            request.resource, request.subresource, request.namespace, request.name)
 
 
 @functools.lru_cache(maxsize=None)
@@ -117,6 +149,8 @@ def _kubernetes_emulator() -> Any:
 
     class Matching(kmock.RawHandler):
         _order: tuple[tuple[Any, ...], list[Any]] = ((), [])
+        #: The answers of criteria that read only a request's facts (see _sees).
+        _known: Optional[dict] = None
 
         def _ordered(self) -> list[Any]:
             payloads = tuple(self._payloads)
@@ -134,8 +168,11 @@ def _kubernetes_emulator() -> Any:
             return order
 
         async def _handle(self, request: Any) -> Any:
+            if self._known is None:
+                self._known = {}
+            known, facts = self._known, _facts(request)
             for payload in self._ordered():
-                if _sees(payload._source, request) and not payload._disabled.is_set():
+                if _sees(payload._source, request, known, facts) and not payload._disabled.is_set():
                     try:
                         return await payload(request)
                     except rendering.ReactionMismatchError:
@@ -147,7 +184,22 @@ def _kubernetes_emulator() -> Any:
                 'Consider adding a catch-all fallback reaction: `kmock.fallback << 404`.')
 
     class Emulated(kmock.KubernetesEmulator, Matching):
-        pass
+        _declared: tuple[tuple[Any, ...], list[Any]] = ((), [])
+
+        def _get_resources(self) -> list[Any]:
+            # KubernetesEmulator's: the resources declared (kmock.resources) or named by a
+            # reaction's filter, and those of the stored objects. The declared part is worked
+            # out again only when a reaction or a declaration is added, not for each request
+            # (kmock walks every reaction's filters for each list).
+            known = (*self._payloads, None, *self._resources)
+            if len(known) != len(self._declared[0]) or not all(
+                    a is b for a, b in zip(known, self._declared[0])):
+                declared = (known, kmock.KubernetesScaffold._get_resources(self))
+                self._declared = declared
+            result = set(self._declared[1])
+            for resource, _, _ in self._objects:
+                result.add(resource)
+            return list(result)
 
     return Emulated
 

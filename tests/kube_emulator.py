@@ -93,28 +93,62 @@ def _sees(view: Any, request: Any, known: Optional[dict] = None, facts: Any = No
     checked from the root outwards as kmock's iteration does. Any other view (slices, groups,
     streams, exclusions) is asked kmock's way.
 
-    ``known`` remembers, by filter and by the request's ``facts`` (``_facts``), the answers of
-    criteria that read nothing but those facts (``_by_facts``): the same path, method and
-    query are judged the same way every time. Any other criteria (a callable, headers, a
-    body) are asked for each request."""
+    ``known`` remembers, for a chain whose every criteria read nothing but a request's
+    ``facts`` (``_facts``, ``_by_facts``), the criteria's answer by those facts: the same
+    path, method and query are judged the same way every time. A chain with any other
+    criteria (a callable, headers, a body) is asked for each request. The root's holding of
+    this request is checked every time."""
     import kmock
 
     kind = type(view)
+    if known is not None and (kind is kmock.Filter or kind is kmock.Priority):
+        root = _fact_root(view, known)
+        if root is not None:
+            # The entry holds the view, so its id names no other view while it is kept.
+            entry = known.get((id(view), facts))
+            if entry is None or entry[0] is not view:
+                entry = known[id(view), facts] = (view, _criteria_accept(view, request))
+            return entry[1] and _sees(root, request)
     if kind is kmock.Filter:
-        if not _sees(view._source, request, known, facts):
-            return False
-        if known is None or not _by_facts(view.criteria):
-            return bool(view.criteria(request))
-        key = (id(view), facts)
-        answer = known.get(key)
-        if answer is None:
-            answer = known[key] = bool(view.criteria(request))
-        return answer
+        return _sees(view._source, request, known, facts) and bool(view.criteria(request))
     if kind is kmock.Priority:
         return _sees(view._source, request, known, facts)
     if isinstance(view, kmock.Root) and kind.__iter__ is kmock.Root.__iter__:
         return any(kept is request for kept in reversed(view._requests))
     return request in view
+
+
+def _fact_root(view: Any, known: dict) -> Any:
+    """The plain root under a chain of filters and priorities whose criteria are all
+    ``_by_facts``; None for any other chain. Remembered in ``known`` by view."""
+    import kmock
+
+    entry = known.get(id(view))
+    if entry is not None and entry[0] is view:
+        return entry[1]
+    root, below = None, view
+    while True:
+        kind = type(below)
+        if kind is kmock.Filter and _by_facts(below.criteria) or kind is kmock.Priority:
+            below = below._source
+            continue
+        if isinstance(below, kmock.Root) and kind.__iter__ is kmock.Root.__iter__:
+            root = below
+        break
+    known[id(view)] = (view, root)
+    return root
+
+
+def _criteria_accept(view: Any, request: Any) -> bool:
+    """Whether every filter's criteria in the chain accept the request, from the root
+    outwards."""
+    import kmock
+
+    if type(view) is kmock.Filter:
+        return _criteria_accept(view._source, request) and bool(view.criteria(request))
+    if type(view) is kmock.Priority:
+        return _criteria_accept(view._source, request)
+    return True
 
 
 def _by_facts(criteria: Any) -> bool:

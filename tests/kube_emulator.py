@@ -170,6 +170,39 @@ def _facts(request: Any) -> tuple:
             request.resource, request.subresource, request.namespace, request.name)
 
 
+def _remembering_kmock() -> None:
+    """Two things kmock works out anew for each request, worked out once instead: a
+    callable's signature (``inspect.signature``, to know whether to pass it the request — a
+    reaction's or a criteria's callable keeps its signature) and the resource a request's
+    path names (``references.resource``, a frozen value: the same path gives an equal one,
+    and kmock's resource checks compare values). kmock sees the same ``inspect`` and
+    ``references`` otherwise."""
+    import inspect
+    import types
+    import weakref
+
+    from kmock._internal import filtering, references, rendering
+
+    signatures: "weakref.WeakKeyDictionary[Any, inspect.Signature]" = weakref.WeakKeyDictionary()
+
+    def signature(fn: Any) -> inspect.Signature:
+        try:
+            return signatures[fn]
+        except (KeyError, TypeError):  # TypeError: not weakly referable, asked each time
+            pass
+        found = inspect.signature(fn)
+        try:
+            signatures[fn] = found
+        except TypeError:
+            pass
+        return found
+
+    resource = functools.lru_cache(maxsize=4096)(references.resource)
+    remembering_inspect = types.SimpleNamespace(**{**vars(inspect), "signature": signature})
+    rendering.inspect = filtering.inspect = remembering_inspect
+    rendering.references = types.SimpleNamespace(**{**vars(references), "resource": resource})
+
+
 @functools.lru_cache(maxsize=None)
 def _kubernetes_emulator() -> Any:
     """kmock's KubernetesEmulator, serving each request as kmock's ``RawHandler._handle``
@@ -180,6 +213,8 @@ def _kubernetes_emulator() -> Any:
     RawHandler, so the emulator's own object bookkeeping runs unchanged around it."""
     import kmock
     from kmock._internal import rendering
+
+    _remembering_kmock()
 
     class Matching(kmock.RawHandler):
         _order: tuple[tuple[Any, ...], list[Any]] = ((), [])
@@ -220,20 +255,36 @@ def _kubernetes_emulator() -> Any:
     class Emulated(kmock.KubernetesEmulator, Matching):
         _declared: tuple[tuple[Any, ...], list[Any]] = ((), [])
 
-        def _get_resources(self) -> list[Any]:
-            # KubernetesEmulator's: the resources declared (kmock.resources) or named by a
-            # reaction's filter, and those of the stored objects. The declared part is worked
-            # out again only when a reaction or a declaration is added, not for each request
-            # (kmock walks every reaction's filters for each list).
+        def _declared_resources(self) -> list[Any]:
+            # KubernetesScaffold's _get_resources: the resources declared (kmock.resources) or
+            # named by a reaction's filter, worked out again only when a reaction or a
+            # declaration is added, not for each request (kmock walks every reaction's
+            # filters for each list).
             known = (*self._payloads, None, *self._resources)
             if len(known) != len(self._declared[0]) or not all(
                     a is b for a, b in zip(known, self._declared[0])):
-                declared = (known, kmock.KubernetesScaffold._get_resources(self))
-                self._declared = declared
-            result = set(self._declared[1])
+                self._declared = (known, kmock.KubernetesScaffold._get_resources(self))
+            return self._declared[1]
+
+        def _get_resources(self) -> list[Any]:
+            # KubernetesEmulator's: the declared resources and those of the stored objects.
+            result = set(self._declared_resources())
             for resource, _, _ in self._objects:
                 result.add(resource)
             return list(result)
+
+        async def _serve_list(self, request: Any) -> Any:
+            # KubernetesEmulator's, asking whether the resource is known (declared, or of a
+            # stored object) without building the set of all of them for each list.
+            if not (any(resource == request.resource for resource in self._declared_resources())
+                    or any(resource == request.resource for resource, _, _ in self._objects)):
+                raise kmock.KubernetesResourceNotFoundError()
+            async with self._lock:
+                objs = self._KubernetesEmulator__get_objs(request, strict=False)
+            return {
+                'metadata': {'resourceVersion': '...'},
+                'items': [obj.raw for obj in objs if not obj.deleted],
+            }
 
     return Emulated
 

@@ -334,10 +334,23 @@ class Emulator:
 
     def do(self, action: Callable[[Any], Any]) -> Any:
         """Runs ``action(kmock)`` on the emulator's own thread (its objects are not thread-safe)."""
-        async def call() -> Any:
-            return action(self.kmock)
+        import concurrent.futures
 
-        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout=10)
+        # As run_coroutine_threadsafe would, without a coroutine and a task for each call.
+        done: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
+
+        def call() -> None:
+            if not done.set_running_or_notify_cancel():
+                return
+            try:
+                done.set_result(action(self.kmock))
+            except BaseException as error:  # noqa: BLE001 handed to the waiting thread
+                done.set_exception(error)
+                if not isinstance(error, Exception):
+                    raise
+
+        self._loop.call_soon_threadsafe(call)
+        return done.result(timeout=10)
 
     @property
     def endpoint(self) -> Endpoint:

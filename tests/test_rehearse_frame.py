@@ -311,6 +311,31 @@ def test_a_kubeconfig_file_given_with_kubeconfig_serves_objects_and_raw_calls(tm
         server.close()
 
 
+def test_the_emulator_answers_what_was_declared_after_the_same_request_was_answered():
+    """The emulator remembers how it judged a request's path between requests: a resource
+    declared, or a pod log given, after the same request was answered changes the next
+    answer, as on a real API server."""
+    import json
+
+    from tests.kube_emulator import NODEPOOLS, PODS, Emulator
+
+    server = Emulator()
+    kube = Kube.connect(server.endpoint)
+    try:
+        assert kube.get_raw("/apis/karpenter.sh/v1/nodepools")[0] == 404
+        server.declare(NODEPOOLS)
+        status, body = kube.get_raw("/apis/karpenter.sh/v1/nodepools")
+        assert (status, json.loads(body)["items"]) == (200, [])
+        server.put(PODS, "demo", "p", {"spec": {"containers": [{"name": "c"}]}})
+        log = "/api/v1/namespaces/demo/pods/p/log"
+        before = kube.get_raw(log)
+        server.log("demo", "p", "first\n")
+        assert before != (200, "first\n") and kube.get_raw(log) == (200, "first\n")
+    finally:
+        kube.close()
+        server.close()
+
+
 # --- tokens that expire: the stack's EKS token and a kubeconfig's exec plugin ----------------
 
 class Clock:

@@ -9,6 +9,7 @@ kubectl. The kubeconfig and the token are never printed.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime
 import json
 import os
@@ -158,7 +159,7 @@ class Kube:
     @classmethod
     def connect(cls, endpoint: Endpoint, *, timeout: float = 15.0,
                 clock: Callable[[], datetime.datetime] = utc_now) -> "Kube":
-        from lightkube import Client, KubeConfig
+        from lightkube import KubeConfig
 
         cluster: dict[str, Any] = {"server": endpoint.server}
         if endpoint.certificate_authority:
@@ -170,7 +171,7 @@ class Kube:
             "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "lab"}}],
             "current-context": "lab",
         })
-        client = Client(config=config, timeout=httpx.Timeout(timeout), field_manager="rehearse")
+        client = _client(config, timeout)
         if endpoint.token:
             first = Credential(endpoint.token, endpoint.expires)
             # An EKS token lasts 15 minutes and runs last longer: renew it as it nears the end.
@@ -178,7 +179,7 @@ class Kube:
                                                          first=first, clock=clock)
         # The pod proxy goes through lightkube's own transport: the same server, trust (the
         # cluster CA, or the default trust store), credential and timeout, no redirects
-        # followed — and one trust store loaded per connection instead of two.
+        # followed — and no second trust store to load.
         return cls(client, client._client._client)
 
     @classmethod
@@ -188,12 +189,12 @@ class Kube:
         as kubectl runs it (lightkube 1.0.1 knows only v1alpha1/v1beta1 and reads no
         expirationTimestamp), once before the first request so that a plugin that cannot run
         says so, and again whenever its credential expires or the server answers 401."""
-        from lightkube import Client, KubeConfig
+        from lightkube import KubeConfig
 
         user = _kubeconfig_user(path)
         try:
             config = KubeConfig.from_file(path)
-            client = Client(config=config, timeout=httpx.Timeout(timeout), field_manager="rehearse")
+            client = _client(config, timeout)
         except Exception as error:  # noqa: BLE001 lightkube's config errors
             raise RunError(f"cannot use the kubeconfig {path}: {error}") from None
         if user.get("exec"):
@@ -239,6 +240,77 @@ class Kube:
     def close(self) -> None:
         self.client.close()
         self._raw.close()
+
+
+def _client(config: Any, timeout: float) -> Any:
+    """lightkube's ``Client(config=config, timeout=..., field_manager="rehearse")``, with its
+    defaults, whose HTTP client takes its trust from ``_trust`` instead of loading it anew."""
+    from lightkube import Client
+    from lightkube.config.client_adapter import ConnectionParams
+    from lightkube.core.generic_client import GenericSyncClient
+
+    class SharedTrust(ConnectionParams):
+        def httpx_params(self, single: Any) -> dict:
+            # lightkube's ConnectionParams.httpx_params, but for where the trust comes from.
+            from lightkube.config.client_adapter import user_auth
+
+            assert single.user, "Missing user"
+            params = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+            return dict(base_url=single.cluster.server, verify=_trust(single, self),
+                        auth=user_auth(single.user), **params)
+
+    # Client.__init__ (lightkube 1.x) is these two attributes, with a GenericSyncClient built
+    # from its own ConnectionParams.
+    client = Client.__new__(Client)
+    client._timeout = httpx.Timeout(timeout)
+    client._client = GenericSyncClient(SharedTrust(timeout=client._timeout), config, lazy=True,
+                                       field_manager="rehearse", dry_run=False)
+    return client
+
+
+#: The SSL contexts made so far, by the trust they carry (see ``_trust``).
+_TRUST: dict[tuple, Any] = {}
+_TRUST_LOCK = threading.Lock()
+
+
+def _trust(config: Any, params: Any) -> Any:
+    """The SSL context lightkube's ``verify_cluster`` makes for ``config``, made once per
+    process for each trust and shared by every client after: loading the system trust store
+    costs about 30 ms of CPU, and a rehearsal opens a connection per step. Verification is
+    exactly lightkube's — the same CA (the cluster's, or the system store or the
+    ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` one), hostname checking, refusal of any other
+    server. An ``SSL_CERT_FILE`` that changes is loaded again. With a client certificate
+    (loaded into the context), a CA file (``certificate-authority``) or an insecure cluster,
+    lightkube makes the context as it always does."""
+    import ssl
+
+    from lightkube.config.client_adapter import verify_cluster
+
+    cluster, user = config.cluster, config.user
+    if (user.client_cert or user.client_cert_data or cluster.certificate_auth
+            or (cluster.insecure and not cluster.certificate_auth_data)):
+        return verify_cluster(cluster, user, config.abs_file, trust_env=params.trust_env)
+    store: tuple = ()
+    if not cluster.certificate_auth_data and params.trust_env:
+        # What httpcore's default context reads: SSL_CERT_FILE (as it is now), else SSL_CERT_DIR.
+        cafile, capath = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+        if cafile:
+            try:
+                found = os.stat(cafile)
+                store = ("file", cafile, found.st_ino, found.st_mtime_ns, found.st_size)
+            except OSError:
+                store = ("file", cafile)
+        elif capath:
+            store = ("dir", capath)
+    # httpcore sets the context's ALPN protocols on each connection, from http2.
+    key = (cluster.certificate_auth_data, store, params.trust_env, params.http2)
+    with _TRUST_LOCK:
+        context = _TRUST.get(key)
+        if context is None:
+            context = verify_cluster(cluster, user, config.abs_file, trust_env=params.trust_env)
+            assert isinstance(context, ssl.SSLContext)
+            _TRUST[key] = context
+        return context
 
 
 def _kubeconfig_user(path: Path) -> dict:

@@ -84,24 +84,123 @@ def status_response(code: int, reason: str, message: str) -> Any:
                        headers={"Content-Type": "application/json"})
 
 
-def _sees(view: Any, request: Any) -> bool:
+def _sees(view: Any, request: Any, known: Optional[dict] = None, facts: Any = None) -> bool:
     """``request in view`` for the request being served, as kmock's ``View.__contains__``
     answers it, without its walk: kmock iterates the view over every request the root has
     kept, applying each filter's criteria to each, to find this one by identity. For the
     chains the emulator declares (a root, filters, priorities) membership of one request is
     that request's own answers: the root holds it and every filter's criteria accept it,
     checked from the root outwards as kmock's iteration does. Any other view (slices, groups,
-    streams, exclusions) is asked kmock's way."""
+    streams, exclusions) is asked kmock's way.
+
+    ``known`` remembers, for a chain whose every criteria read nothing but a request's
+    ``facts`` (``_facts``, ``_by_facts``), the criteria's answer by those facts: the same
+    path, method and query are judged the same way every time. A chain with any other
+    criteria (a callable, headers, a body) is asked for each request. The root's holding of
+    this request is checked every time."""
     import kmock
 
     kind = type(view)
+    if known is not None and (kind is kmock.Filter or kind is kmock.Priority):
+        root = _fact_root(view, known)
+        if root is not None:
+            # The entry holds the view, so its id names no other view while it is kept.
+            entry = known.get((id(view), facts))
+            if entry is None or entry[0] is not view:
+                entry = known[id(view), facts] = (view, _criteria_accept(view, request))
+            return entry[1] and _sees(root, request)
     if kind is kmock.Filter:
-        return _sees(view._source, request) and bool(view.criteria(request))
+        return _sees(view._source, request, known, facts) and bool(view.criteria(request))
     if kind is kmock.Priority:
-        return _sees(view._source, request)
+        return _sees(view._source, request, known, facts)
     if isinstance(view, kmock.Root) and kind.__iter__ is kmock.Root.__iter__:
         return any(kept is request for kept in reversed(view._requests))
     return request in view
+
+
+def _fact_root(view: Any, known: dict) -> Any:
+    """The plain root under a chain of filters and priorities whose criteria are all
+    ``_by_facts``; None for any other chain. Remembered in ``known`` by view."""
+    import kmock
+
+    entry = known.get(id(view))
+    if entry is not None and entry[0] is view:
+        return entry[1]
+    root, below = None, view
+    while True:
+        kind = type(below)
+        if kind is kmock.Filter and _by_facts(below.criteria) or kind is kmock.Priority:
+            below = below._source
+            continue
+        if isinstance(below, kmock.Root) and kind.__iter__ is kmock.Root.__iter__:
+            root = below
+        break
+    known[id(view)] = (view, root)
+    return root
+
+
+def _criteria_accept(view: Any, request: Any) -> bool:
+    """Whether every filter's criteria in the chain accept the request, from the root
+    outwards."""
+    import kmock
+
+    if type(view) is kmock.Filter:
+        return _criteria_accept(view._source, request) and bool(view.criteria(request))
+    if type(view) is kmock.Priority:
+        return _criteria_accept(view._source, request)
+    return True
+
+
+def _by_facts(criteria: Any) -> bool:
+    """Whether kmock's ``criteria`` read only a request's ``_facts``: Kubernetes criteria
+    (method, action, resource, subresource, namespace, name) and HTTP criteria on method, path
+    and query alone."""
+    from kmock._internal import filtering
+
+    kind = type(criteria)
+    if kind is filtering.K8sCriteria:
+        return True
+    return kind is filtering.HTTPCriteria and all(
+        getattr(criteria, field) is ... for field in ("text", "body", "data", "cookies", "headers"))
+
+
+def _facts(request: Any) -> tuple:
+    """What ``_by_facts`` criteria read of a request."""
+    return (request.method, request.url.path, tuple(request.params.items()), request.action,
+            request.resource, request.subresource, request.namespace, request.name)
+
+
+def _remembering_kmock() -> None:
+    """Two things kmock works out anew for each request, worked out once instead: a
+    callable's signature (``inspect.signature``, to know whether to pass it the request — a
+    reaction's or a criteria's callable keeps its signature) and the resource a request's
+    path names (``references.resource``, a frozen value: the same path gives an equal one,
+    and kmock's resource checks compare values). kmock sees the same ``inspect`` and
+    ``references`` otherwise."""
+    import inspect
+    import types
+    import weakref
+
+    from kmock._internal import filtering, references, rendering
+
+    signatures: "weakref.WeakKeyDictionary[Any, inspect.Signature]" = weakref.WeakKeyDictionary()
+
+    def signature(fn: Any) -> inspect.Signature:
+        try:
+            return signatures[fn]
+        except (KeyError, TypeError):  # TypeError: not weakly referable, asked each time
+            pass
+        found = inspect.signature(fn)
+        try:
+            signatures[fn] = found
+        except TypeError:
+            pass
+        return found
+
+    resource = functools.lru_cache(maxsize=4096)(references.resource)
+    remembering_inspect = types.SimpleNamespace(**{**vars(inspect), "signature": signature})
+    rendering.inspect = filtering.inspect = remembering_inspect
+    rendering.references = types.SimpleNamespace(**{**vars(references), "resource": resource})
 
 
 @functools.lru_cache(maxsize=None)
@@ -115,8 +214,12 @@ def _kubernetes_emulator() -> Any:
     import kmock
     from kmock._internal import rendering
 
+    _remembering_kmock()
+
     class Matching(kmock.RawHandler):
         _order: tuple[tuple[Any, ...], list[Any]] = ((), [])
+        #: The answers of criteria that read only a request's facts (see _sees).
+        _known: Optional[dict] = None
 
         def _ordered(self) -> list[Any]:
             payloads = tuple(self._payloads)
@@ -134,8 +237,11 @@ def _kubernetes_emulator() -> Any:
             return order
 
         async def _handle(self, request: Any) -> Any:
+            if self._known is None:
+                self._known = {}
+            known, facts = self._known, _facts(request)
             for payload in self._ordered():
-                if _sees(payload._source, request) and not payload._disabled.is_set():
+                if _sees(payload._source, request, known, facts) and not payload._disabled.is_set():
                     try:
                         return await payload(request)
                     except rendering.ReactionMismatchError:
@@ -147,7 +253,38 @@ def _kubernetes_emulator() -> Any:
                 'Consider adding a catch-all fallback reaction: `kmock.fallback << 404`.')
 
     class Emulated(kmock.KubernetesEmulator, Matching):
-        pass
+        _declared: tuple[tuple[Any, ...], list[Any]] = ((), [])
+
+        def _declared_resources(self) -> list[Any]:
+            # KubernetesScaffold's _get_resources: the resources declared (kmock.resources) or
+            # named by a reaction's filter, worked out again only when a reaction or a
+            # declaration is added, not for each request (kmock walks every reaction's
+            # filters for each list).
+            known = (*self._payloads, None, *self._resources)
+            if len(known) != len(self._declared[0]) or not all(
+                    a is b for a, b in zip(known, self._declared[0])):
+                self._declared = (known, kmock.KubernetesScaffold._get_resources(self))
+            return self._declared[1]
+
+        def _get_resources(self) -> list[Any]:
+            # KubernetesEmulator's: the declared resources and those of the stored objects.
+            result = set(self._declared_resources())
+            for resource, _, _ in self._objects:
+                result.add(resource)
+            return list(result)
+
+        async def _serve_list(self, request: Any) -> Any:
+            # KubernetesEmulator's, asking whether the resource is known (declared, or of a
+            # stored object) without building the set of all of them for each list.
+            if not (any(resource == request.resource for resource in self._declared_resources())
+                    or any(resource == request.resource for resource, _, _ in self._objects)):
+                raise kmock.KubernetesResourceNotFoundError()
+            async with self._lock:
+                objs = self._KubernetesEmulator__get_objs(request, strict=False)
+            return {
+                'metadata': {'resourceVersion': '...'},
+                'items': [obj.raw for obj in objs if not obj.deleted],
+            }
 
     return Emulated
 
@@ -197,10 +334,23 @@ class Emulator:
 
     def do(self, action: Callable[[Any], Any]) -> Any:
         """Runs ``action(kmock)`` on the emulator's own thread (its objects are not thread-safe)."""
-        async def call() -> Any:
-            return action(self.kmock)
+        import concurrent.futures
 
-        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout=10)
+        # As run_coroutine_threadsafe would, without a coroutine and a task for each call.
+        done: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
+
+        def call() -> None:
+            if not done.set_running_or_notify_cancel():
+                return
+            try:
+                done.set_result(action(self.kmock))
+            except BaseException as error:  # noqa: BLE001 handed to the waiting thread
+                done.set_exception(error)
+                if not isinstance(error, Exception):
+                    raise
+
+        self._loop.call_soon_threadsafe(call)
+        return done.result(timeout=10)
 
     @property
     def endpoint(self) -> Endpoint:

@@ -141,6 +141,36 @@ def test_a_server_the_cluster_ca_did_not_sign_is_refused(api, pki):
     assert api.requests == [], "no request, so no token, reached an untrusted server"
 
 
+def test_a_trust_is_loaded_once_and_lent_to_no_other_ca(api, pki):
+    """Connections with the same cluster CA share one SSL context (the trust is loaded once
+    per process); a connection with another CA gets its own and is refused by the same
+    server right after a trusted one."""
+    from tests.fake_kube_api import make_pki
+    from lightkube.resources.core_v1 import Node
+
+    def context(kube: Kube):
+        return kube._raw._transport._pool._ssl_context
+
+    hybrid = {"eks.amazonaws.com/compute-type": "hybrid"}
+    api.plant("hybrid-0", **hybrid)
+    trusted = endpoint_from_stack_kubeconfig(stack_kubeconfig(api.url, pki.ca_b64), REGION)
+    untrusted = endpoint_from_stack_kubeconfig(
+        stack_kubeconfig(api.url, make_pki("another-cluster").ca_b64), REGION)
+    first, second, other = Kube.connect(trusted), Kube.connect(trusted), Kube.connect(untrusted)
+    try:
+        assert context(first) is context(second)
+        assert context(other) is not context(first)
+        assert [n.metadata.name for n in second.client.list(Node, labels=hybrid)] == ["hybrid-0"]
+        seen = len(api.requests)
+        with pytest.raises(Exception) as caught:
+            other.get_raw("/version")
+        assert "CERTIFICATE_VERIFY_FAILED" in str(caught.value) or "certificate" in str(caught.value).lower()
+        assert len(api.requests) == seen, "no request reached the server through the other CA"
+    finally:
+        for kube in (first, second, other):
+            kube.close()
+
+
 # --- reports and run folders --------------------------------------------------------------------
 
 def test_a_report_is_versioned_json_and_markdown_with_a_way_to_see_each_check(tmp_path):
@@ -278,6 +308,31 @@ def test_a_kubeconfig_file_given_with_kubeconfig_serves_objects_and_raw_calls(tm
         with pytest.raises(RunError, match="the kubeconfig .*missing does not exist"):
             Kube.from_kubeconfig_file(tmp_path / "missing")
     finally:
+        server.close()
+
+
+def test_the_emulator_answers_what_was_declared_after_the_same_request_was_answered():
+    """The emulator remembers how it judged a request's path between requests: a resource
+    declared, or a pod log given, after the same request was answered changes the next
+    answer, as on a real API server."""
+    import json
+
+    from tests.kube_emulator import NODEPOOLS, PODS, Emulator
+
+    server = Emulator()
+    kube = Kube.connect(server.endpoint)
+    try:
+        assert kube.get_raw("/apis/karpenter.sh/v1/nodepools")[0] == 404
+        server.declare(NODEPOOLS)
+        status, body = kube.get_raw("/apis/karpenter.sh/v1/nodepools")
+        assert (status, json.loads(body)["items"]) == (200, [])
+        server.put(PODS, "demo", "p", {"spec": {"containers": [{"name": "c"}]}})
+        log = "/api/v1/namespaces/demo/pods/p/log"
+        before = kube.get_raw(log)
+        server.log("demo", "p", "first\n")
+        assert before != (200, "first\n") and kube.get_raw(log) == (200, "first\n")
+    finally:
+        kube.close()
         server.close()
 
 

@@ -1,7 +1,16 @@
 """The tests' view of the real Helm engine: a skip marker for machines without helm-python-sdk or
-../shared/charts, and the renders of a run's releases."""
+../shared/charts, the renders of a run's releases, and one Helm render of identical inputs per
+test run, shared by the two test workers."""
 
 from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pickle
+import time
+from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -17,3 +26,108 @@ def release(run: ProgramRun, name: str) -> chart_render.Release:
     """The registered release of that Helm release name (``cilium``, ``karpenter``, ...)."""
     [found] = [r for r in chart_render.registered_releases(run) if r.name == name]
     return found
+
+
+# --- speed only: the two workers share Helm's renders ---------------------------------------------
+# A render costs Helm 0.1-0.3 s for Cilium (most of it generating the Hubble certificates' RSA
+# keys, masked in the result) and Kyverno (3.5 MB of CRDs); the rest take milliseconds. Each
+# worker caches its renders (chart_render._render_cached), but worksteal spreads a file's tests
+# over both workers, so the dev stack's releases, and the inert-value check's renders that other
+# tests repeat, were rendered by both. Here one worker renders a given (chart, values, name,
+# namespace) and leaves the result — Helm's texts, or its refusal — beside the shared program
+# runs (tests/conftest.py) for the other. Every result is still Helm's render of exactly those
+# inputs, on the chart source; only the repeat is saved. Outside xdist nothing is shared.
+
+#: Helm's render of the chart archive, uncached (chart_render's own, under its lru_cache).
+_helm_render = chart_render._render_cached.__wrapped__
+
+
+@functools.lru_cache(maxsize=None)
+def _renders_beside(runs: Path) -> Path:
+    directory = runs.parent / "chart-renders"
+    directory.mkdir(exist_ok=True)
+    return directory
+
+
+def _shared_dir() -> Optional[Path]:
+    """Beside the workers' shared program runs (None outside xdist: nothing to share with)."""
+    from tests import conftest
+    runs = getattr(conftest, "_SHARED_RUNS", None)
+    return None if runs is None else _renders_beside(Path(runs))
+
+
+def _outcome(archive: str, values_json: str, name: str, namespace: str) -> tuple[str, object]:
+    """("texts", the render) or ("refused", Helm's error); any other error propagates."""
+    import helm_python
+    try:
+        return "texts", _helm_render(archive, values_json, name, namespace)
+    except helm_python.HelmError as error:
+        return "refused", error
+
+
+def _shared_outcome(archive: str, values_json: str, name: str, namespace: str,
+                    directory: Path) -> tuple[str, object]:
+    """One worker renders and leaves the outcome for the other; a worker that finds the render
+    claimed waits for it, and renders itself if the claimant gave up (an error not Helm's)."""
+    key = hashlib.sha256("\0".join((archive, values_json, name, namespace)).encode()).hexdigest()[:32]
+    result, claim = directory / f"{key}.pickle", directory / f"{key}.claim"
+    try:
+        os.close(os.open(claim, os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        deadline = time.monotonic() + 60
+        while claim.exists() and not result.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if result.exists():
+            return pickle.loads(result.read_bytes())
+        return _outcome(archive, values_json, name, namespace)
+    try:
+        outcome = _outcome(archive, values_json, name, namespace)
+    except BaseException:
+        claim.unlink()
+        raise
+    partial = result.with_suffix(".partial")
+    partial.write_bytes(pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL))
+    partial.rename(result)
+    return outcome
+
+
+@functools.lru_cache(maxsize=512)
+def _shared_render(archive: str, values_json: str, name: str, namespace: str) -> tuple[tuple[str, str], ...]:
+    directory = _shared_dir()
+    if directory is None:
+        return _helm_render(archive, values_json, name, namespace)
+    kind, found = _shared_outcome(archive, values_json, name, namespace, directory)
+    if kind == "refused":
+        raise found  # Helm's own error (unpickled: same type, message and code)
+    return found
+
+
+_shared_render.__wrapped__ = _helm_render
+chart_render._render_cached = _shared_render
+
+
+# --- speed only: a render's workloads are parsed once per worker ----------------------------------
+# The models read every release's workloads on each evaluation (offline/scheduling.py), and a
+# worker evaluates the same few configs dozens of times: each time chart_render.render_workloads
+# searched Kyverno's 3.5 MB of texts and built the workload objects again with PyYAML (~2 s of
+# the suite's CPU). Its result for given inputs is fixed, so the first parse is kept, pickled,
+# and later calls get fresh copies of it: the same objects, and callers may still change theirs.
+
+#: chart_render's own render_workloads.
+_parse_workloads = chart_render.render_workloads
+_parsed: dict[tuple[str, str, str, str], bytes] = {}
+
+
+@functools.wraps(_parse_workloads)
+def _render_workloads(release: chart_render.Release, values=None) -> list[dict]:
+    chosen = release.values if values is None else values
+    key = (chart_render._archive(release), chart_render.canonical_json(chosen), release.name,
+           release.namespace)
+    if key not in _parsed:
+        found = _parse_workloads(release, values)
+        _parsed[key] = pickle.dumps(found, protocol=pickle.HIGHEST_PROTOCOL)
+        return found
+    return pickle.loads(_parsed[key])
+
+
+chart_render.render_workloads = _render_workloads

@@ -215,30 +215,60 @@ def _ec2_client() -> Any:
                                  aws_session_token="testing", region_name=REGION).client("ec2")
 
 
-@contextlib.contextmanager
-def lab_session(scenario: Scenario, workdir: Path) -> Iterator[Lab]:
-    """The emulator, moto and the patches that point the CLI at them; the cluster played on
-    ``Sim``'s clock. Only 127.0.0.1 may be reached."""
-    from moto import mock_aws
-
-    from rehearse.connection import Kube
-    from rehearse.context import Context
-
-    loopback_only = loopback_connect(socket.socket.connect)
-
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+#: The lab's environment: moto's fake credentials and region.
+AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
            "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION,
            "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
            # moto's catalogue of public AMIs, loaded with each EC2 backend, is most of its
            # start-up; the lab's instances take any image id.
            "MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}
+
+
+@dataclass(frozen=True)
+class Ec2World:
+    """The lab's VPC and its three nodes (instance, ENI, IP, DNS name, zone) in moto."""
+    vpc: str
+    nodes: dict[str, dict[str, str]]
+
+
+@contextlib.contextmanager
+def ec2_world() -> Iterator[Ec2World]:
+    """moto (nothing leaves the machine) with the lab's VPC and nodes. Labs add their route
+    tables to it and remove them again (the command only reads EC2), so one world serves the
+    labs of a module (planting it costs ~30 ms a lab)."""
+    from moto import mock_aws
+
+    with mock.patch.dict(os.environ, AWS_ENV), mock_aws():
+        yield _plant_nodes(_ec2_client())
+
+
+@pytest.fixture(scope="module")
+def module_ec2() -> Iterator[Ec2World]:
+    with ec2_world() as world:
+        yield world
+
+
+@contextlib.contextmanager
+def lab_session(scenario: Scenario, workdir: Path, world: Optional[Ec2World] = None) -> Iterator[Lab]:
+    """The emulator, moto and the patches that point the CLI at them; the cluster played on
+    ``Sim``'s clock. Only 127.0.0.1 may be reached. In ``world`` (its moto active) if given,
+    else in a world of its own."""
+    from rehearse.connection import Kube
+    from rehearse.context import Context
+
+    loopback_only = loopback_connect(socket.socket.connect)
+
     sim = Sim(scenario)
     server = Emulator()
-    with mock.patch.dict(os.environ, env), mock_aws(), \
-            mock.patch.object(socket.socket, "connect", loopback_only):
+    with contextlib.ExitStack() as stack:
+        if world is None:
+            world = stack.enter_context(ec2_world())
+        stack.enter_context(mock.patch.dict(os.environ, AWS_ENV))
+        stack.enter_context(mock.patch.object(socket.socket, "connect", loopback_only))
+        ec2 = _ec2_client()
+        tables: list[str] = []
         try:
-            ec2 = _ec2_client()
-            lab = _build(server, sim, ec2, scenario, workdir)
+            lab = _build(server, sim, ec2, world, tables, scenario, workdir)
             context = functools.partial(Context, clock=sim.clock, sleep=sim.sleep,
                                         monotonic=sim.monotonic, progress=sim.progress.append)
             with mock.patch.object(cli, "_connect", lambda args, outputs: Kube.connect(server.endpoint)), \
@@ -246,9 +276,15 @@ def lab_session(scenario: Scenario, workdir: Path) -> Iterator[Lab]:
                 yield lab
         finally:
             server.close()
+            # The world as it was: this lab's tables gone, nothing else changed.
+            for table in tables:
+                ec2.delete_route_table(RouteTableId=table)
+            left = ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [world.vpc]}])
+            assert [t for t in left["RouteTables"] if not any(a.get("Main") for a in t["Associations"])] == [], \
+                "a lab left a route table behind"
 
 
-def _build(server: Emulator, sim: Sim, ec2: Any, scenario: Scenario, workdir: Path) -> Lab:
+def _plant_nodes(ec2: Any) -> Ec2World:
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     # Any image id will do for moto; listing its catalogue of real ones costs a second a test.
     ami = "ami-12c6146b"
@@ -263,12 +299,18 @@ def _build(server: Emulator, sim: Sim, ec2: Any, scenario: Scenario, workdir: Pa
                       "dns": instance["PrivateDnsName"], "zone": zone,
                       "eni": next(n["NetworkInterfaceId"] for n in instance["NetworkInterfaces"]
                                   if n["Attachment"]["DeviceIndex"] == 0)}
-    tables = []
+    return Ec2World(vpc, nodes)
+
+
+def _build(server: Emulator, sim: Sim, ec2: Any, world: Ec2World, tables: list[str],
+           scenario: Scenario, workdir: Path) -> Lab:
+    """The lab's route tables (into ``tables``, for removal) and the cluster."""
+    nodes = {key: dict(node) for key, node in world.nodes.items()}
     for _ in scenario.routes_us:
-        table = ec2.create_route_table(VpcId=vpc)["RouteTable"]["RouteTableId"]
+        table = ec2.create_route_table(VpcId=world.vpc)["RouteTable"]["RouteTableId"]
+        tables.append(table)
         ec2.create_route(RouteTableId=table, DestinationCidrBlock=POD_CIDR,
                          NetworkInterfaceId=nodes["a"]["eni"])
-        tables.append(table)
 
     a, b, c = (nodes[k]["dns"] for k in "abc")
     for key, name in (("a", a), ("b", b), ("c", c)):
@@ -374,11 +416,11 @@ def _play(server: Emulator, sim: Sim, ec2: Any, scenario: Scenario, nodes: dict,
 
 
 @pytest.fixture
-def lab_for(tmp_path):
+def lab_for(tmp_path, module_ec2):
     sessions = contextlib.ExitStack()
 
     def start(scenario: Scenario = Scenario()) -> Lab:
-        return sessions.enter_context(lab_session(scenario, tmp_path))
+        return sessions.enter_context(lab_session(scenario, tmp_path, module_ec2))
 
     with sessions:
         yield start

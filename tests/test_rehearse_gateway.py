@@ -16,6 +16,7 @@ report.md and report.json: review the diff.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import json
 import re
@@ -57,13 +58,51 @@ def ec2_client():
                                  region_name=REGION).client("ec2")
 
 
+#: The command's environment: moto's fake credentials and region.
+AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION,
+           # Loading moto's catalogue of public AMIs takes a second or two.
+           "MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}
+
+
+@dataclass
+class World:
+    """The lab's EC2 side as planted once for the module: the three nodes, the gateways' route
+    table, and what a test may change there (the pod route, network interfaces)."""
+    nodes: list["Node"]
+    route_table: str
+    routes: frozenset
+    enis: frozenset
+
+
+@pytest.fixture(scope="module")
+def ec2_world(ec2_client):
+    """EC2 in moto, in-process, planted once for the module: the command only reads EC2, and
+    each test's own changes (the pod route, an interface it made or deleted) are undone after
+    it (``ec2``), so every test starts from the same world a fresh mock would give it
+    (planting it costs ~40 ms a test: a VPC, three subnets, three instances, a table)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in AWS_ENV.items():
+            patch.setenv(key, value)
+        with mock_aws(config={"core": {"mock_credentials": False, "reset_boto3_session": False}}):
+            nodes, route_table = _plant_ec2(ec2_client)
+            routes = _backend().route_tables[route_table].routes
+            yield World(nodes, route_table, frozenset(r.id for r in routes), frozenset(_backend().enis))
+
+
+def _backend() -> Any:
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.ec2.models import ec2_backends
+
+    return ec2_backends[DEFAULT_ACCOUNT_ID][REGION]
+
+
 @pytest.fixture
-def ec2(monkeypatch, ec2_client):
-    """EC2 in moto, in-process: nothing leaves the machine. The command gets this client."""
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION,
-                       # Loading moto's catalogue of public AMIs takes a second or two.
-                       "MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}.items():
+def ec2(monkeypatch, ec2_world, ec2_client):
+    """The module's moto EC2 (nothing leaves the machine); the command gets this client. After
+    the test, the routes and interfaces it added are removed again (the world is checked to be
+    the planted one: a test that changed something else fails here)."""
+    for key, value in AWS_ENV.items():
         monkeypatch.setenv(key, value)
 
     def clients(region: str):
@@ -76,8 +115,17 @@ def ec2(monkeypatch, ec2_client):
         return client
 
     monkeypatch.setattr("rehearse.context.boto3_clients", clients)
-    with mock_aws(config={"core": {"mock_credentials": False, "reset_boto3_session": False}}):
-        yield ec2_client
+    yield ec2_client
+    backend, world = _backend(), ec2_world
+    table = backend.route_tables[world.route_table]
+    for route in table.routes:
+        if route.id not in world.routes:
+            ec2_client.delete_route(RouteTableId=world.route_table,
+                                    DestinationCidrBlock=route.destination_cidr_block)
+    for eni in set(backend.enis) - world.enis:
+        ec2_client.delete_network_interface(NetworkInterfaceId=eni)
+    assert ({r.id for r in table.routes}, set(backend.enis)) == (world.routes, world.enis), \
+        "the test changed EC2 beyond the pod route and its own interfaces"
 
 
 @pytest.fixture
@@ -97,6 +145,24 @@ class Node:
     ip: str
     instance: str
     eni: str
+
+
+def _plant_ec2(ec2: Any) -> tuple[list[Node], str]:
+    """Three nodes in their own subnets (two gateways in two zones, a system node) and the
+    gateways' route table, without the pod route (``Scene.plant`` adds it)."""
+    vpc = ec2.create_vpc(CidrBlock=VPC_CIDR)["Vpc"]["VpcId"]
+    ami = "ami-0c9c942bd7bf113a2"  # moto does not check it
+    nodes = []
+    for index, zone in enumerate(("a", "c", "a")):
+        subnet = ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{index + 1}.0/24",
+                                   AvailabilityZone=f"{REGION}{zone}")["Subnet"]["SubnetId"]
+        instance = ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, SubnetId=subnet,
+                                     InstanceType="m6i.large")["Instances"][0]
+        eni = next(n["NetworkInterfaceId"] for n in instance["NetworkInterfaces"]
+                   if n["Attachment"]["DeviceIndex"] == 0)
+        nodes.append(Node(instance["PrivateDnsName"], f"{REGION}{zone}",
+                          instance["PrivateIpAddress"], instance["InstanceId"], eni))
+    return nodes, ec2.create_route_table(VpcId=vpc)["RouteTable"]["RouteTableId"]
 
 
 @dataclass
@@ -139,22 +205,11 @@ class Scene:
     def leader(self) -> Node:
         return self.gateways[0]
 
-    def plant_ec2(self) -> None:
-        ec2 = self.ec2
-        vpc = ec2.create_vpc(CidrBlock=VPC_CIDR)["Vpc"]["VpcId"]
-        ami = "ami-0c9c942bd7bf113a2"  # moto does not check it
-        nodes = []
-        for index, zone in enumerate(("a", "c", "a")):
-            subnet = ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{index + 1}.0/24",
-                                       AvailabilityZone=f"{REGION}{zone}")["Subnet"]["SubnetId"]
-            instance = ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, SubnetId=subnet,
-                                         InstanceType="m6i.large")["Instances"][0]
-            eni = next(n["NetworkInterfaceId"] for n in instance["NetworkInterfaces"]
-                       if n["Attachment"]["DeviceIndex"] == 0)
-            nodes.append(Node(instance["PrivateDnsName"], f"{REGION}{zone}",
-                              instance["PrivateIpAddress"], instance["InstanceId"], eni))
+    def plant_ec2(self, world: World) -> None:
+        """This test's copy of the module's nodes (a test may move one to another zone)."""
+        nodes = [dataclasses.replace(node) for node in world.nodes]
         self.gateways, self.system = nodes[:2], nodes[2]
-        self.route_table = ec2.create_route_table(VpcId=vpc)["RouteTable"]["RouteTableId"]
+        self.route_table = world.route_table
 
     def stale_eni(self) -> str:
         """An interface that the route may target and that is then deleted (a replaced node)."""
@@ -308,9 +363,9 @@ def loopback_only(monkeypatch):
 
 
 @pytest.fixture
-def scene(emulator, ec2, tmp_path, monkeypatch, blackholes, loopback_only):  # noqa: F811 (fixture)
+def scene(emulator, ec2, ec2_world, tmp_path, monkeypatch, blackholes, loopback_only):  # noqa: F811 (fixture)
     planted = Scene(emulator, ec2, tmp_path, monkeypatch, blackholes)
-    planted.plant_ec2()
+    planted.plant_ec2(ec2_world)
     return planted
 
 

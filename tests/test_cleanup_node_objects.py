@@ -45,12 +45,15 @@ class VirtualClock:
         self.sleeps: list[float] = []
         owner = threading.get_ident()
         real_monotonic, real_sleep = time.monotonic, time.sleep
+        # After the test the clock is the real one again, also for a module that took these
+        # functions (``from time import monotonic``) while it ran.
+        ours = {0: False}
 
         def monotonic() -> float:
-            return self.now if threading.get_ident() == owner else real_monotonic()
+            return self.now if ours[0] and threading.get_ident() == owner else real_monotonic()
 
         def sleep(seconds: float) -> None:
-            if threading.get_ident() != owner:
+            if not ours[0] or threading.get_ident() != owner:
                 return real_sleep(seconds)
             assert seconds >= 0, seconds
             self.sleeps.append(seconds)
@@ -59,6 +62,7 @@ class VirtualClock:
 
         monkeypatch.setattr(time, "monotonic", monotonic)
         monkeypatch.setattr(time, "sleep", sleep)
+        monkeypatch.setitem(ours, 0, True)  # False again when monkeypatch undoes
 
 
 @pytest.fixture

@@ -156,11 +156,17 @@ def test_the_plan_on_a_machine_without_helm_reads_the_recorded_render(capsys, mo
     fresh-process run is test_plan_of_the_dev_stack.)"""
     for name in [m for m in sys.modules if m.split(".", 1)[0] == "helm_python"]:
         monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setattr(sys, "meta_path", [_Absent("helm_python"), *sys.meta_path])
-    with pytest.raises(ModuleNotFoundError, match="No module named 'helm_python'"):
-        import helm_python  # noqa: F401
-    monkeypatch.setenv("EKS_HYBRID_LAB_CHARTS", str(PROJECT_DIR / "no-charts-here"))
-    done = planned(capsys, monkeypatch)
+    # Put in front of the finders in place (not a new list: a finder another import adds
+    # meanwhile must stay), and taken out again after the plan.
+    absent = _Absent("helm_python")
+    sys.meta_path.insert(0, absent)
+    try:
+        with pytest.raises(ModuleNotFoundError, match="No module named 'helm_python'"):
+            import helm_python  # noqa: F401
+        monkeypatch.setenv("EKS_HYBRID_LAB_CHARTS", str(PROJECT_DIR / "no-charts-here"))
+        done = planned(capsys, monkeypatch)
+    finally:
+        sys.meta_path.remove(absent)
     assert done.returncode == 0, done.stderr
     scheduling = done.stdout.split("\nScheduling (", 1)[1].split("\n\n", 1)[0]
     assert "from Helm's recorded render" in scheduling and "rendered by Helm here" not in scheduling

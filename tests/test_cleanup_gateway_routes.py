@@ -138,6 +138,11 @@ def propagated_origin(monkeypatch):
 @pytest.fixture(scope="module")
 def aws_session():
     """One boto3 session for the module: it keeps the loaded EC2 model, so clients are cheap."""
+    # moto adds its handler to botocore's when it is imported, and a session takes botocore's
+    # handlers when it is made: made first, its clients would never reach moto (the file's
+    # first test, when it ran alone, went to AWS's endpoint).
+    import moto  # noqa: F401
+
     with pytest.MonkeyPatch.context() as monkeypatch:
         for name, value in FAKE_AWS_ENV.items():
             monkeypatch.setenv(name, value)

@@ -41,6 +41,7 @@ from tests.offline_guard import forbid_network
 from tests.pickled_provider import result_of, run_pickled
 from tests.test_cleanup_gateway_routes import (aws_session, moto_server,  # noqa: F401 (fixtures)
                                                quick_boto)
+from tests.test_cleanup_node_objects import VirtualClock
 
 CLUSTER = "lab"
 OTHER_CLUSTER = "other-lab"
@@ -617,13 +618,16 @@ def test_terminates_in_batches_and_waits_until_terminated(lean, provider, monkey
 
 
 def test_gives_up_waiting_after_wait_seconds(lean, provider, monkeypatch):
-    # A wait five polls long: at least two looks even when a describe call is slow (both
-    # cores busy), at most one a poll and the first (six).
+    # A wait five polls long, on the provider's clock: at least two looks, at most one a poll
+    # and the first (six).
+    clock = VirtualClock(monkeypatch)
     provider.wait_seconds = 0.5
     provider.poll_seconds = 0.1
     described = wrap(monkeypatch, lean.ec2, "describe_instances", shutting_down_for(10**6))
     with pytest.raises(Exception) as raised:
         provider.delete(RESOURCE_ID, PROPS)
+    # It waited the whole wait, and no longer.
+    assert provider.wait_seconds <= clock.now <= provider.wait_seconds + provider.poll_seconds
 
     message = str(raised.value)
     a, b = lean.ours

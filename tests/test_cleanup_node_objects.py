@@ -32,6 +32,39 @@ OURS = {"eks-hybrid-lab.io/stack": "eks-hybrid-lab.dev"}
 THEIRS = {"eks-hybrid-lab.io/stack": "eks-hybrid-lab.prod"}
 
 
+class VirtualClock:
+    """``time.monotonic`` and ``time.sleep`` as the test's thread sees them: a clock that moves
+    only when the code under test sleeps, so a poll window is waited out exactly and at once
+    (other threads, a fake server's, keep the real ones). A wait that never ends fails."""
+
+    def __init__(self, monkeypatch, max_sleeps: int = 100):
+        import threading
+        import time
+
+        self.now = 0.0
+        self.sleeps: list[float] = []
+        owner = threading.get_ident()
+        real_monotonic, real_sleep = time.monotonic, time.sleep
+        # After the test the clock is the real one again, also for a module that took these
+        # functions (``from time import monotonic``) while it ran.
+        ours = {0: False}
+
+        def monotonic() -> float:
+            return self.now if ours[0] and threading.get_ident() == owner else real_monotonic()
+
+        def sleep(seconds: float) -> None:
+            if not ours[0] or threading.get_ident() != owner:
+                return real_sleep(seconds)
+            assert seconds >= 0, seconds
+            self.sleeps.append(seconds)
+            assert len(self.sleeps) <= max_sleeps, f"still waiting after {self.now:g} s"
+            self.now += seconds
+
+        monkeypatch.setattr(time, "monotonic", monotonic)
+        monkeypatch.setattr(time, "sleep", sleep)
+        monkeypatch.setitem(ours, 0, True)  # False again when monkeypatch undoes
+
+
 @pytest.fixture
 def provider() -> NodeObjectCleanupProvider:
     # Instance attributes, so they also travel with the pickled provider.
@@ -175,14 +208,18 @@ def test_persistent_errors_name_the_nodes_left(api, pki, provider):
     assert sorted(api.nodes) == ["ip-10-0-1-5.ec2.internal", "mi-0aaa", "mi-0bbb", "mi-0ccc"]
 
 
-def test_node_that_stays_listed_fails_after_the_poll(api, pki, provider):
+def test_node_that_stays_listed_fails_after_the_poll(api, pki, provider, monkeypatch):
     plant_mixed(api)
     api.sticky = {"mi-0bbb"}
-    # Long enough for a second round of deletes on a loaded machine (a round is a list, SSM
-    # calls and deletes: tens of ms here, several times that when both cores are busy).
+    # On the provider's clock: a 0.5 s window looked at every 0.25 s is three rounds of
+    # deletes, however busy the machine.
+    clock = VirtualClock(monkeypatch)
     provider.poll_seconds = 0.5
+    provider.poll_interval_seconds = 0.25
     with pytest.raises(Exception, match="still listed") as raised:
         provider.delete("x", props_for(api, pki))
+    # It gave up once the window had passed, not before and not an interval later.
+    assert provider.poll_seconds <= clock.now < provider.poll_seconds + provider.poll_interval_seconds
 
     message = str(raised.value)
     assert "Nodes left: mi-0bbb (as last listed)" in message

@@ -1,12 +1,13 @@
 """The README's first command: `python -m offline.plan`, run as a user runs it.
 
-The dev plan and the machine without helm run it as a user does, in a fresh interpreter; the
+The dev plan runs it as a user does, in a fresh interpreter; the machine without helm and the
 refusals of a bad stack are the same ``main`` called in-process (``planned``), where the process
 boundary is not what is tested and a fresh interpreter would only re-import the program.
 """
 
 from __future__ import annotations
 
+import importlib.abc
 import os
 import re
 import subprocess
@@ -134,15 +135,38 @@ def test_plan_of_a_missing_stack_says_so(capsys, monkeypatch):
     assert "no stack file" in done.stderr and "Pulumi.does-not-exist.yaml" in done.stderr
 
 
-def test_the_plan_on_a_machine_without_helm_reads_the_recorded_render():
+class _Absent(importlib.abc.MetaPathFinder):
+    """Finds nothing for these top-level packages and stops the search, so that an import of
+    them fails as it does where they are not installed (ModuleNotFoundError, "No module
+    named ..."), even in a process that has imported them before."""
+
+    def __init__(self, *names: str):
+        self.names = names
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.split(".", 1)[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+        return None
+
+
+def test_the_plan_on_a_machine_without_helm_reads_the_recorded_render(capsys, monkeypatch):
     """The README's first command after `pip install -r requirements.txt` alone: no
-    helm-python-sdk, no ../shared/charts. The charts' pods come from the recorded render."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PULUMI_"))}
-    env["EKS_HYBRID_LAB_CHARTS"] = str(PROJECT_DIR / "no-charts-here")
-    blocked = ("import runpy, sys; sys.modules['helm_python'] = None; "
-               "runpy.run_module('offline.plan', run_name='__main__')")
-    done = subprocess.run([sys.executable, "-c", blocked], cwd=PROJECT_DIR, env=env,
-                          capture_output=True, text=True, timeout=60)
+    helm-python-sdk, no ../shared/charts. The charts' pods come from the recorded render.
+    (In-process: the SDK is made absent as an uninstalled package is; the README command's own
+    fresh-process run is test_plan_of_the_dev_stack.)"""
+    for name in [m for m in sys.modules if m.split(".", 1)[0] == "helm_python"]:
+        monkeypatch.delitem(sys.modules, name)
+    # Put in front of the finders in place (not a new list: a finder another import adds
+    # meanwhile must stay), and taken out again after the plan.
+    absent = _Absent("helm_python")
+    sys.meta_path.insert(0, absent)
+    try:
+        with pytest.raises(ModuleNotFoundError, match="No module named 'helm_python'"):
+            import helm_python  # noqa: F401
+        monkeypatch.setenv("EKS_HYBRID_LAB_CHARTS", str(PROJECT_DIR / "no-charts-here"))
+        done = planned(capsys, monkeypatch)
+    finally:
+        sys.meta_path.remove(absent)
     assert done.returncode == 0, done.stderr
     scheduling = done.stdout.split("\nScheduling (", 1)[1].split("\n\n", 1)[0]
     assert "from Helm's recorded render" in scheduling and "rendered by Helm here" not in scheduling

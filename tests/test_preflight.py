@@ -22,12 +22,12 @@ import pytest
 import yaml
 from botocore.stub import Stubber
 from moto import mock_aws
-from moto.server import ThreadedMotoServer
 
 from ops.preflight.checks import (FAIL, PASS, SKIP, SPOT_ROLE, WARN, CommandResult, LabNeeds,
                            check_admin_roles, check_aws_cli, check_names_free,
                            check_pulumi_cli, check_spot_role, vcpu_quota_class)
 from ops.preflight.cli import lab_needs, main
+from tests.test_cleanup_gateway_routes import moto_server  # noqa: F401 (fixture)
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 DEV_STACK = yaml.safe_load((PROJECT_DIR / "Pulumi.dev.yaml").read_text())
@@ -423,7 +423,7 @@ def test_quota_classes():
         ["standard", "standard", "standard", "gvt", "gvt", "other", "other", "other", "other"]
 
 
-def test_command_against_a_moto_server(tmp_path, monkeypatch):
+def test_command_against_a_moto_server(tmp_path, monkeypatch, moto_server):
     """The real command, in its own process, against moto's server: Service Quotas answers the
     VPC quotas and fails the EC2 ones (not implemented), which must be WARN lines, not a crash."""
     bin_dir = tmp_path / "bin"
@@ -432,24 +432,19 @@ def test_command_against_a_moto_server(tmp_path, monkeypatch):
         script = bin_dir / name
         script.write_text(f"#!/bin/sh\necho '{printed}'\n")
         script.chmod(0o755)
-    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # read by the server's backends
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        env = {"PATH": str(bin_dir), "HOME": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1",
-               "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-               "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-               "AWS_CONFIG_FILE": str(tmp_path / "none"),
-               "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
-               "AWS_EC2_METADATA_DISABLED": "true",
-               # No retries with backoff on the server's 500s for what it does not implement.
-               "AWS_MAX_ATTEMPTS": "1"}
-        result = subprocess.run(
-            [sys.executable, "-m", "ops.preflight", "--stack-file", str(stack_file(tmp_path))],
-            cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=60)
-    finally:
-        server.stop()
+    # Read by the server's backends, which are made at their first request.
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1",
+           "AWS_ENDPOINT_URL": moto_server,
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_CONFIG_FILE": str(tmp_path / "none"),
+           "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+           "AWS_EC2_METADATA_DISABLED": "true",
+           # No retries with backoff on the server's 500s for what it does not implement.
+           "AWS_MAX_ATTEMPTS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "ops.preflight", "--stack-file", str(stack_file(tmp_path))],
+        cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     reported = [line for line in result.stdout.splitlines() if not line.startswith("      fix:")]

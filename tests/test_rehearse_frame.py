@@ -212,6 +212,22 @@ def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           env={**base, **(env or {})}, capture_output=True, text=True, timeout=60)
 
 
+def ran_main(capsys, monkeypatch, *args: str) -> subprocess.CompletedProcess:
+    """``run_cli`` in-process: the same ``main`` in the environment ``run_cli`` gives it (no AWS_
+    or PULUMI_ variables, the project as the working directory); its exit code and captured
+    output as a CompletedProcess. For the refusals, where the process boundary is not what is
+    tested (an unreachable cluster and --help keep their fresh interpreter)."""
+    from rehearse import cli
+
+    for name in [k for k in os.environ if k.startswith(("AWS_", "PULUMI_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(PROJECT_DIR)
+    capsys.readouterr()
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["python", "-m", "rehearse", *args], code, out, err)
+
+
 def test_an_unreachable_cluster_exits_2_with_one_line(tmp_path, pki):
     from tests.fake_kube_api import FAKE_AWS_ENV
 
@@ -227,15 +243,15 @@ def test_an_unreachable_cluster_exits_2_with_one_line(tmp_path, pki):
     assert line.startswith("error: cannot reach the cluster")
 
 
-def test_missing_outputs_exit_2_naming_what_to_do(tmp_path):
-    done = run_cli("failover", "--outputs", str(tmp_path / "nope.json"))
+def test_missing_outputs_exit_2_naming_what_to_do(tmp_path, capsys, monkeypatch):
+    done = ran_main(capsys, monkeypatch, "failover", "--outputs", str(tmp_path / "nope.json"))
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
     assert "pulumi stack output --json --show-secrets" in line
 
 
-def test_report_of_a_folder_without_events_exits_2(tmp_path):
-    done = run_cli("report", str(tmp_path))
+def test_report_of_a_folder_without_events_exits_2(tmp_path, capsys, monkeypatch):
+    done = ran_main(capsys, monkeypatch, "report", str(tmp_path))
     assert done.returncode == 2 and "holds no events.jsonl" in done.stderr
 
 
@@ -430,13 +446,11 @@ def test_a_401_renews_the_token_once_and_retries(authenticating):
 
 
 PLUGIN = """#!{python}
-import datetime, json, os, sys
-sys.path.insert(0, {project!r})
-import botocore.auth
-offset = float(open({offset!r}).read())
-real = botocore.auth.get_current_datetime
-botocore.auth.get_current_datetime = lambda: real() + datetime.timedelta(seconds=offset)
-from rehearse.connection import eks_credential
+# Stands in for `aws eks get-token` (v2 of the AWS CLI, which is botocore): logs its run, then
+# prints an ExecCredential whose token botocore presigned by the test's clock, expiring 14
+# minutes after it was signed, as the CLI reports it. botocore alone, imported only once there
+# is a token to make: the plugin runs once per credential.
+import json, os, sys
 info = json.loads(os.environ["KUBERNETES_EXEC_INFO"])
 assert info["spec"]["interactive"] is False, info
 with open({calls!r}, "a") as log:
@@ -444,10 +458,20 @@ with open({calls!r}, "a") as log:
 if os.environ.get("PLUGIN_FAIL"):
     sys.stderr.write("Error loading SSO Token: Token for lab does not exist\\n")
     sys.exit(255)
-credential = eks_credential("lab", "ap-northeast-2")
+import base64, datetime, urllib.parse
+import botocore.auth, botocore.session
+offset = float(open({offset!r}).read())
+real = botocore.auth.get_current_datetime
+botocore.auth.get_current_datetime = lambda: real() + datetime.timedelta(seconds=offset)
+sts = botocore.session.Session().create_client("sts", region_name="ap-northeast-2")
+sts.meta.events.register("before-sign.sts.GetCallerIdentity",
+                         lambda request, **_: request.headers.__setitem__("x-k8s-aws-id", "lab"))
+url = sts.generate_presigned_url("get_caller_identity", Params={{}}, ExpiresIn=60, HttpMethod="GET")
+signed = datetime.datetime.strptime(dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))["X-Amz-Date"],
+                                    "%Y%m%dT%H%M%SZ")
 print(json.dumps({{"apiVersion": {version!r}, "kind": "ExecCredential", "status": {{
-    "token": credential.token,
-    "expirationTimestamp": credential.expires.strftime("%Y-%m-%dT%H:%M:%SZ")}}}}))
+    "token": "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("="),
+    "expirationTimestamp": (signed + datetime.timedelta(minutes=14)).strftime("%Y-%m-%dT%H:%M:%SZ")}}}}))
 """
 
 
@@ -476,7 +500,7 @@ def plugin(tmp_path, authenticating):
 
     def install(version: str = "client.authentication.k8s.io/v1") -> Path:
         script = tmp_path / "get-token"
-        script.write_text(PLUGIN.format(python=sys.executable, project=str(PROJECT_DIR),
+        script.write_text(PLUGIN.format(python=sys.executable,
                                         offset=str(offset), calls=str(calls), version=version))
         script.chmod(0o755)
         return script

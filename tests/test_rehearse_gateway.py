@@ -219,6 +219,9 @@ class Scene:
 
     def plant(self) -> None:
         e, now = self.emulator, utc_now()
+        # The API server's clock stands still at the planting: the Lease's age (Date - renewTime)
+        # is then exactly renewed_ago, however long a loaded machine takes to reach the read.
+        e.server_clock = lambda: now
         leader = self.leader
         target = self.route_eni or leader.eni
         if self.route:

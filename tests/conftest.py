@@ -135,6 +135,18 @@ def run_lab(**overrides: Any) -> ProgramRun:
     return _cached_run(tuple(sorted(lab_config(**overrides).items())))
 
 
+@functools.lru_cache(maxsize=None)
+def _independent_run(items: tuple[tuple[str, str], ...]) -> ProgramRun:
+    return run_program(dict(items))
+
+
+def independent_run(**overrides: Any) -> ProgramRun:
+    """A second run of the config ``run_lab(**overrides)`` runs, made in this process and never
+    shared: for the tests that compare two runs of one config (nothing may come from the clock
+    or the process). Those tests share it, as ``run_lab``'s callers share theirs."""
+    return _independent_run(tuple(sorted(lab_config(**overrides).items())))
+
+
 @pytest.fixture
 def lab():
     """``lab(**overrides)`` runs the program and returns what registered (a ProgramRun)."""

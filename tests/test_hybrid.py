@@ -183,10 +183,15 @@ def test_renewing_the_activation_changes_the_expiry_generation(lab):
 
 # --- hosts --------------------------------------------------------------------------------------
 
+#: Non-default host settings; the Cilium test runs with them too (they do not reach its values),
+#: so both tests share their runs.
+HOST_SETTINGS = dict(hybridNodeInstanceType="m6i.xlarge", gpuInstanceType="g6.2xlarge",
+                     hybridPodCidr="172.17.0.0/20")
+
+
 @pytest.mark.parametrize("nodes,gpu", [(1, False), (2, False), (3, True)])
 def test_hosts_count_and_types(lab, nodes, gpu):
-    run = lab(hybridNodeCount=nodes, gpuEnabled=gpu, hybridNodeInstanceType="m6i.xlarge",
-              gpuInstanceType="g6.2xlarge", hybridPodCidr="172.17.0.0/20")
+    run = lab(hybridNodeCount=nodes, gpuEnabled=gpu, **HOST_SETTINGS)
     found = hosts(run)
     expected = {f"hybrid-hosts-node-{i}": "m6i.xlarge" for i in range(nodes)}
     if gpu:
@@ -373,7 +378,7 @@ def _integral(value):
 
 @pytest.mark.parametrize("nodes", [1, 2, 4])
 def test_cilium_values_validate_and_match_the_config(lab, nodes):
-    run = lab(hybridNodeCount=nodes, hybridPodCidr="172.17.0.0/20")
+    run = lab(hybridNodeCount=nodes, gpuEnabled=False, **HOST_SETTINGS)
     release = cilium(run)
     assert release.inputs["chart"] == "oci://public.ecr.aws/eks/cilium/cilium"
     version = tuple(int(p) for p in release.inputs["version"].replace("-", ".").split("."))

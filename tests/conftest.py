@@ -24,6 +24,11 @@ from offline.runner import ProgramRun, config_with, load_stack_config, run_progr
 DEV_CONFIG = load_stack_config("dev")
 
 
+#: An explicit cluster name, with another version and log retention: the tests of what the
+#: name (and those settings) reach read this one run.
+RENAMED = dict(clusterName="rehearsal-1", kubernetesVersion="1.36", logRetentionDays=14)
+
+
 def lab_config(**overrides: Any) -> dict[str, str]:
     """The dev stack's config with some settings changed (camelCase keys; None removes one).
 

@@ -9,6 +9,7 @@ import pytest
 
 from components.vpc import plan_subnets
 from offline.runner import ProgramRun, Registration
+from tests.conftest import RENAMED
 
 VPC = "aws:ec2/vpc:Vpc"
 SUBNET = "aws:ec2/subnet:Subnet"
@@ -168,10 +169,10 @@ def test_no_route_to_the_hybrid_pod_cidr_anywhere(lab, overrides):
 
 
 def test_only_cloud_private_subnets_carry_the_karpenter_discovery_tag(lab):
-    run = lab(clusterName="rehearsal")
+    run = lab(**RENAMED)
     cloud = vpc_by_cidr(run, "10.0.0.0/16")
     tagged = {s.name for s in run.of_type(SUBNET)
-              if (s.inputs.get("tags") or {}).get("karpenter.sh/discovery") == "rehearsal"}
+              if (s.inputs.get("tags") or {}).get("karpenter.sh/discovery") == "rehearsal-1"}
     assert tagged == {s.name for s in private_subnets(run, cloud)}
     for reg in run.resources():
         if reg.name not in tagged:

@@ -24,6 +24,11 @@ from offline.runner import ProgramRun, config_with, load_stack_config, run_progr
 DEV_CONFIG = load_stack_config("dev")
 
 
+#: An explicit cluster name, with another version and log retention: the tests of what the
+#: name (and those settings) reach read this one run.
+RENAMED = dict(clusterName="rehearsal-1", kubernetesVersion="1.36", logRetentionDays=14)
+
+
 def lab_config(**overrides: Any) -> dict[str, str]:
     """The dev stack's config with some settings changed (camelCase keys; None removes one).
 
@@ -133,6 +138,18 @@ def run_lab(**overrides: Any) -> ProgramRun:
     """Runs __main__.py under mocks with the dev config plus ``overrides``. Runs are
     deterministic, so identical configs share one run; treat the result as read-only."""
     return _cached_run(tuple(sorted(lab_config(**overrides).items())))
+
+
+@functools.lru_cache(maxsize=None)
+def _independent_run(items: tuple[tuple[str, str], ...]) -> ProgramRun:
+    return run_program(dict(items))
+
+
+def independent_run(**overrides: Any) -> ProgramRun:
+    """A second run of the config ``run_lab(**overrides)`` runs, made in this process and never
+    shared: for the tests that compare two runs of one config (nothing may come from the clock
+    or the process). Those tests share it, as ``run_lab``'s callers share theirs."""
+    return _independent_run(tuple(sorted(lab_config(**overrides).items())))
 
 
 @pytest.fixture

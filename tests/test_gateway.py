@@ -11,7 +11,6 @@ import re
 import subprocess
 
 import pytest
-from parliament import analyze_policy_string
 
 from components.hybrid_gateway import gateway_node_user_data
 from offline.runner import ProgramRun, Registration
@@ -79,6 +78,10 @@ def test_route_policy_reads_only_in_the_region_and_does_nothing_else(dev_run):
     assert _actions(reads) == {"ec2:DescribeRouteTables", "ec2:DescribeInstances"}
     assert reads["Resource"] == "*"
     assert reads["Condition"] == {"StringEquals": {"aws:RequestedRegion": "ap-northeast-2"}}
+    # Imported here, as in tests/test_iam.py: parliament loads its IAM catalogue on import
+    # (~0.4 s), a cost for each worker's collection even where this test does not run.
+    from parliament import analyze_policy_string
+
     document = named(dev_run, "gateway-gateway-routes-routes").inputs["policy"]
     assert analyze_policy_string(document, include_community_auditors=True).findings == []
 
@@ -107,7 +110,9 @@ def test_gateway_role_is_bound_by_pod_identity(dev_run):
     assert release(dev_run).inputs["namespace"] == association.inputs["namespace"]
 
 
-@pytest.mark.parametrize("overrides", [{}, {"cloudVpcCidr": "10.40.0.0/16", "hybridPodCidr": "10.50.0.0/16"}])
+# The second: tests/test_network.py's custom CIDRs, so the two tests share the run.
+@pytest.mark.parametrize("overrides", [{}, {"cloudVpcCidr": "192.168.0.0/24", "onPremVpcCidr": "10.20.0.0/16",
+                                           "hybridPodCidr": "10.30.0.0/16", "serviceCidr": "10.40.0.0/16"}])
 def test_helm_values_match_the_config(lab, overrides):
     run = lab(**overrides)
     inputs = release(run).inputs

@@ -37,6 +37,12 @@ def cluster_arn(run: ProgramRun) -> str:
     return one(run, "aws:eks/cluster:Cluster").outputs["arn"]
 
 
+#: Non-default host settings; the activation and Cilium tests run with them too (they reach
+#: neither), so the three tests share their runs.
+HOST_SETTINGS = dict(hybridNodeInstanceType="m6i.xlarge", gpuInstanceType="g6.2xlarge",
+                     hybridPodCidr="172.17.0.0/20")
+
+
 # --- IAM and access -----------------------------------------------------------------------------
 
 def test_hybrid_node_role_trusts_ssm_of_this_account_and_region_only(dev_run):
@@ -81,9 +87,9 @@ def test_hybrid_linux_access_entry_for_the_node_role(dev_run):
 
 # --- the activation -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("nodes,gpu", [(2, False), (2, True), (5, False)])
+@pytest.mark.parametrize("nodes,gpu", [(2, False), (3, True), (5, False)])
 def test_activation(lab, nodes, gpu):
-    run = lab(hybridNodeCount=nodes, gpuEnabled=gpu)
+    run = lab(hybridNodeCount=nodes, gpuEnabled=gpu, **HOST_SETTINGS)
     activation = one(run, ACTIVATION)
     assert activation.inputs["iamRole"] == named(run, "hybrid-node-role-iam-role").outputs["name"]
     # Each host once plus one re-join, with the GPU host's share always reserved.
@@ -185,8 +191,7 @@ def test_renewing_the_activation_changes_the_expiry_generation(lab):
 
 @pytest.mark.parametrize("nodes,gpu", [(1, False), (2, False), (3, True)])
 def test_hosts_count_and_types(lab, nodes, gpu):
-    run = lab(hybridNodeCount=nodes, gpuEnabled=gpu, hybridNodeInstanceType="m6i.xlarge",
-              gpuInstanceType="g6.2xlarge", hybridPodCidr="172.17.0.0/20")
+    run = lab(hybridNodeCount=nodes, gpuEnabled=gpu, **HOST_SETTINGS)
     found = hosts(run)
     expected = {f"hybrid-hosts-node-{i}": "m6i.xlarge" for i in range(nodes)}
     if gpu:
@@ -371,9 +376,9 @@ def _integral(value):
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-@pytest.mark.parametrize("nodes", [1, 2, 4])
+@pytest.mark.parametrize("nodes", [1, 2, 5])
 def test_cilium_values_validate_and_match_the_config(lab, nodes):
-    run = lab(hybridNodeCount=nodes, hybridPodCidr="172.17.0.0/20")
+    run = lab(hybridNodeCount=nodes, gpuEnabled=False, **HOST_SETTINGS)
     release = cilium(run)
     assert release.inputs["chart"] == "oci://public.ecr.aws/eks/cilium/cilium"
     version = tuple(int(p) for p in release.inputs["version"].replace("-", ".").split("."))

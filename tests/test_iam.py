@@ -11,7 +11,9 @@ import pytest
 from offline.runner import ProgramRun
 
 # Configurations that add roles; later layers add theirs.
-VARIANTS = [{}, {"gpuEnabled": True, "adminRoleArns": ["arn:aws:iam::111122223333:role/Admin"]}]
+#: The second is the run tests/test_cluster.py's admin-role test reads too.
+VARIANTS = [{}, {"gpuEnabled": True, "adminRoleArns": ["arn:aws:iam::111122223333:role/Platform",
+                                                      "arn:aws:iam::111122223333:role/Presenter"]}]
 TRUSTED_SERVICES = {"eks.amazonaws.com", "ec2.amazonaws.com", "ssm.amazonaws.com",
                     "pods.eks.amazonaws.com"}
 

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from offline.runner import ProgramRun, Registration
+from tests.conftest import RENAMED
 from tests.kube_checks import CRD_DIR, as_object, crd_problems
 
 needs_crds = pytest.mark.skipif(not CRD_DIR.is_dir(), reason=f"no CRDs at {CRD_DIR} (../shared/crds)")
@@ -43,7 +44,7 @@ def _actions(statement: dict) -> set[str]:
 
 
 def test_every_write_is_conditioned_on_this_cluster(lab):
-    run = lab(clusterName="rehearsal")
+    run = lab(**RENAMED)
     for sid, statement in statements(run).items():
         writes = _actions(statement) & WRITE_ACTIONS
         if not writes or sid == "AllowScopedEC2InstanceAccessActions":
@@ -56,7 +57,7 @@ def test_every_write_is_conditioned_on_this_cluster(lab):
             assert statement["Resource"] == node_role.outputs["arn"]
             assert statement["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
             continue
-        assert "kubernetes.io/cluster/rehearsal" in condition, sid
+        assert "kubernetes.io/cluster/rehearsal-1" in condition, sid
         assert statement["Resource"] != "*" or sid.startswith("AllowScopedInstanceProfile"), sid
 
 
@@ -117,14 +118,17 @@ def test_interruption_queue_and_rules(dev_run):
     assert len(targets) == 4 and {t.inputs["arn"] for t in targets} == {queue.outputs["arn"]}
 
 
-@pytest.mark.parametrize("scenario,gate", [("A", False), ("B", False), ("C", True)])
-def test_charts_and_values(lab, scenario, gate):
-    run = lab(burstScenario=scenario, karpenterVersion="1.15.1")
+# A non-default version shows the setting reaches both charts; scenarios B and C keep the
+# default, so their runs are the ones tests/test_demo.py and tests/test_awaits.py make too.
+@pytest.mark.parametrize("scenario,gate,version", [("A", False, "1.15.1"), ("B", False, None),
+                                                   ("C", True, None)])
+def test_charts_and_values(lab, scenario, gate, version):
+    run = lab(burstScenario=scenario, **({"karpenterVersion": version} if version else {}))
     crds = named(run, "karpenter-karpenter-crds")
     release = controller(run)
     assert crds.inputs["chart"] == "oci://public.ecr.aws/karpenter/karpenter-crd"
     assert release.inputs["chart"] == "oci://public.ecr.aws/karpenter/karpenter"
-    assert crds.inputs["version"] == release.inputs["version"] == "1.15.1"
+    assert crds.inputs["version"] == release.inputs["version"] == (version or "1.15.0")
     assert release.inputs["namespace"] == crds.inputs["namespace"] == "kube-system"
     values = release.inputs["values"]
     assert values["settings"]["clusterName"] == run.lab_config.cluster_name
@@ -211,6 +215,6 @@ def test_destroy_order_node_pool_then_controller_then_cleanup(dev_run):
 
 
 def test_leftover_cleanup_is_scoped_to_this_cluster(lab):
-    cleanup = named(lab(clusterName="rehearsal"), "karpenter-karpenter-leftovers")
-    assert cleanup.inputs["clusterName"] == "rehearsal"
+    cleanup = named(lab(**RENAMED), "karpenter-karpenter-leftovers")
+    assert cleanup.inputs["clusterName"] == "rehearsal-1"
     assert cleanup.inputs["region"] == "ap-northeast-2"

@@ -9,6 +9,7 @@ import pytest
 
 from components.vpc import plan_subnets
 from offline.runner import ProgramRun, Registration
+from tests.conftest import RENAMED
 
 VPC = "aws:ec2/vpc:Vpc"
 SUBNET = "aws:ec2/subnet:Subnet"
@@ -155,7 +156,12 @@ def test_routes_to_the_transit_gateway_wait_for_their_vpc_attachment(dev_run):
         assert attachment.urn in route.dependencies
 
 
-@pytest.mark.parametrize("overrides", [{}, {"hybridPodCidr": "10.99.0.0/16"}, {"availabilityZoneCount": 3}])
+#: Every network range moved off its default (tests/test_gateway.py runs it too).
+CUSTOM_CIDRS = dict(cloudVpcCidr="192.168.0.0/24", onPremVpcCidr="10.20.0.0/16",
+                    hybridPodCidr="10.30.0.0/16", serviceCidr="10.40.0.0/16")
+
+
+@pytest.mark.parametrize("overrides", [{}, CUSTOM_CIDRS, {"availabilityZoneCount": 3}])
 def test_no_route_to_the_hybrid_pod_cidr_anywhere(lab, overrides):
     # The hybrid nodes gateway owns that route in the cloud route tables.
     run = lab(**overrides)
@@ -168,10 +174,10 @@ def test_no_route_to_the_hybrid_pod_cidr_anywhere(lab, overrides):
 
 
 def test_only_cloud_private_subnets_carry_the_karpenter_discovery_tag(lab):
-    run = lab(clusterName="rehearsal")
+    run = lab(**RENAMED)
     cloud = vpc_by_cidr(run, "10.0.0.0/16")
     tagged = {s.name for s in run.of_type(SUBNET)
-              if (s.inputs.get("tags") or {}).get("karpenter.sh/discovery") == "rehearsal"}
+              if (s.inputs.get("tags") or {}).get("karpenter.sh/discovery") == "rehearsal-1"}
     assert tagged == {s.name for s in private_subnets(run, cloud)}
     for reg in run.resources():
         if reg.name not in tagged:
@@ -193,8 +199,7 @@ def test_nat_gateway_waits_for_the_internet_gateway(dev_run):
 
 
 def test_custom_cidrs_flow_through(lab):
-    run = lab(cloudVpcCidr="192.168.0.0/24", onPremVpcCidr="10.20.0.0/16",
-              hybridPodCidr="10.30.0.0/16", serviceCidr="10.40.0.0/16")
+    run = lab(**CUSTOM_CIDRS)
     assert {v.inputs["cidrBlock"] for v in run.of_type(VPC)} == {"192.168.0.0/24", "10.20.0.0/16"}
     cloud = vpc_by_cidr(run, "192.168.0.0/24")
     cidrs = sorted(s.inputs["cidrBlock"] for s in in_vpc(run, SUBNET, cloud))

@@ -9,7 +9,7 @@ import pytest
 
 from offline.fake_cloud import FakeCloud, UnknownInvoke
 from offline.runner import Secret, run_program
-from tests.conftest import lab_config
+from tests.conftest import independent_run, lab_config, run_lab
 
 
 def write_program(tmp_path, body: str):
@@ -74,8 +74,9 @@ def test_runs_are_independent(tmp_path):
 
 
 def test_the_real_program_gives_the_same_answer_twice():
-    a = run_program(lab_config())
-    b = run_program(lab_config())
+    # Two runs, not one reused: b is made here and shared with no other caller of run_lab.
+    a, b = run_lab(), independent_run()
+    assert a is not b
     # Registration order follows asyncio scheduling; what registers, and with what, does not.
     assert {r.urn: r.inputs for r in a.registrations} == {r.urn: r.inputs for r in b.registrations}
     assert len(a.registrations) == len(b.registrations)

@@ -23,7 +23,7 @@ import components.hybrid_user_data as hybrid_user_data
 from components.cleanup.node_objects import NodeObjectCleanupProvider
 from offline.runner import ProgramRun, run_program
 from offline.scheduling import node_config_of
-from tests.conftest import lab_config, run_lab
+from tests.conftest import independent_run, lab_config, run_lab
 from tests.replacement import Plan, fresh_ids_run, input_path, plain, plan
 
 INSTANCE = "aws:ec2/instance:Instance"
@@ -179,6 +179,7 @@ def test_fresh_ids_do_not_change_what_is_replaced(transition):
 def test_an_unchanged_config_replaces_nothing(settings):
     # A second, independent run of the same config: nothing in a host's identity may come
     # from the clock or the process (a preview of an unchanged stack is a no-op).
-    again = run_program(lab_config(**settings))
+    again = independent_run(**settings)
+    assert again is not run_lab(**settings)
     result = plan(run_lab(**settings), again)
     assert result.noop, result

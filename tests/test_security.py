@@ -13,7 +13,9 @@ VARIANTS = [
     {},
     {"availabilityZoneCount": 3},
     {"cloudVpcCidr": "192.168.0.0/24", "onPremVpcCidr": "10.20.0.0/24", "aws_region": "us-east-1"},
-    {"gpuEnabled": True, "adminCidrs": ["198.51.100.0/24"]},
+    # Runs other tests make too: the GPU host, and a public endpoint limited to admins.
+    {"gpuEnabled": True},
+    {"adminCidrs": ["198.51.100.0/24", "203.0.113.7/32"]},
     {"endpointAccess": "private", "hybridNodeCount": 4, "upToLayer": "hybrid"},
 ]
 

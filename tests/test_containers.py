@@ -247,7 +247,9 @@ def test_the_prober_is_alive_before_its_first_request_and_bounds_a_hung_one(tmp_
     started = time.monotonic()
     lines = run_one_turn(script, tmp_path, wget="exec /bin/sleep 30")
     took = time.monotonic() - started
-    assert 2 * bound <= took < 2 * bound + 1.5, took
+    # Not before the bound; and far from the 30 s hang (the ceiling leaves a loaded machine room
+    # to start the shell's few processes; which bound the script uses is checked above).
+    assert 2 * bound <= took < 10, took
     assert lines[-1] == "calls: touch touch sleep", "alive before the requests, and after them"
     assert [line.split()[1:] for line in lines[:-1]] == [["svc", "FAIL"], ["pod", "FAIL"]]
     # The lab's own pod says the lab's bound.

@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from offline.runner import ProgramRun, Registration
-from tests.conftest import RENAMED
+from tests.conftest import PROJECT_DIR, RENAMED
 from tests.kube_checks import CRD_DIR, as_object, crd_problems
 
 needs_crds = pytest.mark.skipif(not CRD_DIR.is_dir(), reason=f"no CRDs at {CRD_DIR} (../shared/crds)")
@@ -128,7 +129,11 @@ def test_charts_and_values(lab, scenario, gate, version):
     release = controller(run)
     assert crds.inputs["chart"] == "oci://public.ecr.aws/karpenter/karpenter-crd"
     assert release.inputs["chart"] == "oci://public.ecr.aws/karpenter/karpenter"
-    assert crds.inputs["version"] == release.inputs["version"] == (version or "1.15.0")
+    # The version set, or else the stack's own (Pulumi.dev.yaml), as the run read it.
+    expected = version or run.lab_config.karpenter_version
+    assert version or expected == yaml.safe_load(
+        (PROJECT_DIR / "Pulumi.dev.yaml").read_text())["config"]["eks-hybrid-lab:karpenterVersion"]
+    assert crds.inputs["version"] == release.inputs["version"] == expected
     assert release.inputs["namespace"] == crds.inputs["namespace"] == "kube-system"
     values = release.inputs["values"]
     assert values["settings"]["clusterName"] == run.lab_config.cluster_name

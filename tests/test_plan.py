@@ -7,6 +7,7 @@ boundary is not what is tested and a fresh interpreter would only re-import the 
 
 from __future__ import annotations
 
+import ast
 import importlib.abc
 import os
 import re
@@ -147,6 +148,35 @@ class _Absent(importlib.abc.MetaPathFinder):
         if fullname.split(".", 1)[0] in self.names:
             raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
         return None
+
+
+def _imported_on_load(tree: ast.Module) -> set[str]:
+    """Top-level packages a module imports when it is loaded: statements outside function
+    bodies (a class body and an if/try at module level run at import too)."""
+    found: set[str] = set()
+    pending = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".", 1)[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".", 1)[0])
+        pending.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def test_no_program_module_imports_helm_when_loaded():
+    """The in-process test below imports the program with the SDK installed, so it cannot see
+    a module that imports helm_python when it is loaded: on a machine without Helm the
+    README's plan would stop at that import. Every project module leaves it to the call."""
+    from tests.test_layout import project_modules
+
+    loading = {name: path for name, path in project_modules().items()
+               if not name.startswith("tests")
+               and "helm_python" in _imported_on_load(ast.parse(path.read_text(), str(path)))}
+    assert not loading, f"imports helm_python when loaded: {sorted(loading)}"
 
 
 def test_the_plan_on_a_machine_without_helm_reads_the_recorded_render(capsys, monkeypatch):

@@ -45,10 +45,10 @@ import os
 import sys
 
 # Each call is a fresh interpreter, so what only some commands need is imported where they need
-# it (pathlib, datetime and offline.pulumi_cli with yaml for up and preview, grpc for a
-# preview's event log): `pulumi version` or `stack output` start no faster otherwise. For the
-# same reason `install` starts it with `python -S` (no site: ~3 ms a call); the commands that
-# import installed packages (yaml, grpc) run `site.main()` first (``_with_site``).
+# it (pathlib, datetime and offline.pulumi_cli with yaml for up and preview's config check,
+# socket for a preview's event log): `pulumi version` or `stack output` start no faster
+# otherwise. For the same reason `install` starts it with `python -S` (no site: ~3 ms a call);
+# the config check, which imports an installed package (yaml), runs `site.main()` first.
 
 
 class json:  # noqa: N801 - stands in for the module, same names
@@ -188,19 +188,92 @@ def event_request(event: dict) -> bytes:
 
 def _send_events(target: str, events: list[dict]) -> None:
     if target.startswith("tcp://"):
-        _with_site()
-        import grpc
-
-        with grpc.insecure_channel(target.removeprefix("tcp://")) as channel:
-            # The stub events_pb2_grpc.EventsStub makes: a client stream, google.protobuf.Empty
-            # back (kept as its bytes: a deserializer's None is grpc's "cannot deserialize").
-            stream = channel.stream_unary(STREAM_EVENTS, request_serializer=bytes,
-                                          response_deserializer=bytes)
-            stream(iter([event_request(e) for e in events]), timeout=10)
+        # The call the stub events_pb2_grpc.EventsStub makes: a client stream, an Empty back.
+        _grpc_client_stream(target.removeprefix("tcp://"), STREAM_EVENTS,
+                            [event_request(e) for e in events], timeout=10)
     else:
         with open(target, "a") as log:
             for event in events:
                 log.write(json.dumps(event) + "\n")
+
+
+def _grpc_client_stream(address: str, method: str, messages: list[bytes], timeout: float) -> None:
+    """A client-streaming gRPC call, by hand over HTTP/2 (RFC 9113, and gRPC's PROTOCOL-HTTP2
+    framing: each message a 0 byte, its length in 4 bytes, its bytes), because importing grpcio
+    costs a preview ~55 ms of its ~75. It sends what a grpcio channel sends — the preface,
+    SETTINGS, the request HEADERS (HPACK, no Huffman, no indexing), the messages in DATA frames
+    within the peer's flow-control windows, END_STREAM — answers the server's SETTINGS and PING,
+    and returns once the server ends the stream; a server that ends it without a response
+    message (a failed status: trailers only, or RST_STREAM/GOAWAY) fails the call, as grpcio's
+    RpcError does."""
+    import socket
+
+    def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+        return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big") + payload
+
+    def literal(name: bytes, value: bytes) -> bytes:
+        # "Literal Header Field without Indexing -- New Name", lengths in one 7-bit prefix byte.
+        assert len(name) < 127 and len(value) < 127
+        return b"\x00" + bytes((len(name),)) + name + bytes((len(value),)) + value
+
+    headers = (b"\x83\x86"  # static table: ":method: POST", ":scheme: http"
+               + literal(b":path", method.encode()) + literal(b":authority", address.encode())
+               + literal(b"te", b"trailers") + literal(b"content-type", b"application/grpc")
+               + literal(b"grpc-timeout", f"{int(timeout)}S".encode()))
+    body = b"".join(b"\x00" + len(m).to_bytes(4, "big") + m for m in messages)
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(0x4, 0, 0) + frame(0x1, 0x4, 1, headers))
+        received = bytearray()
+
+        def read(n: int) -> bytes:
+            while len(received) < n:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise ConnectionError(f"gRPC {method}: the server closed the connection")
+                received.extend(chunk)
+            out = bytes(received[:n])
+            del received[:n]
+            return out
+
+        initial = connection_window = stream_window = 65535
+        sent, answered, ended = 0, False, not body
+        if not body:
+            sock.sendall(frame(0x0, 0x1, 1))
+        while True:
+            while not ended and min(connection_window, stream_window) > 0:
+                n = min(len(body) - sent, connection_window, stream_window, 16384)
+                ended = sent + n == len(body)
+                sock.sendall(frame(0x0, 0x1 if ended else 0, 1, body[sent:sent + n]))
+                sent, connection_window, stream_window = sent + n, connection_window - n, stream_window - n
+            head = read(9)
+            kind, flags, stream = head[3], head[4], int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
+            payload = read(int.from_bytes(head[:3], "big"))
+            if kind == 0x4 and not flags & 0x1:  # SETTINGS: INITIAL_WINDOW_SIZE moves the stream's
+                for i in range(0, len(payload), 6):
+                    if int.from_bytes(payload[i:i + 2], "big") == 0x4:
+                        value = int.from_bytes(payload[i + 2:i + 6], "big")
+                        stream_window, initial = stream_window + value - initial, value
+                sock.sendall(frame(0x4, 0x1, 0))
+            elif kind == 0x6 and not flags & 0x1:  # PING
+                sock.sendall(frame(0x6, 0x1, 0, payload))
+            elif kind == 0x8:  # WINDOW_UPDATE
+                increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
+                if stream == 0:
+                    connection_window += increment
+                elif stream == 1:
+                    stream_window += increment
+            elif kind == 0x0 and stream == 1:  # DATA: the response message (Empty: 5 bytes)
+                padding = payload[0] + 1 if flags & 0x8 else 0
+                answered = answered or len(payload) > padding
+                if flags & 0x1:
+                    break
+            elif kind == 0x1 and stream == 1 and flags & 0x1:  # trailers, END_STREAM
+                break
+            elif (kind == 0x3 and stream == 1) or kind == 0x7:  # RST_STREAM, GOAWAY
+                break
+    if not answered:
+        raise ConnectionError(f"gRPC {method}: the server ended the call without a response")
 
 
 class _State:

@@ -206,7 +206,7 @@ def _grpc_client_stream(address: str, method: str, messages: list[bytes], timeou
     and returns once the server ends the stream; a server that ends it without a response
     message (a failed status: trailers only, or RST_STREAM/GOAWAY) fails the call, as grpcio's
     RpcError does."""
-    import socket
+    import _socket  # socket's own C module: socket.py imports enum (~4 ms) for its constants
 
     def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
         return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big") + payload
@@ -222,7 +222,11 @@ def _grpc_client_stream(address: str, method: str, messages: list[bytes], timeou
                + literal(b"grpc-timeout", f"{int(timeout)}S".encode()))
     body = b"".join(b"\x00" + len(m).to_bytes(4, "big") + m for m in messages)
     host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+    family, socktype, proto, _, where = _socket.getaddrinfo(host.strip("[]"), int(port), 0, _socket.SOCK_STREAM)[0]
+    sock = _socket.socket(family, socktype, proto)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(where)
         sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(0x4, 0, 0) + frame(0x1, 0x4, 1, headers))
         received = bytearray()
 
@@ -272,6 +276,8 @@ def _grpc_client_stream(address: str, method: str, messages: list[bytes], timeou
                 break
             elif (kind == 0x3 and stream == 1) or kind == 0x7:  # RST_STREAM, GOAWAY
                 break
+    finally:
+        sock.close()
     if not answered:
         raise ConnectionError(f"gRPC {method}: the server ended the call without a response")
 
@@ -425,7 +431,7 @@ def _stamp() -> str:
 
 def _update(store: _State, name: str, args: list[str], event_log) -> int:
     """``preview`` or ``up`` under the stack's lock."""
-    import signal
+    import _signal as signal  # signal.py imports enum (~4 ms) for its constants
     import time
 
     preview = args[:1] == ["preview"]

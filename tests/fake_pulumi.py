@@ -41,13 +41,61 @@ message and exit 255 — so a rehearsal test fails where the real CLI would refu
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 # Each call is a fresh interpreter, so what only some commands need is imported where they need
-# it (pathlib, datetime and offline.pulumi_cli with yaml for up and preview, grpc for a
-# preview's event log): `pulumi version` or `stack output` start no faster otherwise.
+# it (pathlib, datetime and offline.pulumi_cli with yaml for up and preview's config check,
+# socket for a preview's event log): `pulumi version` or `stack output` start no faster
+# otherwise. For the same reason `install` starts it with `python -S` (no site: ~3 ms a call);
+# the config check, which imports an installed package (yaml), runs `site.main()` first.
+
+
+class json:  # noqa: N801 - stands in for the module, same names
+    """``json.loads``/``json.dumps`` with their defaults, byte for byte, made from the C
+    scanner and encoder the json package itself uses: importing json imports re (with enum,
+    collections, functools) and compiles its patterns, ~7 ms of a ~20 ms `stack output`."""
+
+    import _json
+
+    class _Options:
+        strict, object_hook, object_pairs_hook = True, None, None
+        parse_float, parse_int = float, int
+        parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
+
+    _scan = _json.make_scanner(_Options)
+
+    @staticmethod
+    def _default(o):
+        raise TypeError(f"Object of type {o.__class__.__name__} is not JSON serializable")
+
+    _encode = _json.make_encoder({}, _default, _json.encode_basestring_ascii, None, ": ", ", ",
+                                 False, False, True)
+
+    @classmethod
+    def loads(cls, text: str):
+        text = text.strip(" \t\n\r")
+        try:
+            value, end = cls._scan(text, 0)
+        except StopIteration as err:
+            raise ValueError(f"Expecting value: char {err.value}") from None
+        if end != len(text):
+            raise ValueError(f"Extra data: char {end}")
+        return value
+
+    @classmethod
+    def dumps(cls, value) -> str:
+        return "".join(cls._encode(value, 0))
+
+
+def _with_site() -> None:
+    """The site-packages a normal start would have put on sys.path (run with -S)."""
+    if not sys.flags.no_site:
+        return
+    import site
+
+    if not any(p.endswith("site-packages") for p in sys.path):
+        site.main()
 
 SCENARIO_KEY = "eks-hybrid-lab:burstScenario"
 GATEWAY_KEY = "eks-hybrid-lab:gatewayInstanceType"
@@ -140,18 +188,98 @@ def event_request(event: dict) -> bytes:
 
 def _send_events(target: str, events: list[dict]) -> None:
     if target.startswith("tcp://"):
-        import grpc
-
-        with grpc.insecure_channel(target.removeprefix("tcp://")) as channel:
-            # The stub events_pb2_grpc.EventsStub makes: a client stream, google.protobuf.Empty
-            # back (kept as its bytes: a deserializer's None is grpc's "cannot deserialize").
-            stream = channel.stream_unary(STREAM_EVENTS, request_serializer=bytes,
-                                          response_deserializer=bytes)
-            stream(iter([event_request(e) for e in events]), timeout=10)
+        # The call the stub events_pb2_grpc.EventsStub makes: a client stream, an Empty back.
+        _grpc_client_stream(target.removeprefix("tcp://"), STREAM_EVENTS,
+                            [event_request(e) for e in events], timeout=10)
     else:
         with open(target, "a") as log:
             for event in events:
                 log.write(json.dumps(event) + "\n")
+
+
+def _grpc_client_stream(address: str, method: str, messages: list[bytes], timeout: float) -> None:
+    """A client-streaming gRPC call, by hand over HTTP/2 (RFC 9113, and gRPC's PROTOCOL-HTTP2
+    framing: each message a 0 byte, its length in 4 bytes, its bytes), because importing grpcio
+    costs a preview ~55 ms of its ~75. It sends what a grpcio channel sends — the preface,
+    SETTINGS, the request HEADERS (HPACK, no Huffman, no indexing), the messages in DATA frames
+    within the peer's flow-control windows, END_STREAM — answers the server's SETTINGS and PING,
+    and returns once the server ends the stream; a server that ends it without a response
+    message (a failed status: trailers only, or RST_STREAM/GOAWAY) fails the call, as grpcio's
+    RpcError does."""
+    import _socket  # socket's own C module: socket.py imports enum (~4 ms) for its constants
+
+    def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+        return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big") + payload
+
+    def literal(name: bytes, value: bytes) -> bytes:
+        # "Literal Header Field without Indexing -- New Name", lengths in one 7-bit prefix byte.
+        assert len(name) < 127 and len(value) < 127
+        return b"\x00" + bytes((len(name),)) + name + bytes((len(value),)) + value
+
+    headers = (b"\x83\x86"  # static table: ":method: POST", ":scheme: http"
+               + literal(b":path", method.encode()) + literal(b":authority", address.encode())
+               + literal(b"te", b"trailers") + literal(b"content-type", b"application/grpc")
+               + literal(b"grpc-timeout", f"{int(timeout)}S".encode()))
+    body = b"".join(b"\x00" + len(m).to_bytes(4, "big") + m for m in messages)
+    host, port = address.rsplit(":", 1)
+    family, socktype, proto, _, where = _socket.getaddrinfo(host.strip("[]"), int(port), 0, _socket.SOCK_STREAM)[0]
+    sock = _socket.socket(family, socktype, proto)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(where)
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(0x4, 0, 0) + frame(0x1, 0x4, 1, headers))
+        received = bytearray()
+
+        def read(n: int) -> bytes:
+            while len(received) < n:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise ConnectionError(f"gRPC {method}: the server closed the connection")
+                received.extend(chunk)
+            out = bytes(received[:n])
+            del received[:n]
+            return out
+
+        initial = connection_window = stream_window = 65535
+        sent, answered, ended = 0, False, not body
+        if not body:
+            sock.sendall(frame(0x0, 0x1, 1))
+        while True:
+            while not ended and min(connection_window, stream_window) > 0:
+                n = min(len(body) - sent, connection_window, stream_window, 16384)
+                ended = sent + n == len(body)
+                sock.sendall(frame(0x0, 0x1 if ended else 0, 1, body[sent:sent + n]))
+                sent, connection_window, stream_window = sent + n, connection_window - n, stream_window - n
+            head = read(9)
+            kind, flags, stream = head[3], head[4], int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
+            payload = read(int.from_bytes(head[:3], "big"))
+            if kind == 0x4 and not flags & 0x1:  # SETTINGS: INITIAL_WINDOW_SIZE moves the stream's
+                for i in range(0, len(payload), 6):
+                    if int.from_bytes(payload[i:i + 2], "big") == 0x4:
+                        value = int.from_bytes(payload[i + 2:i + 6], "big")
+                        stream_window, initial = stream_window + value - initial, value
+                sock.sendall(frame(0x4, 0x1, 0))
+            elif kind == 0x6 and not flags & 0x1:  # PING
+                sock.sendall(frame(0x6, 0x1, 0, payload))
+            elif kind == 0x8:  # WINDOW_UPDATE
+                increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
+                if stream == 0:
+                    connection_window += increment
+                elif stream == 1:
+                    stream_window += increment
+            elif kind == 0x0 and stream == 1:  # DATA: the response message (Empty: 5 bytes)
+                padding = payload[0] + 1 if flags & 0x8 else 0
+                answered = answered or len(payload) > padding
+                if flags & 0x1:
+                    break
+            elif kind == 0x1 and stream == 1 and flags & 0x1:  # trailers, END_STREAM
+                break
+            elif (kind == 0x3 and stream == 1) or kind == 0x7:  # RST_STREAM, GOAWAY
+                break
+    finally:
+        sock.close()
+    if not answered:
+        raise ConnectionError(f"gRPC {method}: the server ended the call without a response")
 
 
 class _State:
@@ -303,7 +431,7 @@ def _stamp() -> str:
 
 def _update(store: _State, name: str, args: list[str], event_log) -> int:
     """``preview`` or ``up`` under the stack's lock."""
-    import signal
+    import _signal as signal  # signal.py imports enum (~4 ms) for its constants
     import time
 
     preview = args[:1] == ["preview"]
@@ -409,7 +537,43 @@ def _update(store: _State, name: str, args: list[str], event_log) -> int:
 
 
 def _config_refusal(stack: str, state_config: dict) -> str | None:
-    """The CLI's config check before the program runs; None when the stack passes."""
+    """The CLI's config check before the program runs; None when the stack passes.
+
+    The check is a function of the stack's name, the two files' text and the state's config, so
+    its answer is kept for the test run under exactly those (``FAKE_PULUMI_CACHE``, made by
+    ``install``): most updates of a run check a config an earlier one checked, and the check
+    costs an update ~40 ms (yaml, dataclasses, offline.pulumi_cli)."""
+    cwd = os.getcwd()
+    if not os.path.exists(os.path.join(cwd, "Pulumi.yaml")):
+        return f"no Pulumi.yaml project file found (searching upwards from {cwd})"
+    texts = []
+    for name in ("Pulumi.yaml", f"Pulumi.{stack}.yaml"):
+        try:
+            texts.append(open(os.path.join(cwd, name)).read())
+        except FileNotFoundError:
+            texts.append(None)
+    key = json.dumps([stack, texts, state_config])
+    cache = os.environ.get("FAKE_PULUMI_CACHE")
+    entry = None
+    if cache:
+        import zlib
+
+        entry = os.path.join(cache, f"{zlib.crc32(key.encode()):08x}-{len(key)}.json")
+        try:
+            kept_key, answer = json.loads(open(entry).read())
+            if kept_key == key:
+                return answer
+        except (FileNotFoundError, ValueError):
+            pass
+    answer = _check_config(stack, state_config)
+    if entry:
+        tmp = entry + f".{os.getpid()}.tmp"
+        open(tmp, "w").write(json.dumps([key, answer]))
+        os.replace(tmp, entry)
+    return answer
+
+
+def _check_config(stack: str, state_config: dict) -> str | None:
     import pathlib
 
     root = os.path.dirname(os.path.dirname(os.path.realpath(_config_refusal.__code__.co_filename)))
@@ -417,11 +581,10 @@ def _config_refusal(stack: str, state_config: dict) -> str | None:
         # The checkout this fake is in holds `offline`. (The code's own file name: run from the
         # compiled copy `install` writes, __file__ is that copy.)
         sys.path.insert(0, root)
+    _with_site()
     from offline import pulumi_cli
 
     cwd = pathlib.Path.cwd()
-    if not (cwd / "Pulumi.yaml").exists():
-        return f"no Pulumi.yaml project file found (searching upwards from {cwd})"
     try:
         stack_file = cwd / f"Pulumi.{stack}.yaml"
         project = pulumi_cli.load_project(cwd)
@@ -441,6 +604,19 @@ if __name__ == "__main__":
 
 #: This file compiled, once a test run: `pulumi` runs it compiled (``install``).
 _COMPILED: list[bytes] = []
+#: The config checks' answers of this test run (``_config_refusal``), a directory made once.
+_CACHE: list[str] = []
+
+
+def _cache_dir() -> str:
+    if not _CACHE:
+        import atexit
+        import shutil
+        import tempfile
+
+        _CACHE.append(tempfile.mkdtemp(prefix="fake-pulumi-checks-"))
+        atexit.register(shutil.rmtree, _CACHE[0], True)
+    return _CACHE[0]
 
 
 def _compiled_copy(bin_dir) -> str:
@@ -466,12 +642,13 @@ def install(tmp_path, monkeypatch, state: dict):
     bin_dir = pathlib.Path(tmp_path) / "bin"
     bin_dir.mkdir()
     exe = bin_dir / "pulumi"
-    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{_compiled_copy(bin_dir)}" "$@"\n')
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "{_compiled_copy(bin_dir)}" "$@"\n')
     exe.chmod(0o755)
     state_file, log = pathlib.Path(tmp_path) / "state.json", pathlib.Path(tmp_path) / "calls.log"
     state_file.write_text(json.dumps(state))
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_PULUMI_STATE", str(state_file))
     monkeypatch.setenv("FAKE_PULUMI_LOG", str(log))
+    monkeypatch.setenv("FAKE_PULUMI_CACHE", _cache_dir())
     monkeypatch.setenv("PULUMI_HOME", str(pathlib.Path(tmp_path) / "pulumi-home"))
     return state_file, log

@@ -325,3 +325,68 @@ def test_the_fake_pulumi_writes_the_event_requests_the_sdk_reads():
         wire = fake_pulumi_cli.event_request(event)
         assert wire == events_pb2.EventRequest(event=text).SerializeToString()
         assert events_pb2.EventRequest.FromString(wire).event == text
+
+
+def test_the_fake_pulumi_reads_and_writes_json_as_the_json_module_does():
+    """The fake's json (made from the C scanner and encoder, to start without re) must write
+    the json module's bytes and read back what it reads, refusing what it refuses."""
+    values = [{"a": [1, 2.5, None, True, False, "é☃\n\"\\x"], "b": {"c": {}}, "d": []},
+              "text", 3, -0.0, 1e100, 12345678901234567890, [float("inf"), float("-inf")]]
+    for value in values:
+        assert fake_pulumi_cli.json.dumps(value) == json.dumps(value)
+        assert fake_pulumi_cli.json.loads(json.dumps(value)) == value
+    for text in (' {"a": 1}\n', json.dumps(values[0], indent=2), "NaN"):
+        assert repr(fake_pulumi_cli.json.loads(text)) == repr(json.loads(text))
+    for bad in ("", '{"a": 1} x', "{", "[1,]"):
+        with pytest.raises(ValueError):
+            json.loads(bad)
+        with pytest.raises(ValueError):
+            fake_pulumi_cli.json.loads(bad)
+    with pytest.raises(TypeError):
+        fake_pulumi_cli.json.dumps({"a": object()})
+
+
+def test_the_fake_pulumi_streams_its_events_to_the_sdk_s_own_event_server():
+    """The fake speaks gRPC over HTTP/2 by hand (it does not import grpcio): the Automation API's
+    own event server must get every event, in order, also for a stream beyond the first
+    flow-control windows (64 KiB) and a frame (16 KiB); a server that is gone or answers with a
+    failed status fails the call."""
+    from pulumi import automation
+
+    steps = fake_pulumi_cli.program_steps("dev", {}, {fake_pulumi_cli.SCENARIO_KEY: "C"})
+    events = fake_pulumi_cli._events("dev", steps)
+    big = [{"sequence": 100 + i, "timestamp": 0, "diagnosticEvent": {
+        "message": "é" * 9000, "color": "never", "severity": "info"}} for i in range(12)]
+    for sent in (events, events + big):
+        received = []
+        target, *_, server = automation.Stack._setup_event_log(None, "preview", received.append, "3.210.0")
+        try:
+            fake_pulumi_cli._send_events(target, sent)
+        finally:
+            server.stop(None)
+        assert [e.sequence for e in received] == [e["sequence"] for e in sent]
+        assert [e.resource_pre_event.metadata.urn for e in received if e.resource_pre_event][1:] == \
+            [step["urn"] for step in steps]
+    summary = [e.summary_event for e in received if e.summary_event]
+    assert summary[0].resource_changes == fake_pulumi_cli._change_summary(steps)
+    assert [e.diagnostic_event.message for e in received if e.diagnostic_event] == ["é" * 9000] * 12
+    with pytest.raises(OSError):
+        fake_pulumi_cli._send_events(target, events)
+
+    import grpc
+    from concurrent import futures
+
+    def refuse(requests, context):
+        list(requests)
+        context.abort(grpc.StatusCode.INTERNAL, "refused")
+
+    refusing = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    refusing.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+        "pulumirpc.Events", {"StreamEvents": grpc.stream_unary_rpc_method_handler(refuse)})])
+    port = refusing.add_insecure_port("127.0.0.1:0")
+    refusing.start()
+    try:
+        with pytest.raises(ConnectionError, match="without a response"):
+            fake_pulumi_cli._send_events(f"tcp://127.0.0.1:{port}", events)
+    finally:
+        refusing.stop(None)

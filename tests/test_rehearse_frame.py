@@ -558,3 +558,39 @@ def test_a_kubeconfig_without_its_context_or_file_says_so(tmp_path):
                                       "contexts": [{"name": "lab", "context": {"user": "lab"}}]}))
     with pytest.raises(RunError, match="has no context 'prod', its current-context \\(it has: lab\\)"):
         Kube.from_kubeconfig_file(config)
+
+
+def test_the_shared_trust_client_is_the_one_lightkube_builds(pki):
+    """``connection._client`` rebuilds lightkube 1.x's ``Client.__init__`` to lend it a shared
+    SSL context. Built both ways from the same kubeconfig, the two clients hold the same
+    attributes and the same HTTP client settings (base URL, timeout, auth, headers,
+    redirects), so a lightkube release that builds its client otherwise fails here rather than
+    in a rehearsal."""
+    import httpx2 as httpx
+    from lightkube import Client, KubeConfig
+
+    from rehearse import connection
+
+    config = KubeConfig.from_dict({
+        "clusters": [{"name": "lab", "cluster": {"server": "https://127.0.0.1:6443",
+                                                 "certificate-authority-data": pki.ca_b64}}],
+        "users": [{"name": "lab", "user": {"token": "t"}}],
+        "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "lab"}}],
+        "current-context": "lab"})
+    ours = connection._client(config, 7.0)
+    theirs = Client(config=config, timeout=httpx.Timeout(7.0), field_manager="rehearse")
+    try:
+        assert set(vars(ours)) == set(vars(theirs))
+        assert ours._timeout == theirs._timeout
+        assert set(vars(ours._client)) == set(vars(theirs._client))
+        for name, value in vars(theirs._client).items():
+            if name != "_client":
+                assert vars(ours._client)[name] == value, name
+        mine, lightkubes = ours._client._client, theirs._client._client
+        assert type(mine) is type(lightkubes)
+        assert (mine.base_url, mine.timeout, mine.follow_redirects, dict(mine.headers)) == (
+            lightkubes.base_url, lightkubes.timeout, lightkubes.follow_redirects, dict(lightkubes.headers))
+        assert type(mine.auth) is type(lightkubes.auth)
+    finally:
+        ours.close()
+        theirs.close()

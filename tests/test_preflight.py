@@ -11,6 +11,7 @@ on 127.0.0.1.
 from __future__ import annotations
 
 import copy
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -79,16 +80,28 @@ def shared_loader_session() -> botocore.session.Session:
     return core
 
 
-class CachingSession(boto3.Session):
-    """One client per service, so a Stubber can sit on the client the preflight will use."""
+@functools.lru_cache(maxsize=None)
+def _module_session() -> boto3.Session:
+    """One boto3 session for the module's CachingSessions (as tests/test_cleanup_gateway_routes.py
+    shares one): a botocore session registers ~8,000 event handlers when made, 12-20 ms each
+    time, and the tests made two or three a test. Its clients are still made per CachingSession;
+    its credentials are the aws fixture's fake keys (the same in every test)."""
+    return boto3.Session(botocore_session=shared_loader_session())
 
-    def __init__(self, **kwargs):
-        super().__init__(botocore_session=shared_loader_session(), **kwargs)
+
+class CachingSession:
+    """One client per service, so a Stubber can sit on the client the preflight will use.
+    Clients come from the module's session, in this session's region unless told another."""
+
+    def __init__(self, region_name: str):
+        self.region_name = region_name
         self.cached = {}
 
     def client(self, service_name, *args, **kwargs):
         if service_name not in self.cached:
-            self.cached[service_name] = super().client(service_name, *args, **kwargs)
+            if not args:
+                kwargs.setdefault("region_name", self.region_name)
+            self.cached[service_name] = _module_session().client(service_name, *args, **kwargs)
         return self.cached[service_name]
 
 

@@ -21,6 +21,7 @@ from tests.fake_kube_api import no_eks  # noqa: F401 (fixture)
 from tests.fake_ssm import FakeSsm, install
 from tests.offline_guard import forbid_network
 from tests.pickled_provider import result_of, run_pickled
+from tests.test_cleanup_gateway_routes import aws_session  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.usefixtures("no_eks")
 
@@ -63,6 +64,21 @@ class VirtualClock:
         monkeypatch.setattr(time, "monotonic", monotonic)
         monkeypatch.setattr(time, "sleep", sleep)
         monkeypatch.setitem(ours, 0, True)  # False again when monkeypatch undoes
+
+
+@pytest.fixture(autouse=True)
+def quick_token(monkeypatch, aws_session):
+    """Speed only. A new ``Session()`` (the STS presign of each EKS token, one a delete) is the
+    module's shared session, with the same fake keys, instead of a fresh one that loads the
+    endpoint and STS data again (~30 ms). The token is still presigned anew each time."""
+    import boto3.session
+
+    new_session = boto3.session.Session
+
+    def session(*args, **kwargs):
+        return aws_session if not args and not kwargs else new_session(*args, **kwargs)
+
+    monkeypatch.setattr(boto3.session, "Session", session)
 
 
 @pytest.fixture

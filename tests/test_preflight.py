@@ -11,9 +11,11 @@ on 127.0.0.1.
 from __future__ import annotations
 
 import copy
+import functools
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import boto3
 import botocore.credentials
@@ -79,24 +81,63 @@ def shared_loader_session() -> botocore.session.Session:
     return core
 
 
-class CachingSession(boto3.Session):
-    """One client per service, so a Stubber can sit on the client the preflight will use."""
+@functools.lru_cache(maxsize=None)
+def _module_session() -> boto3.Session:
+    """One boto3 session for the module's CachingSessions (as tests/test_cleanup_gateway_routes.py
+    shares one): a botocore session registers ~8,000 event handlers when made, 12-20 ms each
+    time, and the tests made two or three a test. Its clients are still made per CachingSession;
+    its credentials are the aws fixture's fake keys (the same in every test)."""
+    return boto3.Session(botocore_session=shared_loader_session())
 
-    def __init__(self, **kwargs):
-        super().__init__(botocore_session=shared_loader_session(), **kwargs)
+
+#: Clients no Stubber sits on, shared by the module's tests: a client is stateless towards
+#: moto (each test's moto is its own), and making one costs 5-10 ms, four to six a test.
+_POOL: dict[tuple, Any] = {}
+
+
+def _pool_key(service_name: str, args: tuple, kwargs: dict) -> tuple:
+    # Configs by identity (the preflight's is its module's constant CLIENT_CONFIG).
+    return (service_name, args, tuple(sorted(
+        (k, v if v is None or isinstance(v, str) else id(v)) for k, v in kwargs.items())))
+
+
+class CachingSession:
+    """One client per service, so a Stubber can sit on the client the preflight will use
+    (``stubbed``: a client of its own, made for this session). The others come from the module's
+    pool. Clients come from the module's session, in this session's region unless told another."""
+
+    def __init__(self, region_name: str):
+        self.region_name = region_name
         self.cached = {}
+
+    def _kwargs(self, args, kwargs):
+        if not args:
+            kwargs.setdefault("region_name", self.region_name)
+        return kwargs
 
     def client(self, service_name, *args, **kwargs):
         if service_name not in self.cached:
-            self.cached[service_name] = super().client(service_name, *args, **kwargs)
+            kwargs = self._kwargs(args, kwargs)
+            key = _pool_key(service_name, args, kwargs)
+            if key not in _POOL:
+                _POOL[key] = _module_session().client(service_name, *args, **kwargs)
+            self.cached[service_name] = _POOL[key]
         return self.cached[service_name]
+
+    def stubbed(self, service_name, *args, **kwargs) -> Stubber:
+        """An active Stubber on a new client of ``service_name``: the one this session gives
+        from now on."""
+        assert service_name not in self.cached, f"{service_name}: a client was given already"
+        client = _module_session().client(service_name, *args, **self._kwargs(args, kwargs))
+        self.cached[service_name] = client
+        return Stubber(client)
 
 
 def stub_quotas(session: boto3.Session, region: str, answers: dict) -> Stubber:
     """Queues Service Quotas answers in the order the preflight asks: a number is the applied
     value, ("default", n) is no applied value and an AWS default of n, a string is an error
     code for GetServiceQuota."""
-    stubber = Stubber(session.client("service-quotas", region_name=region))
+    stubber = session.stubbed("service-quotas", region_name=region)
     for code, answer in answers.items():
         request = {"ServiceCode": SERVICE[code], "QuotaCode": code}
         if isinstance(answer, str):
@@ -367,7 +408,7 @@ def test_no_credentials_fails_and_skips_the_aws_checks(monkeypatch, tmp_path, ca
 
 def test_refused_credentials_fail(aws, tmp_path, capsys):
     session = CachingSession(region_name=REGION)
-    sts = Stubber(session.client("sts", region_name=REGION))
+    sts = session.stubbed("sts", region_name=REGION)
     sts.add_client_error("get_caller_identity", service_error_code="InvalidClientTokenId",
                          service_message="The security token included in the request is invalid.",
                          http_status_code=403)
@@ -546,13 +587,13 @@ def _needs(**fields) -> LabNeeds:
 
 def test_a_denied_name_lookup_warns():
     session = CachingSession(region_name=REGION)
-    eks = Stubber(session.client("eks", region_name=REGION))
+    eks = session.stubbed("eks", region_name=REGION)
     eks.add_client_error("describe_cluster", service_error_code="AccessDeniedException",
                          http_status_code=403, expected_params={"name": DEV_CLUSTER})
-    logs = Stubber(session.client("logs", region_name=REGION))
+    logs = session.stubbed("logs", region_name=REGION)
     logs.add_response("describe_log_groups", {"logGroups": []},
                       {"logGroupNamePrefix": f"/aws/eks/{DEV_CLUSTER}/cluster"})
-    sqs = Stubber(session.client("sqs", region_name=REGION))
+    sqs = session.stubbed("sqs", region_name=REGION)
     sqs.add_client_error("get_queue_url", service_error_code="QueueDoesNotExist",
                          http_status_code=400, expected_params={"QueueName": f"{DEV_CLUSTER}-karpenter"})
     for stubber in (eks, logs, sqs):
@@ -587,7 +628,7 @@ def test_spot_role_missing_warns_with_the_command_that_creates_it(aws, tmp_path,
 
 def test_spot_role_lookup_denied_warns():
     session = CachingSession(region_name=REGION)
-    iam = Stubber(session.client("iam", region_name=REGION))
+    iam = session.stubbed("iam", region_name=REGION)
     iam.add_client_error("get_role", service_error_code="AccessDenied", http_status_code=403,
                          expected_params={"RoleName": SPOT_ROLE})
     iam.activate()
@@ -605,7 +646,7 @@ DEPLOYER_ROLE = "arn:aws:iam::123456789012:role/teams/LabAdmin"
 
 def test_the_deployers_role_in_admin_role_arns_fails(aws, tmp_path, capsys):
     session = CachingSession(region_name=REGION)
-    sts = Stubber(session.client("sts", region_name=REGION))
+    sts = session.stubbed("sts", region_name=REGION)
     sts.add_response("get_caller_identity", {"UserId": "AROAEXAMPLE:alice", "Account": "123456789012",
                                              "Arn": DEPLOYER_SESSION})
     sts.activate()

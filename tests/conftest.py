@@ -28,6 +28,12 @@ DEV_CONFIG = load_stack_config("dev")
 #: name (and those settings) reach read this one run.
 RENAMED = dict(clusterName="rehearsal-1", kubernetesVersion="1.36", logRetentionDays=14)
 
+#: A Karpenter version, burst CPU limit and burst size other than the defaults, none of which
+#: reaches what another sets (the charts' version, the NodePool's limit, the burst Deployment's
+#: replicas): test_karpenter's charts and node pool tests and test_demo's burst test read this
+#: one run.
+BURST = dict(karpenterVersion="1.15.1", burstCpuLimit=96, burstReplicas=5)
+
 
 def lab_config(**overrides: Any) -> dict[str, str]:
     """The dev stack's config with some settings changed (camelCase keys; None removes one).

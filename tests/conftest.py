@@ -34,6 +34,17 @@ RENAMED = dict(clusterName="rehearsal-1", kubernetesVersion="1.36", logRetention
 #: one run.
 BURST = dict(karpenterVersion="1.15.1", burstCpuLimit=96, burstReplicas=5)
 
+#: Non-default host settings; test_hybrid's activation and Cilium tests run with them too (they
+#: reach neither), so its three tests share their runs. The model reaches only the vLLM
+#: Deployment (and the exports): test_demo's vLLM test reads the GPU run of these.
+HOST_SETTINGS = dict(hybridNodeInstanceType="m6i.xlarge", gpuInstanceType="g6.2xlarge",
+                     hybridPodCidr="172.17.0.0/20", gpuModel="Qwen/Qwen2.5-1.5B-Instruct")
+
+#: Other node types (gateway, system) and a third zone, none reaching what another sets:
+#: test_gateway's gateway-node test and test_cluster's Graviton test read this one run.
+NODE_TYPES = dict(gatewayInstanceType="c6in.large", availabilityZoneCount=3,
+                  systemNodeInstanceType="m7g.large")
+
 
 def lab_config(**overrides: Any) -> dict[str, str]:
     """The dev stack's config with some settings changed (camelCase keys; None removes one).

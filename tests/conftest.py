@@ -40,10 +40,11 @@ BURST = dict(karpenterVersion="1.15.1", burstCpuLimit=96, burstReplicas=5)
 HOST_SETTINGS = dict(hybridNodeInstanceType="m6i.xlarge", gpuInstanceType="g6.2xlarge",
                      hybridPodCidr="172.17.0.0/20", gpuModel="Qwen/Qwen2.5-1.5B-Instruct")
 
-#: Other node types (gateway, system) and a third zone, none reaching what another sets:
-#: test_gateway's gateway-node test and test_cluster's Graviton test read this one run.
+#: Other node types (gateway, system), a third zone and the smallest burst CPU limit, none
+#: reaching what another sets: test_gateway's gateway-node test, test_cluster's Graviton test
+#: and test_karpenter's 4-vCPU node pool case read this one run.
 NODE_TYPES = dict(gatewayInstanceType="c6in.large", availabilityZoneCount=3,
-                  systemNodeInstanceType="m7g.large")
+                  systemNodeInstanceType="m7g.large", burstCpuLimit=4)
 
 
 def lab_config(**overrides: Any) -> dict[str, str]:

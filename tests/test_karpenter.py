@@ -9,7 +9,7 @@ import json
 import pytest
 
 from offline.runner import ProgramRun, Registration
-from tests.conftest import BURST, RENAMED
+from tests.conftest import BURST, NODE_TYPES, RENAMED
 from tests.kube_checks import CRD_DIR, as_object, crd_problems
 
 needs_crds = pytest.mark.skipif(not CRD_DIR.is_dir(), reason=f"no CRDs at {CRD_DIR} (../shared/crds)")
@@ -166,7 +166,9 @@ def test_discovery_tag_only_on_cloud_subnets_and_the_cluster_security_group(dev_
 
 @pytest.mark.parametrize("limit", [4, 32, 96])
 def test_node_pool(lab, limit):
-    run = lab(**BURST) if limit == BURST["burstCpuLimit"] else lab(burstCpuLimit=limit)
+    # 4 and 96 are the limits of two shared runs (conftest); 32, the default, is the dev run's.
+    shared = {settings["burstCpuLimit"]: settings for settings in (BURST, NODE_TYPES)}
+    run = lab(**shared.get(limit, {"burstCpuLimit": limit}))
     pool = as_object(named(run, "karpenter-node-pool"))
     assert pool["metadata"]["name"] == "cloud-burst"
     spec = pool["spec"]

@@ -28,6 +28,24 @@ DEV_CONFIG = load_stack_config("dev")
 #: name (and those settings) reach read this one run.
 RENAMED = dict(clusterName="rehearsal-1", kubernetesVersion="1.36", logRetentionDays=14)
 
+#: A Karpenter version, burst CPU limit and burst size other than the defaults, none of which
+#: reaches what another sets (the charts' version, the NodePool's limit, the burst Deployment's
+#: replicas): test_karpenter's charts and node pool tests and test_demo's burst test read this
+#: one run.
+BURST = dict(karpenterVersion="1.15.1", burstCpuLimit=96, burstReplicas=5)
+
+#: Non-default host settings; test_hybrid's activation and Cilium tests run with them too (they
+#: reach neither), so its three tests share their runs. The model reaches only the vLLM
+#: Deployment (and the exports): test_demo's vLLM test reads the GPU run of these.
+HOST_SETTINGS = dict(hybridNodeInstanceType="m6i.xlarge", gpuInstanceType="g6.2xlarge",
+                     hybridPodCidr="172.17.0.0/20", gpuModel="Qwen/Qwen2.5-1.5B-Instruct")
+
+#: Other node types (gateway, system), a third zone and the smallest burst CPU limit, none
+#: reaching what another sets: test_gateway's gateway-node test, test_cluster's Graviton test
+#: and test_karpenter's 4-vCPU node pool case read this one run.
+NODE_TYPES = dict(gatewayInstanceType="c6in.large", availabilityZoneCount=3,
+                  systemNodeInstanceType="m7g.large", burstCpuLimit=4)
+
 
 def lab_config(**overrides: Any) -> dict[str, str]:
     """The dev stack's config with some settings changed (camelCase keys; None removes one).

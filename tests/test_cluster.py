@@ -9,7 +9,7 @@ import json
 import pytest
 
 from offline.runner import ProgramRun, Registration, Secret
-from tests.conftest import RENAMED
+from tests.conftest import NODE_TYPES, RENAMED
 
 CLUSTER = "aws:eks/cluster:Cluster"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
@@ -177,7 +177,8 @@ def test_system_node_group(lab):
 
 
 def test_graviton_system_nodes_get_the_arm_ami(lab):
-    group = lab(systemNodeInstanceType="m7g.large").named("cluster-system-ng")
+    assert NODE_TYPES["systemNodeInstanceType"] == "m7g.large"
+    group = lab(**NODE_TYPES).named("cluster-system-ng")
     assert group.inputs["amiType"] == "AL2023_ARM_64_STANDARD"
 
 

@@ -12,7 +12,7 @@ import yaml
 from stacks import config as config_module
 from stacks.config import (AVAILABLE_LAYERS, CLUSTER_NAME_MAX, LAYERS, SETTINGS, ConfigError,
                            LabConfig, default_cluster_name, load_config)
-from tests.conftest import PROJECT_DIR, lab_config
+from tests.conftest import PROJECT_DIR, lab_config, run_lab
 from offline.fake_cloud import ACCOUNT_ID, FakeCloud
 from offline.runner import run_program
 
@@ -313,17 +313,21 @@ def test_an_explicit_cluster_name_wins_over_the_derived_one():
 def test_two_stacks_name_what_is_unique_in_a_region_differently():
     """Two presenters' stacks in one account and region: the cluster, the interruption queue,
     the activation and the control-plane log group must not share a name."""
-    def names(stack: str) -> set[str]:
-        run = run_program(lab_config(clusterName=None), stack=stack)
+    def names(run) -> set[str]:
         return {run.one("aws:eks/cluster:Cluster", "cluster-eks-cluster").inputs["name"],
                 run.named("karpenter-karpenter-interruption").inputs["name"],
                 run.named("hybrid-activation-ssm").inputs["name"],
                 run.named("cluster-eks-logs").inputs["name"]}
 
-    alice, bob = names("alice"), names("bob")
+    alice = names(run_program(lab_config(clusterName=None), stack="alice"))
+    # The other stack is the dev stack as its file has it (clusterName left to its default):
+    # the run the suite shares.
+    dev = names(run_lab())
     assert alice == {"hybrid-lab-alice", "hybrid-lab-alice-karpenter",
                      "hybrid-lab-alice-hybrid-nodes", "/aws/eks/hybrid-lab-alice/cluster"}
-    assert not alice & bob
+    assert dev == {"hybrid-lab-dev", "hybrid-lab-dev-karpenter",
+                   "hybrid-lab-dev-hybrid-nodes", "/aws/eks/hybrid-lab-dev/cluster"}
+    assert not alice & dev
 
 
 # --- adminRoleArns must not hold the deployer's own role ------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 
 from components import demos
 from offline.runner import ProgramRun, Registration
+from tests.conftest import BURST, HOST_SETTINGS
 from tests.kube_checks import (CRD_DIR, as_object, core_problems, crd_problems, pod_problems,
                                pod_spec_of)
 
@@ -89,9 +90,9 @@ def test_demo_1_echo_servers_on_both_sides_with_cluster_ip_services(dev_run):
 
 
 def test_demo_2_burst_deployment(lab):
-    run = lab(burstReplicas=5)
+    run = lab(**BURST)
     spec = as_object(named(run, "demo-burst"))["spec"]
-    assert spec["replicas"] == 5
+    assert spec["replicas"] == BURST["burstReplicas"] == 5
     pod = spec["template"]["spec"]
     [container] = pod["containers"]
     # (3920m allocatable - 200m daemons - 110m of demo 1's pods) / 4, rounded down to 10m: four
@@ -166,7 +167,8 @@ def test_gpu_off_registers_no_gpu_workload(dev_run):
 
 
 def test_demo_3_vllm(lab):
-    run = lab(gpuEnabled=True, gpuModel="Qwen/Qwen2.5-1.5B-Instruct")
+    run = lab(hybridNodeCount=3, gpuEnabled=True, **HOST_SETTINGS)
+    assert HOST_SETTINGS["gpuModel"] == "Qwen/Qwen2.5-1.5B-Instruct"
     spec = as_object(named(run, "demo-vllm"))["spec"]
     assert spec["strategy"] == {"type": "Recreate"}
     pod = spec["template"]["spec"]

@@ -14,6 +14,7 @@ import pytest
 
 from components.hybrid_gateway import gateway_node_user_data
 from offline.runner import ProgramRun, Registration
+from tests.conftest import NODE_TYPES
 from tests.test_user_data import SHELLCHECK
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -147,7 +148,8 @@ def test_route_cleanup_covers_exactly_the_gateways_tables_and_cidrs(dev_run):
 
 
 def test_gateway_nodes(lab):
-    run = lab(gatewayInstanceType="c6in.large", availabilityZoneCount=3)
+    run = lab(**NODE_TYPES)
+    assert (NODE_TYPES["gatewayInstanceType"], NODE_TYPES["availabilityZoneCount"]) == ("c6in.large", 3)
     group = named(run, "gateway-nodes-group-ng")
     assert group.inputs["instanceTypes"] == ["c6in.large"]
     assert group.inputs["scalingConfig"] == {"desiredSize": 2, "minSize": 2, "maxSize": 2}

@@ -12,6 +12,7 @@ import pytest
 
 from components.expiry import ExpiryProvider
 from offline.runner import ProgramRun, Registration, Secret
+from tests.conftest import HOST_SETTINGS
 
 INSTANCE = "aws:ec2/instance:Instance"
 ACTIVATION = "aws:ssm/activation:Activation"
@@ -36,11 +37,6 @@ def hosts(run: ProgramRun) -> dict[str, Registration]:
 def cluster_arn(run: ProgramRun) -> str:
     return one(run, "aws:eks/cluster:Cluster").outputs["arn"]
 
-
-#: Non-default host settings; the activation and Cilium tests run with them too (they reach
-#: neither), so the three tests share their runs.
-HOST_SETTINGS = dict(hybridNodeInstanceType="m6i.xlarge", gpuInstanceType="g6.2xlarge",
-                     hybridPodCidr="172.17.0.0/20")
 
 
 # --- IAM and access -----------------------------------------------------------------------------

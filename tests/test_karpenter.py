@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from offline.runner import ProgramRun, Registration
-from tests.conftest import PROJECT_DIR, RENAMED
+from tests.conftest import BURST, NODE_TYPES, PROJECT_DIR, RENAMED
 from tests.kube_checks import CRD_DIR, as_object, crd_problems
 
 needs_crds = pytest.mark.skipif(not CRD_DIR.is_dir(), reason=f"no CRDs at {CRD_DIR} (../shared/crds)")
@@ -119,12 +119,12 @@ def test_interruption_queue_and_rules(dev_run):
     assert len(targets) == 4 and {t.inputs["arn"] for t in targets} == {queue.outputs["arn"]}
 
 
-# A non-default version shows the setting reaches both charts; scenarios B and C keep the
-# default, so their runs are the ones tests/test_demo.py and tests/test_awaits.py make too.
+# A non-default version (the BURST run) shows the setting reaches both charts; scenarios B and C
+# keep the default, so their runs are the ones tests/test_demo.py and tests/test_awaits.py make too.
 @pytest.mark.parametrize("scenario,gate,version", [("A", False, "1.15.1"), ("B", False, None),
                                                    ("C", True, None)])
 def test_charts_and_values(lab, scenario, gate, version):
-    run = lab(burstScenario=scenario, **({"karpenterVersion": version} if version else {}))
+    run = lab(burstScenario=scenario, **({**BURST, "karpenterVersion": version} if version else {}))
     crds = named(run, "karpenter-karpenter-crds")
     release = controller(run)
     assert crds.inputs["chart"] == "oci://public.ecr.aws/karpenter/karpenter-crd"
@@ -171,7 +171,9 @@ def test_discovery_tag_only_on_cloud_subnets_and_the_cluster_security_group(dev_
 
 @pytest.mark.parametrize("limit", [4, 32, 96])
 def test_node_pool(lab, limit):
-    run = lab(burstCpuLimit=limit)
+    # 4 and 96 are the limits of two shared runs (conftest); 32, the default, is the dev run's.
+    shared = {settings["burstCpuLimit"]: settings for settings in (BURST, NODE_TYPES)}
+    run = lab(**shared.get(limit, {"burstCpuLimit": limit}))
     pool = as_object(named(run, "karpenter-node-pool"))
     assert pool["metadata"]["name"] == "cloud-burst"
     spec = pool["spec"]

@@ -57,6 +57,19 @@ def blocked(run: ProgramRun) -> dict[Key, str]:
     return {key(r): r.detail for r in reachability.evaluate(run) if not r.allowed}
 
 
+#: id(run) -> (run, its flows): the shared runs' evaluation, a pure function of the run (which
+#: its callers treat as read-only), made once a process rather than once a test. The run is
+#: kept with it, so its id cannot be reused by another.
+_EVALUATED: dict[int, tuple[ProgramRun, tuple[reachability.FlowResult, ...]]] = {}
+
+
+def evaluated(run: ProgramRun) -> list[reachability.FlowResult]:
+    """``reachability.evaluate(run)`` for a shared run (``lab``, ``dev_run``), not a planted copy."""
+    if id(run) not in _EVALUATED:
+        _EVALUATED[id(run)] = (run, tuple(reachability.evaluate(run)))
+    return list(_EVALUATED[id(run)][1])
+
+
 # --- planting defects in copies of the recorded registrations ---------------------------------
 
 def planted(run: ProgramRun, *, drop: Iterable[str] = (),
@@ -108,18 +121,18 @@ def copy_of(run: ProgramRun, name: str, new_name: str, **inputs) -> Registration
     ({"availabilityZoneCount": 3}, LAYERS, 27),
 ], ids=lambda v: ",".join(f"{k}={v[k]}" for k in v) if isinstance(v, dict) else None)
 def test_every_flow_whose_ends_are_built_is_allowed(lab, overrides, groups, count):
-    results = reachability.evaluate(lab(**overrides))
+    results = evaluated(lab(**overrides))
     assert {key(r) for r in results} == expected(*groups)
     assert len(results) == count
     assert [(key(r), r.detail) for r in results if not r.allowed] == []
 
 
 def test_no_flows_without_a_cluster(lab):
-    assert reachability.evaluate(lab(upToLayer="network")) == []
+    assert evaluated(lab(upToLayer="network")) == []
 
 
 def test_the_dev_stack_takes_the_paths_the_design_says(dev_run):
-    paths = {key(r): r.path for r in reachability.evaluate(dev_run)}
+    paths = {key(r): r.path for r in evaluated(dev_run)}
     for flow, path in paths.items():
         if HYBRID_PODS_POD_IP in flow or any("(pod IP)" in end for end in flow[:2]):
             assert path == "hybrid nodes gateway", flow
@@ -133,7 +146,7 @@ def test_the_dev_stack_takes_the_paths_the_design_says(dev_run):
 
 
 def test_a_private_endpoint_is_reached_through_the_transit_gateway(lab):
-    paths = {key(r): r.path for r in reachability.evaluate(lab(endpointAccess="private"))}
+    paths = {key(r): r.path for r in evaluated(lab(endpointAccess="private"))}
     assert paths[(HYBRID_NODES, API_ENDPOINT, "tcp", 443)] == "private endpoint"
 
 
@@ -179,7 +192,7 @@ def test_dns_belongs_to_the_cluster_layer_and_demo_ports_to_the_demo_layer(dev_r
 
 def test_render_prints_one_line_per_flow(dev_run):
     out = io.StringIO()
-    reachability.render(reachability.evaluate(dev_run), out,
+    reachability.render(evaluated(dev_run), out,
                         reachability.internet_exposure(dev_run))
     lines = out.getvalue().splitlines()
     assert reachability.HEADER in lines
@@ -235,7 +248,7 @@ def test_each_remote_network_is_needed(dev_run):
 
 def test_a_missing_vxlan_return_rule_blocks_everything_through_the_gateway(dev_run):
     found = blocked(planted(dev_run, drop=["gateway-nodes-peers-vxlan-from-*"]))
-    through_gateway = {key(r) for r in reachability.evaluate(dev_run)
+    through_gateway = {key(r) for r in evaluated(dev_run)
                        if r.path == "hybrid nodes gateway"}
     assert set(found) == {(GATEWAY_NODES, HYBRID_NODES, "udp", 8472)} | through_gateway
     assert "no ingress on sg-" in found[(GATEWAY_NODES, HYBRID_NODES, "udp", 8472)]
@@ -252,7 +265,7 @@ def test_a_missing_vxlan_rule_on_the_gateway_side_is_caught(dev_run):
 
 def test_a_missing_transit_gateway_route_blocks_cloud_to_on_prem(dev_run):
     found = blocked(planted(dev_run, drop=["network-transit-to-onprem"]))
-    crossing = {key(r) for r in reachability.evaluate(dev_run)
+    crossing = {key(r) for r in evaluated(dev_run)
                 if r.path in ("Transit Gateway", "hybrid nodes gateway")}
     assert set(found) == crossing
     assert "Transit Gateway route table tgw-rtb-" in found[(API_INTERFACES, HYBRID_NODES, "tcp", 10250)]
@@ -302,7 +315,7 @@ def test_a_route_table_the_gateway_does_not_program_drops_replies_to_pod_ips(dev
         inputs["values"]["routeTableIDs"] = "rtb-0elsewhere"
 
     found = blocked(planted(dev_run, change={"gateway-gateway-release": no_route_tables}))
-    through_gateway = {key(r) for r in reachability.evaluate(dev_run)
+    through_gateway = {key(r) for r in evaluated(dev_run)
                        if r.path == "hybrid nodes gateway"}
     assert set(found) == through_gateway
     assert "is not in its routeTableIDs" in found[(HYBRID_PODS_POD_IP, COREDNS, "udp", 53)]
@@ -320,7 +333,7 @@ def test_a_route_table_the_gateway_does_not_program_drops_replies_to_pod_ips(dev
 ], ids=["vtep-off", "pod-cidr", "vpc-cidr", "source-dest-check"])
 def test_a_gateway_that_cannot_forward_blocks_pod_ip_flows(dev_run, release, change, reason):
     found = blocked(planted(dev_run, change={release: change}))
-    through_gateway = {key(r) for r in reachability.evaluate(dev_run)
+    through_gateway = {key(r) for r in evaluated(dev_run)
                        if r.path == "hybrid nodes gateway"}
     assert set(found) == through_gateway
     assert all(reason in detail for detail in found.values())

@@ -5,12 +5,9 @@ from __future__ import annotations
 import functools
 import gc
 import hashlib
-import os
-import pickle
 import sys
-import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -19,6 +16,7 @@ if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
 from offline.runner import ProgramRun, config_with, load_stack_config, run_program  # noqa: E402
+from tests import worker_share  # noqa: E402
 
 #: The dev stack's config: the defaults, written out, in ap-northeast-2.
 DEV_CONFIG = load_stack_config("dev")
@@ -91,51 +89,23 @@ def pytest_runtest_logfinish(nodeid, location):
         _freeze_what_is_loaded()
 
 
-#: Where the two test workers share finished runs (set by ``_share_runs_between_workers``).
-_SHARED_RUNS: Optional[Path] = None
-
-
 @functools.lru_cache(maxsize=None)
 def _cached_run(items: tuple[tuple[str, str], ...]) -> ProgramRun:
-    if _SHARED_RUNS is None:
-        return run_program(dict(items))
-    return _shared_run(items, _SHARED_RUNS)
-
-
-def _shared_run(items: tuple[tuple[str, str], ...], directory: Path) -> ProgramRun:
     """One worker runs a config and leaves the result for the other: the same ~0.6 s run is
-    not done twice. A worker that finds the config claimed waits for the result, and runs it
-    itself if the claimant gave up (its run raised)."""
-    key = hashlib.sha256(repr(items).encode()).hexdigest()[:24]
-    result, claim = directory / f"{key}.pickle", directory / f"{key}.claim"
-    try:
-        os.close(os.open(claim, os.O_CREAT | os.O_EXCL))
-    except FileExistsError:
-        deadline = time.monotonic() + 60
-        while claim.exists() and not result.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if result.exists():
-            return pickle.loads(result.read_bytes())
+    not done twice (tests/worker_share.py)."""
+    folder = worker_share.directory("program-runs")
+    if folder is None:
         return run_program(dict(items))
-    try:
-        run = run_program(dict(items))
-    except BaseException:
-        claim.unlink()
-        raise
-    partial = result.with_suffix(".partial")
-    partial.write_bytes(pickle.dumps(run))
-    partial.rename(result)
-    return run
+    key = hashlib.sha256(repr(items).encode()).hexdigest()[:24]
+    return worker_share.once(folder, key, lambda: run_program(dict(items)))
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _share_runs_between_workers(request, tmp_path_factory):
+def _share_between_workers(request, tmp_path_factory):
     """Under xdist, the workers' temporary directories share a parent that pytest keeps for
-    the run (and removes a few runs later): finished program runs are left there."""
-    global _SHARED_RUNS
+    the run (and removes a few runs later): finished runs and renders are left there."""
     if hasattr(request.config, "workerinput"):
-        _SHARED_RUNS = tmp_path_factory.getbasetemp().parent / "program-runs"
-        _SHARED_RUNS.mkdir(exist_ok=True)
+        worker_share.PARENT = tmp_path_factory.getbasetemp().parent
     yield
 
 

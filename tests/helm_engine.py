@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import pickle
-import time
-from pathlib import Path
-from typing import Optional
 
 import pytest
 
 from offline import chart_render
 from offline.runner import ProgramRun
+from tests import worker_share
 
 #: Tests of charts' pods use Helm's own render, never the recorded one.
 needs_helm = pytest.mark.skipif(chart_render.engine_problem() is not None,
@@ -35,25 +32,11 @@ def release(run: ProgramRun, name: str) -> chart_render.Release:
 # over both workers, so the dev stack's releases, and the inert-value check's renders that other
 # tests repeat, were rendered by both. Here one worker renders a given (chart, values, name,
 # namespace) and leaves the result — Helm's texts, or its refusal — beside the shared program
-# runs (tests/conftest.py) for the other. Every result is still Helm's render of exactly those
+# runs (tests/worker_share.py) for the other. Every result is still Helm's render of exactly those
 # inputs, on the chart source; only the repeat is saved. Outside xdist nothing is shared.
 
 #: Helm's render of the chart archive, uncached (chart_render's own, under its lru_cache).
 _helm_render = chart_render._render_cached.__wrapped__
-
-
-@functools.lru_cache(maxsize=None)
-def _renders_beside(runs: Path) -> Path:
-    directory = runs.parent / "chart-renders"
-    directory.mkdir(exist_ok=True)
-    return directory
-
-
-def _shared_dir() -> Optional[Path]:
-    """Beside the workers' shared program runs (None outside xdist: nothing to share with)."""
-    from tests import conftest
-    runs = getattr(conftest, "_SHARED_RUNS", None)
-    return None if runs is None else _renders_beside(Path(runs))
 
 
 def _outcome(archive: str, values_json: str, name: str, namespace: str) -> tuple[str, object]:
@@ -65,38 +48,13 @@ def _outcome(archive: str, values_json: str, name: str, namespace: str) -> tuple
         return "refused", error
 
 
-def _shared_outcome(archive: str, values_json: str, name: str, namespace: str,
-                    directory: Path) -> tuple[str, object]:
-    """One worker renders and leaves the outcome for the other; a worker that finds the render
-    claimed waits for it, and renders itself if the claimant gave up (an error not Helm's)."""
-    key = hashlib.sha256("\0".join((archive, values_json, name, namespace)).encode()).hexdigest()[:32]
-    result, claim = directory / f"{key}.pickle", directory / f"{key}.claim"
-    try:
-        os.close(os.open(claim, os.O_CREAT | os.O_EXCL))
-    except FileExistsError:
-        deadline = time.monotonic() + 60
-        while claim.exists() and not result.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if result.exists():
-            return pickle.loads(result.read_bytes())
-        return _outcome(archive, values_json, name, namespace)
-    try:
-        outcome = _outcome(archive, values_json, name, namespace)
-    except BaseException:
-        claim.unlink()
-        raise
-    partial = result.with_suffix(".partial")
-    partial.write_bytes(pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL))
-    partial.rename(result)
-    return outcome
-
-
 @functools.lru_cache(maxsize=512)
 def _shared_render(archive: str, values_json: str, name: str, namespace: str) -> tuple[tuple[str, str], ...]:
-    directory = _shared_dir()
-    if directory is None:
+    folder = worker_share.directory("chart-renders")
+    if folder is None:
         return _helm_render(archive, values_json, name, namespace)
-    kind, found = _shared_outcome(archive, values_json, name, namespace, directory)
+    key = hashlib.sha256("\0".join((archive, values_json, name, namespace)).encode()).hexdigest()[:32]
+    kind, found = worker_share.once(folder, key, lambda: _outcome(archive, values_json, name, namespace))
     if kind == "refused":
         raise found  # Helm's own error (unpickled: same type, message and code)
     return found

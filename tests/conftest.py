@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import gc
 import hashlib
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -120,6 +122,20 @@ def _charts_drawn_where_they_are_tested(request, monkeypatch):
     from rehearse import charts
 
     monkeypatch.setattr(charts, "write", lambda folder, name, title, data: None)
+
+
+def main_in_process(capsys, monkeypatch, module: str, main: Any, *args: str) -> subprocess.CompletedProcess:
+    """``python -m module args`` in-process: ``main`` with the arguments, in the environment the
+    tests' fresh processes get (no AWS_ or PULUMI_ variables, the project as the working
+    directory); its exit code and captured output as a CompletedProcess. For the cases where
+    the process boundary is not what is tested."""
+    for name in [k for k in os.environ if k.startswith(("AWS_", "PULUMI_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(PROJECT_DIR)
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["python", "-m", module, *args], code, out, err)
 
 
 def run_lab(**overrides: Any) -> ProgramRun:

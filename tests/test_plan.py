@@ -20,7 +20,7 @@ import yaml
 
 from offline import plan as offline_plan
 from stacks.config import AVAILABLE_LAYERS
-from tests.conftest import PROJECT_DIR
+from tests.conftest import PROJECT_DIR, main_in_process
 
 
 def plan(*args: str, cwd=PROJECT_DIR) -> tuple[subprocess.CompletedProcess, float]:
@@ -37,16 +37,8 @@ def plan(*args: str, cwd=PROJECT_DIR) -> tuple[subprocess.CompletedProcess, floa
 
 
 def planned(capsys, monkeypatch, *args: str) -> subprocess.CompletedProcess:
-    """``plan`` in-process: ``main`` with the arguments, in the environment ``plan`` gives it
-    (no AWS_ or PULUMI_ variables, the project as the working directory); its exit code and
-    captured output as a CompletedProcess."""
-    for name in [k for k in os.environ if k.startswith(("AWS_", "PULUMI_"))]:
-        monkeypatch.delenv(name)
-    monkeypatch.chdir(PROJECT_DIR)
-    capsys.readouterr()
-    code = offline_plan.main(list(args))
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(["python", "-m", "offline.plan", *args], code, out, err)
+    """``plan`` in-process, in the environment ``plan`` gives it."""
+    return main_in_process(capsys, monkeypatch, "offline.plan", offline_plan.main, *args)
 
 
 def test_plan_of_the_dev_stack(dev_run):

@@ -17,7 +17,7 @@ from rehearse.connection import Kube, endpoint_from_stack_kubeconfig
 from rehearse.errors import RunError
 from rehearse.report import FAIL, PASS, Check, Measurement, Report
 from tests import fake_pulumi as fake_pulumi_cli
-from tests.conftest import PROJECT_DIR
+from tests.conftest import PROJECT_DIR, main_in_process
 from tests.fake_kube_api import CLUSTER, REGION, api, assert_authorized, fake_aws, pki  # noqa: F401
 
 
@@ -213,19 +213,12 @@ def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 def ran_main(capsys, monkeypatch, *args: str) -> subprocess.CompletedProcess:
-    """``run_cli`` in-process: the same ``main`` in the environment ``run_cli`` gives it (no AWS_
-    or PULUMI_ variables, the project as the working directory); its exit code and captured
-    output as a CompletedProcess. For the refusals, where the process boundary is not what is
-    tested (an unreachable cluster and --help keep their fresh interpreter)."""
+    """``run_cli`` in-process, in the environment ``run_cli`` gives it. For the refusals, where
+    the process boundary is not what is tested (an unreachable cluster and --help keep their
+    fresh interpreter)."""
     from rehearse import cli
 
-    for name in [k for k in os.environ if k.startswith(("AWS_", "PULUMI_"))]:
-        monkeypatch.delenv(name)
-    monkeypatch.chdir(PROJECT_DIR)
-    capsys.readouterr()
-    code = cli.main(list(args))
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(["python", "-m", "rehearse", *args], code, out, err)
+    return main_in_process(capsys, monkeypatch, "rehearse", cli.main, *args)
 
 
 def test_an_unreachable_cluster_exits_2_with_one_line(tmp_path, pki):

@@ -41,7 +41,7 @@ from tests.offline_guard import forbid_network
 from tests.pickled_provider import result_of, run_pickled
 from tests.test_cleanup_gateway_routes import (aws_session, moto_server,  # noqa: F401 (fixtures)
                                                quick_boto)
-from tests.test_cleanup_node_objects import VirtualClock
+from tests.virtual_clock import VirtualClock
 
 CLUSTER = "lab"
 OTHER_CLUSTER = "other-lab"

@@ -21,7 +21,8 @@ from tests.fake_kube_api import no_eks  # noqa: F401 (fixture)
 from tests.fake_ssm import FakeSsm, install
 from tests.offline_guard import forbid_network
 from tests.pickled_provider import result_of, run_pickled
-from tests.test_cleanup_gateway_routes import aws_session  # noqa: F401 (fixture)
+from tests.test_cleanup_gateway_routes import aws_session, quick_boto  # noqa: F401 (fixtures)
+from tests.virtual_clock import VirtualClock
 
 pytestmark = pytest.mark.usefixtures("no_eks")
 
@@ -31,54 +32,6 @@ OTHER_ACTIVATION = "9d8c7b6a-0f1e-4d2c-8b3a-1e2f3a4b5c6d"
 HYBRID = {"eks.amazonaws.com/compute-type": "hybrid"}
 OURS = {"eks-hybrid-lab.io/stack": "eks-hybrid-lab.dev"}
 THEIRS = {"eks-hybrid-lab.io/stack": "eks-hybrid-lab.prod"}
-
-
-class VirtualClock:
-    """``time.monotonic`` and ``time.sleep`` as the test's thread sees them: a clock that moves
-    only when the code under test sleeps, so a poll window is waited out exactly and at once
-    (other threads, a fake server's, keep the real ones). A wait that never ends fails."""
-
-    def __init__(self, monkeypatch, max_sleeps: int = 100):
-        import threading
-        import time
-
-        self.now = 0.0
-        self.sleeps: list[float] = []
-        owner = threading.get_ident()
-        real_monotonic, real_sleep = time.monotonic, time.sleep
-        # After the test the clock is the real one again, also for a module that took these
-        # functions (``from time import monotonic``) while it ran.
-        ours = {0: False}
-
-        def monotonic() -> float:
-            return self.now if ours[0] and threading.get_ident() == owner else real_monotonic()
-
-        def sleep(seconds: float) -> None:
-            if not ours[0] or threading.get_ident() != owner:
-                return real_sleep(seconds)
-            assert seconds >= 0, seconds
-            self.sleeps.append(seconds)
-            assert len(self.sleeps) <= max_sleeps, f"still waiting after {self.now:g} s"
-            self.now += seconds
-
-        monkeypatch.setattr(time, "monotonic", monotonic)
-        monkeypatch.setattr(time, "sleep", sleep)
-        monkeypatch.setitem(ours, 0, True)  # False again when monkeypatch undoes
-
-
-@pytest.fixture(autouse=True)
-def quick_token(monkeypatch, aws_session):
-    """Speed only. A new ``Session()`` (the STS presign of each EKS token, one a delete) is the
-    module's shared session, with the same fake keys, instead of a fresh one that loads the
-    endpoint and STS data again (~30 ms). The token is still presigned anew each time."""
-    import boto3.session
-
-    new_session = boto3.session.Session
-
-    def session(*args, **kwargs):
-        return aws_session if not args and not kwargs else new_session(*args, **kwargs)
-
-    monkeypatch.setattr(boto3.session, "Session", session)
 
 
 @pytest.fixture

@@ -336,8 +336,14 @@ def value_read(release: Release, path: Sequence[str]) -> bool:
     or — for a value equal to the chart's default, which renders the same without it — changing
     it does. A render Helm refuses (a required value, the chart's schema) counts as read."""
     full = render_texts(release)
-    return not (_renders_as(release, without(release.values, path), full)
-                and _renders_as(release, perturbed(release.values, path), full))
+    # Unread only if both render as ``full``: either order gives the same answer, and the
+    # second render is skipped once the first differs, so the likelier difference goes first.
+    # A scalar the lab sets is often the chart's own default pinned (removing it renders the
+    # same; only a change shows it read). A list or map replaces the chart's whole default,
+    # so removing it shows, and renders the chart's default, which other checks render too.
+    node, key = _at(release.values, path)
+    changes = (without, perturbed) if isinstance(node[key], (list, Mapping)) else (perturbed, without)
+    return not all(_renders_as(release, change(release.values, path), full) for change in changes)
 
 
 def values_not_read(release: Release) -> list[str]:

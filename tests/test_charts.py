@@ -149,9 +149,10 @@ def test_every_value_the_lab_sets_changes_what_the_chart_renders(lab, overrides,
 def test_the_inert_value_check_catches_a_typo(dev_run):
     cilium = release(dev_run, "cilium")
     assert chart_render.value_read(cilium, ("vtep", "enabled"))
+    # Misspelt beside the key the lab means: without the typo, the values are the lab's own.
     typo = chart_render.Release(cilium.chart, cilium.version, cilium.name, cilium.namespace,
-                                {**cilium.values, "vtpe": {"enabled": True}})
-    assert not chart_render.value_read(typo, ("vtpe", "enabled"))
+                                {**cilium.values, "vtep": {**cilium.values["vtep"], "enabeld": True}})
+    assert not chart_render.value_read(typo, ("vtep", "enabeld"))
 
 
 def test_a_value_equal_to_the_charts_default_is_still_read(dev_run):

@@ -449,11 +449,14 @@ def record(configs: Sequence[Mapping[str, Any]] = RECORDED_CONFIGS,
     for overrides in configs:
         for release in registered_releases(run_for(**overrides)):
             key = release.key
-            entries.setdefault(key.values_sha256 + "|" + _key_id(key.as_dict()), {
+            entry_id = key.values_sha256 + "|" + _key_id(key.as_dict())
+            if entry_id in entries:  # the configs share most releases: each is read once
+                continue
+            entries[entry_id] = {
                 "key": key.as_dict(),
                 "source": f"{release.source.directory} {release.source.version}",
                 "workloads": workloads_of(render_workloads(release)),
-            })
+            }
     return {
         "about": "Workload objects Helm rendered for the lab's releases (offline/chart_render.py); "
                  "rewrite with `python -m offline.chart_render --write`.",

@@ -1,12 +1,15 @@
 """The tests' view of the real Helm engine: a skip marker for machines without helm-python-sdk or
-../shared/charts, the renders of a run's releases, and one Helm render of identical inputs per
-test run, shared by the two test workers."""
+../shared/charts, the renders of a run's releases, a run with one registration's inputs (a
+release's values) changed, and one Helm render of identical inputs per test run, shared by the
+two test workers."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import pickle
+from dataclasses import replace
 
 import pytest
 
@@ -23,6 +26,19 @@ def release(run: ProgramRun, name: str) -> chart_render.Release:
     """The registered release of that Helm release name (``cilium``, ``karpenter``, ...)."""
     [found] = [r for r in chart_render.registered_releases(run) if r.name == name]
     return found
+
+
+def with_registration(run: ProgramRun, name: str, change) -> ProgramRun:
+    """A copy of ``run`` whose registration ``name`` has its inputs changed by ``change``."""
+    regs = []
+    for reg in run.registrations:
+        if reg.name == name:
+            inputs = copy.deepcopy(reg.inputs)
+            change(inputs)
+            reg = replace(reg, inputs=inputs)
+        regs.append(reg)
+    return ProgramRun(stack=run.stack, config=run.config, registrations=regs,
+                      outputs=run.outputs, warnings=run.warnings)
 
 
 # --- speed only: the two workers share Helm's renders ---------------------------------------------

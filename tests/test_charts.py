@@ -16,7 +16,7 @@ from components.cilium import CHART_OPERATOR_TOLERATIONS
 from offline import chart_render, plan, scheduling
 from components.capacity import HYBRID_DAEMONSET_CPU_M
 from tests.conftest import run_lab
-from tests.helm_engine import needs_helm, release
+from tests.helm_engine import needs_helm, release, with_registration
 from tests.kube_checks import core_problems
 
 pytestmark = needs_helm
@@ -196,8 +196,11 @@ def test_without_helm_the_model_reads_the_recorded_render(dev_run, monkeypatch):
     assert recorded.problems == [] and recorded.unmodelled == []
 
 
-def test_without_helm_or_a_recording_the_release_is_said_not_modelled(lab, monkeypatch):
-    run = lab(clusterName="unrecorded-lab")
+def test_without_helm_or_a_recording_the_release_is_said_not_modelled(dev_run, monkeypatch):
+    def unrecorded(inputs):  # the values another cluster name gives Karpenter
+        inputs["values"]["settings"]["clusterName"] = "unrecorded-lab"
+
+    run = with_registration(dev_run, "karpenter-karpenter-controller-release", unrecorded)
     monkeypatch.setattr(chart_render, "engine_problem", lambda: "no Helm (test)")
     model = scheduling.evaluate(run)
     [missing] = model.unmodelled

@@ -4,7 +4,6 @@ arithmetic holds — each check proven to fail on the defect it exists for."""
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 
 import pytest
@@ -12,8 +11,7 @@ import pytest
 from offline import chart_render, plan, scheduling
 from components.capacity import (allocatable, burst_cpu_request_m, hybrid_allocatable,
                              kube_reserved_cpu_m)
-from offline.runner import ProgramRun
-from tests.helm_engine import needs_helm, release
+from tests.helm_engine import needs_helm, release, with_registration
 
 HYBRID_TOLERATION = {"key": "eks.amazonaws.com/compute-type", "operator": "Equal",
                      "value": "hybrid", "effect": "NoSchedule"}
@@ -60,19 +58,6 @@ CONFIGS = [
     {"upToLayer": "gateway"},
     {"upToLayer": "karpenter"},
 ]
-
-
-def with_registration(run: ProgramRun, name: str, change) -> ProgramRun:
-    """A copy of ``run`` whose registration ``name`` has its inputs changed by ``change``."""
-    regs = []
-    for reg in run.registrations:
-        if reg.name == name:
-            inputs = copy.deepcopy(reg.inputs)
-            change(inputs)
-            reg = replace(reg, inputs=inputs)
-        regs.append(reg)
-    return ProgramRun(stack=run.stack, config=run.config, registrations=regs,
-                      outputs=run.outputs, warnings=run.warnings)
 
 
 # --- the charts' own pods, as Helm renders them --------------------------------------------------

@@ -151,10 +151,9 @@ class Cluster:
             action()
             self.react()
         self.t = end
+        # Its flush lets kmock forget the requests it keeps whole (the emulator keeps a
+        # summary), so a long run stays small.
         self.react()
-        # kmock keeps every request whole: the emulator keeps a summary and lets kmock forget,
-        # so a long run stays small.
-        self.server.do(self.server._trim)
         if self.faults.fail_at_12 is not None and 12 in self.replicas_seen:
             error, self.faults.fail_at_12 = self.faults.fail_at_12, None
             raise error
@@ -219,12 +218,13 @@ class Cluster:
                                                   "ready": pod.ready is not None}]}}
 
     def flush(self) -> None:
+        """The changed pods written, in one hand-off to the emulator's thread (the tool sends
+        nothing while the cluster acts), and kmock's kept requests trimmed in it."""
+        changes = []
         for name in sorted(self.dirty):
             pod = self.pods.get(name)
-            if pod is None:
-                self.server.delete(PODS, NS, name)
-            else:
-                self.server.put(PODS, NS, name, self.pod_object(pod))
+            changes.append((PODS, NS, name, None if pod is None else self.pod_object(pod)))
+        self.server.write(changes, then=self.server._trim)
         self.dirty.clear()
 
     def touch(self, pod: SimPod) -> None:
@@ -232,10 +232,12 @@ class Cluster:
 
     # controllers
 
-    def read_patched_costs(self) -> None:
-        """A cost someone else wrote or removed on the API server (the tool's restore strips
-        them) is the pod's from now on; the controllers here would otherwise write it back."""
-        def read(kmock: Any) -> dict[str, Optional[str]]:
+    def read(self) -> dict:
+        """The Deployment as the tool last wrote it, in the same hand-off to the emulator's
+        thread as the pods' costs; a cost someone else wrote or removed on the API server
+        (the tool's restore strips them) is the pod's from now on — the controllers here would
+        otherwise write it back."""
+        def read(kmock: Any) -> tuple[dict[str, Optional[str]], Any]:
             found, pods = {}, resource_key(PODS)
             for name, pod in self.pods.items():
                 try:
@@ -244,15 +246,20 @@ class Cluster:
                     continue
                 if not stored.deleted:
                     found[name] = ((stored.raw.get("metadata") or {}).get("annotations") or {}).get(burst.COST)
-            return found
+            try:
+                deployment = kmock.objects[resource_key(DEPLOYMENTS), NS, "burst"]
+            except KeyError:
+                return found, None
+            return found, None if deployment.deleted else deployment.raw
 
-        for name, cost in self.server.do(read).items():
+        costs, deployment = self.server.do(read)
+        for name, cost in costs.items():
             if name not in self.dirty and self.pods[name].cost != cost:
                 self.pods[name].cost = cost
+        return deployment
 
     def react(self) -> None:
-        self.read_patched_costs()
-        deployment = self.server.get(DEPLOYMENTS, NS, "burst")
+        deployment = self.read()
         spec = deployment["spec"]
         replicas = int(spec["replicas"])
         if not self.replicas_seen or self.replicas_seen[-1] != replicas:

@@ -361,24 +361,41 @@ class Emulator:
     def put(self, resource: str, namespace: Optional[str], name: str, obj: dict) -> dict:
         """Stores ``obj`` as ``resource/namespace/name``, with apiVersion, kind and metadata
         filled in as the API server would."""
-        api_version, kind = _KINDS[resource]
-        metadata = {**obj.get("metadata", {}), "name": name}
-        if namespace:
-            metadata["namespace"] = namespace
-        full = {"apiVersion": api_version, "kind": kind, **obj, "metadata": metadata}
-
-        def store(kmock: Any) -> None:
-            self._trim(kmock)
-            kmock.objects[resource_key(resource), namespace, name] = full
-
-        self.do(store)
+        [full] = self.write([(resource, namespace, name, obj)])
         return full
 
     def delete(self, resource: str, namespace: Optional[str], name: str) -> None:
-        def remove(kmock: Any) -> None:
-            del kmock.objects[resource_key(resource), namespace, name]
+        self.write([(resource, namespace, name, None)])
 
-        self.do(remove)
+    def write(self, changes: list[tuple[str, Optional[str], str, Optional[dict]]],
+              then: Optional[Callable[[Any], Any]] = None) -> list[Optional[dict]]:
+        """Several ``put`` (an object) and ``delete`` (None) in one hand-off to the emulator's
+        thread, in order, as that many calls would make them; ``then(kmock)`` runs after them
+        in the same hand-off. Returns what ``put`` returns for each (None for a delete)."""
+        stored: list[Optional[dict]] = []
+        for resource, namespace, name, obj in changes:
+            if obj is None:
+                stored.append(None)
+                continue
+            api_version, kind = _KINDS[resource]
+            metadata = {**obj.get("metadata", {}), "name": name}
+            if namespace:
+                metadata["namespace"] = namespace
+            stored.append({"apiVersion": api_version, "kind": kind, **obj, "metadata": metadata})
+
+        def store(kmock: Any) -> None:
+            for (resource, namespace, name, _), full in zip(changes, stored):
+                if full is None:
+                    del kmock.objects[resource_key(resource), namespace, name]
+                else:
+                    self._trim(kmock)
+                    kmock.objects[resource_key(resource), namespace, name] = full
+            if then is not None:
+                then(kmock)
+
+        if changes or then is not None:
+            self.do(store)
+        return stored
 
     def declare(self, *resources: str) -> None:
         """Serves ``resources`` even with no object in them (an installed CRD lists ``[]``;

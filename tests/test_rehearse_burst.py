@@ -47,6 +47,8 @@ POOL = "cloud-burst"
 HASH0 = "6c9f7d8b4"
 REQUEST_M = 900
 GRACE_S = 2.0
+#: The tool's poll in the runs that read nothing of its granularity (Lab.run).
+POLL_S = "5"
 
 
 def stamp(t: float) -> str:
@@ -151,10 +153,9 @@ class Cluster:
             action()
             self.react()
         self.t = end
+        # Its flush lets kmock forget the requests it keeps whole (the emulator keeps a
+        # summary), so a long run stays small.
         self.react()
-        # kmock keeps every request whole: the emulator keeps a summary and lets kmock forget,
-        # so a long run stays small.
-        self.server.do(self.server._trim)
         if self.faults.fail_at_12 is not None and 12 in self.replicas_seen:
             error, self.faults.fail_at_12 = self.faults.fail_at_12, None
             raise error
@@ -219,12 +220,13 @@ class Cluster:
                                                   "ready": pod.ready is not None}]}}
 
     def flush(self) -> None:
+        """The changed pods written, in one hand-off to the emulator's thread (the tool sends
+        nothing while the cluster acts), and kmock's kept requests trimmed in it."""
+        changes = []
         for name in sorted(self.dirty):
             pod = self.pods.get(name)
-            if pod is None:
-                self.server.delete(PODS, NS, name)
-            else:
-                self.server.put(PODS, NS, name, self.pod_object(pod))
+            changes.append((PODS, NS, name, None if pod is None else self.pod_object(pod)))
+        self.server.write(changes, then=self.server._trim)
         self.dirty.clear()
 
     def touch(self, pod: SimPod) -> None:
@@ -232,10 +234,12 @@ class Cluster:
 
     # controllers
 
-    def read_patched_costs(self) -> None:
-        """A cost someone else wrote or removed on the API server (the tool's restore strips
-        them) is the pod's from now on; the controllers here would otherwise write it back."""
-        def read(kmock: Any) -> dict[str, Optional[str]]:
+    def read(self) -> dict:
+        """The Deployment as the tool last wrote it, in the same hand-off to the emulator's
+        thread as the pods' costs; a cost someone else wrote or removed on the API server
+        (the tool's restore strips them) is the pod's from now on — the controllers here would
+        otherwise write it back."""
+        def read(kmock: Any) -> tuple[dict[str, Optional[str]], Any]:
             found, pods = {}, resource_key(PODS)
             for name, pod in self.pods.items():
                 try:
@@ -244,15 +248,20 @@ class Cluster:
                     continue
                 if not stored.deleted:
                     found[name] = ((stored.raw.get("metadata") or {}).get("annotations") or {}).get(burst.COST)
-            return found
+            try:
+                deployment = kmock.objects[resource_key(DEPLOYMENTS), NS, "burst"]
+            except KeyError:
+                return found, None
+            return found, None if deployment.deleted else deployment.raw
 
-        for name, cost in self.server.do(read).items():
+        costs, deployment = self.server.do(read)
+        for name, cost in costs.items():
             if name not in self.dirty and self.pods[name].cost != cost:
                 self.pods[name].cost = cost
+        return deployment
 
     def react(self) -> None:
-        self.read_patched_costs()
-        deployment = self.server.get(DEPLOYMENTS, NS, "burst")
+        deployment = self.read()
         spec = deployment["spec"]
         replicas = int(spec["replicas"])
         if not self.replicas_seen or self.replicas_seen[-1] != replicas:
@@ -691,16 +700,24 @@ class Lab:
     out: Path
     stack: Optional[StandInStack] = None
 
-    def run(self, *args: str, yes: bool = True, stack: Optional[str] = "dev") -> int:
+    def run(self, *args: str, yes: bool = True, stack: Optional[str] = "dev",
+            interval: Optional[str] = None) -> int:
         command = ["verify", "burst"] if args[:1] == ("verify",) else ["burst"]
         rest = list(args[1:]) if args[:1] == ("verify",) else list(args)
+        # The poll: every second for `verify burst` and for the tests whose case needs a finer
+        # poll (the scale-up's timings, a --within of a few seconds, a pod that goes between
+        # two polls). The other runs poll the played cluster every 5 s of its clock, with less
+        # than half the requests: its controllers act at their own moments (timers) and at
+        # each poll, as a real cluster's act between the tool's reads, and what those tests
+        # assert, and the tool's code they run, are the same as at a one-second poll.
+        interval = interval or ("1" if command == ["verify", "burst"] else POLL_S)
         # The watch after the last scale-in is off unless a test asks for it (the last
         # occurrence of an option wins): only the consolidation tests need its 36 polls.
         # --yes: the switches' plans are applied without asking (stdin is not a terminal).
         watch = [] if command == ["verify", "burst"] else ["--watch", "0"] + (["--yes"] if yes else [])
         named = ["--stack", stack] if stack else []
         return cli.main([*command, "--outputs", str(self.outputs), *named,
-                         "--out", str(self.out), "--interval", "1", *watch, *rest])
+                         "--out", str(self.out), "--interval", interval, *watch, *rest])
 
     def folder(self) -> Path:
         [folder] = list(self.out.iterdir())
@@ -770,6 +787,28 @@ def lab_for(tmp_path):
 
     with sessions:
         yield start
+
+
+@dataclass
+class Finished:
+    """A run made once for the tests that read different things of it: its exit code and its
+    Lab (the emulator closed; the folder, the played cluster and the stack as the run left
+    them)."""
+    code: int
+    lab: Lab
+
+
+@pytest.fixture(scope="module")
+def a_run(tmp_path_factory) -> Finished:
+    """`rehearse burst` in A with nothing planted, the watch off (``--watch 0``, as Lab.run
+    passes it anyway): three tests read it. Its charts are listed, not drawn, as for every
+    run of a test not marked ``charts`` (tests/conftest.py; that fixture is per test, so the
+    patch is made here)."""
+    from rehearse import charts
+
+    with mock.patch.object(charts, "write", lambda folder, name, title, data: None), \
+            lab_session(tmp_path_factory.mktemp("a-run"), scenario="A") as lab:
+        return Finished(lab.run("--watch", "0"), lab)
 
 
 def _checks(report: dict) -> dict[str, dict]:
@@ -870,7 +909,9 @@ def test_verify_capacity_fails_when_another_pod_takes_room_on_a_hybrid_node(lab_
 @pytest.mark.charts
 def test_scenario_b_runs_the_sequence_and_ends_as_the_rules_say(lab_for):
     lab = lab_for(scenario="B")
-    assert lab.run() == 0, lab.markdown()
+    # Polled every second: the timings below are read on the cluster's clock, beside what a
+    # one-second poll saw.
+    assert lab.run(interval="1") == 0, lab.markdown()
     report = lab.report()
     checks = _checks(report)
     for what in (burst.C_IN_PLACE, burst.C_RESTART, burst.C_SCALEUP, burst.C_COSTS_SETTLED,
@@ -898,9 +939,9 @@ def test_scenario_b_runs_the_sequence_and_ends_as_the_rules_say(lab_for):
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
 
 
-def test_scenario_a_rank_decides(lab_for):
-    lab = lab_for(scenario="A")
-    assert lab.run() == 0, lab.markdown()
+def test_scenario_a_rank_decides(a_run):
+    lab = a_run.lab
+    assert a_run.code == 0, lab.markdown()
     report = lab.report()
     checks = _checks(report)
     assert checks[_name("A", burst.C_RULE)]["status"] == PASS
@@ -958,7 +999,7 @@ def _scaled_beyond_start(lab: Lab) -> bool:
 
 def test_b_without_get_nodes_is_refused_not_measured(lab_for):
     lab = lab_for(scenario="B", faults=Faults(background_nodes=False))
-    assert lab.run("--within", "3") == 1
+    assert lab.run("--within", "3", interval="1") == 1
     checks = _checks(lab.report())
     verdict = checks[_name("B", burst.C_IN_PLACE)]
     assert verdict["status"] == FAIL and "not measured" in verdict["seen"]
@@ -978,7 +1019,7 @@ def test_c_with_an_older_karpenter_is_refused_not_measured(lab_for):
 def test_a_leftover_annotation_in_the_pod_template_is_caught_after_the_restart(lab_for):
     """A restart clears the pods' annotations, not the template's: the fresh pods carry it."""
     lab = lab_for(scenario="A", faults=Faults(template_cost="1"))
-    assert lab.run("--within", "3") == 1
+    assert lab.run("--within", "3", interval="1") == 1
     checks = _checks(lab.report())
     assert checks[_name("A", burst.C_RESTART)]["status"] == PASS
     foreign = checks[_name("A", burst.C_FOREIGN_COST)]
@@ -1095,7 +1136,9 @@ def test_the_watch_answers_that_karpenter_leaves_a_cloud_node_whose_pods_fit_on_
 
 def test_a_karpenter_that_consolidates_onto_hybrid_room_is_caught(lab_for):
     lab = lab_for(scenario="A", faults=Faults(consolidate_onto_hybrid=True))
-    assert lab.run("--watch", "120") == 1
+    # Polled every second before the watch: the watch then sees the evicted pod go between two
+    # of its polls (never seen terminating), the case a coarser poll's timeline misses.
+    assert lab.run("--watch", "120", interval="1") == 1
     report = lab.report()
     answer = _consolidation(report, "A")
     assert answer["status"] == FAIL
@@ -1121,9 +1164,9 @@ def test_a_karpenter_that_consolidates_onto_hybrid_room_is_caught(lab_for):
         [_name("A", burst.C_CONSOLIDATION)]
 
 
-def test_watch_0_skips_the_watch_and_the_report_says_so(lab_for):
-    lab = lab_for(scenario="A")
-    assert lab.run("--watch", "0") == 0, lab.markdown()
+def test_watch_0_skips_the_watch_and_the_report_says_so(a_run):
+    lab = a_run.lab
+    assert a_run.code == 0, lab.markdown()
     report = lab.report()
     check = _checks(report)[_name("A", burst.C_CONSOLIDATION)]
     assert check["status"] == "SKIP" and check["seen"] == "not watched (--watch 0)"
@@ -1413,9 +1456,9 @@ def test_a_step_whose_victims_the_controllers_clock_decided_is_not_unexplained()
     assert verdict == "unexplained"
 
 
-def test_each_snapshot_records_the_api_servers_clock_and_the_forecast_its_window(lab_for):
-    lab = lab_for(scenario="A")
-    assert lab.run() == 0, lab.markdown()
+def test_each_snapshot_records_the_api_servers_clock_and_the_forecast_its_window(a_run):
+    lab = a_run.lab
+    assert a_run.code == 0, lab.markdown()
     events = lab.events()
     snapshots = [e for e in events if e["kind"] == burst.SNAPSHOT]
     assert snapshots and all(s["server_offset"]["low_ns"] <= 0 <= s["server_offset"]["high_ns"]

@@ -11,6 +11,16 @@ config prints the validation error and exits 1, as `pulumi preview` would fail.
 
 from __future__ import annotations
 
+import gc
+
+if __name__ == "__main__":
+    # A one-shot command: what it builds (the SDK's modules, the run's resources and outputs)
+    # lives until it exits, so the cyclic collector's passes, each walking all of it again,
+    # were a fifth of the plan's CPU and freed next to nothing (the peak memory is the same
+    # without them). Reference counting still frees what is dropped; importing this module
+    # (the tests, other tools) leaves the collector as it is.
+    gc.disable()
+
 import argparse
 import os
 import sys

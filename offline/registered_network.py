@@ -276,6 +276,8 @@ class Network:
         self.subnet_route_table = self._associations()
         self.security_groups = self._security_groups()
         self.gateway = self._gateway()
+        #: route_between's answers: the flows walk the same few subnet pairs hundreds of times.
+        self._ways: dict[tuple[str, Net, str], tuple[bool, str]] = {}
 
     def of(self, type_: str) -> list[Registration]:
         return self.by_type.get(type_, [])
@@ -534,6 +536,18 @@ class Network:
     def route_between(self, source: str, destination: Net, target_subnet: str) -> str:
         """Walks a packet from ``source`` (a subnet) to ``destination`` addresses in
         ``target_subnet``; returns the way ("local", "Transit Gateway") or raises Blocked."""
+        key = (source, destination, target_subnet)
+        if key not in self._ways:
+            try:
+                self._ways[key] = (True, self._route_between(source, destination, target_subnet))
+            except Blocked as exc:
+                self._ways[key] = (False, str(exc))
+        allowed, answer = self._ways[key]
+        if not allowed:
+            raise Blocked(answer)
+        return answer
+
+    def _route_between(self, source: str, destination: Net, target_subnet: str) -> str:
         origin, target = self.subnets[source], self.subnets[target_subnet]
         route = self.longest_prefix(self.table_of(source), destination)
         if route.kind == "local":

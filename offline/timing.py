@@ -203,6 +203,17 @@ class Slot:
         return self.finish - self.start
 
 
+def _reversed(edges: dict[str, set[str]], nodes: set[str]) -> dict[str, set[str]]:
+    """node -> the nodes that wait for it (a destroy waits for its dependents), in one pass
+    over the edges rather than a scan of every node for every node."""
+    found: dict[str, set[str]] = {n: set() for n in nodes}
+    for m in nodes:
+        for n in edges.get(m, ()):
+            if n in found:
+                found[n].add(m)
+    return found
+
+
 def schedule(run: ProgramRun, *, create: bool = True, only: Optional[set[str]] = None,
              edges: Optional[dict[str, set[str]]] = None) -> dict[str, Slot]:
     """Start and finish of every resource (URN -> Slot), typical durations, when each starts as
@@ -211,7 +222,7 @@ def schedule(run: ProgramRun, *, create: bool = True, only: Optional[set[str]] =
     from 0)."""
     edges = _edges(run) if edges is None else edges
     nodes = set(edges) if only is None else only
-    waits_for = edges if create else {n: {m for m in nodes if n in edges.get(m, ())} for n in nodes}
+    waits_for = edges if create else _reversed(edges, nodes)
     slots: dict[str, Slot] = {}
 
     def slot(urn: str) -> Slot:

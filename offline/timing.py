@@ -231,7 +231,9 @@ def schedule(run: ProgramRun, *, create: bool = True, only: Optional[set[str]] =
             before = [(slot(d).finish, d) for d in waits_for.get(urn, ()) if d in nodes]
             start, via = max(before, default=(0.0, None))
             ready = start
-            for wait in (waits(run, reg) if create else ()):
+            # In URN order, as `before`'s ties are broken by URN: the registration order (the
+            # SDK's threads) is not the same from run to run, and the chain printed must be.
+            for wait in (sorted(waits(run, reg), key=lambda w: w.anchor.urn) if create else ()):
                 inside = wait.anchor.urn in nodes
                 at = (slot(wait.anchor.urn).finish if inside else 0.0) + wait.seconds
                 if at > ready:
@@ -255,7 +257,7 @@ def _longest(run: ProgramRun, edges: dict[str, set[str]], *, create: bool,
     slots = schedule(run, create=create, only=only, edges=edges)
     if not slots:
         return Estimate(0.0, [])
-    end = max(slots, key=lambda u: slots[u].finish)
+    end = max(slots, key=lambda u: (slots[u].finish, u))  # ties: by URN, whatever the order
     chain, urn = [], end
     while urn is not None:
         chain.append(run.by_urn[urn].name)

@@ -118,3 +118,26 @@ def test_the_dev_stack_stays_over_13_minutes_even_if_the_hosts_joined_at_once(de
     assert 14 * 60 < up.seconds < 16 * 60
     assert "cluster-system-ng" in up.chain and "karpenter-node-pool" in up.chain
     assert not any(name.startswith("hybrid-hosts-") for name in up.chain)
+
+
+def test_the_critical_paths_do_not_depend_on_the_registration_order(dev_run):
+    """The SDK's threads register resources in a different order from run to run; the plan
+    prints the same chains whatever the order (ties are broken by URN)."""
+    backwards = dataclasses.replace(dev_run, registrations=list(reversed(dev_run.registrations)))
+    assert estimate_up(backwards) == estimate_up(dev_run)
+    assert estimate_destroy(backwards) == estimate_destroy(dev_run)
+
+
+def test_the_unread_chart_values_are_listed_in_one_order(dev_run):
+    import io
+
+    from offline import plan
+
+    backwards = dataclasses.replace(dev_run, registrations=list(reversed(dev_run.registrations)))
+    texts = []
+    for run in (dev_run, backwards):
+        out = io.StringIO()
+        plan._render_values_not_read(run, out)
+        texts.append(out.getvalue())
+    assert texts[0] == texts[1]
+    assert "  none\n" not in texts[0]  # not vacuous: the dev stack sets documented unread values

@@ -20,8 +20,6 @@ import os
 import random
 import shutil
 import socket
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
@@ -32,6 +30,7 @@ import pytest
 from rehearse import cli, failover, failover_analysis, leader as leaders, probes as probe_logs
 from rehearse.record import iso, parse_time, read_events
 from rehearse.report import FAIL, PASS
+from tests.conftest import main_in_process
 from tests.offline_guard import loopback_connect
 from tests.kube_emulator import (LEASES, NODES, PODS, VTEP_CONFIGS, Emulator,
                                  emulator)  # noqa: F401 (the fixture)
@@ -508,13 +507,14 @@ def test_a_recorded_run_replays_to_the_same_report(lab_for):
     assert ((folder / "report.json").read_text(), (folder / "report.md").read_text()) == first
 
 
-def test_python_m_rehearse_report_replays_a_recorded_run(tmp_path):
+def test_python_m_rehearse_report_replays_a_recorded_run(tmp_path, capsys, monkeypatch):
+    # In-process, as the fresh process would run it: `python -m rehearse` in a fresh
+    # interpreter is test_rehearse_frame's (an unreachable cluster); a fresh one here would
+    # only import the tools and matplotlib again (a second of CPU).
     folder = tmp_path / "run"
     shutil.copytree(FIXTURES / "failover-healthy", folder)
     expected = failover.analyse(read_events(folder)).to_json()
-    result = subprocess.run([sys.executable, "-m", "rehearse", "report", str(folder)],
-                            cwd=Path(__file__).parent.parent, capture_output=True, text=True,
-                            timeout=60)
+    result = main_in_process(capsys, monkeypatch, "rehearse", cli.main, "report", str(folder))
     assert result.returncode == 0, result.stderr
     assert json.loads((folder / "report.json").read_text()) == expected
     assert "Gateway leader failover: PASS" in result.stdout

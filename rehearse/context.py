@@ -46,7 +46,7 @@ _LOADERS: dict[Any, Any] = {}
 _LOADERS_LOCK = threading.Lock()
 
 
-def _boto3_session() -> Any:
+def boto3_session() -> Any:
     """``boto3.session.Session()``, reading botocore's data files through the shared loader."""
     import os
 
@@ -81,7 +81,7 @@ def boto3_clients(region: str) -> Callable[[str], Any]:
         if service not in made:
             from botocore.config import Config
 
-            made[service] = _boto3_session().client(service, region_name=region, config=Config(
+            made[service] = boto3_session().client(service, region_name=region, config=Config(
                 retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=15))
         return made[service]
 

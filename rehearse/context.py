@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,41 @@ class Context:
     work_dir: Optional[Path] = None
 
 
+#: botocore's data loader, by the data path it reads, shared by the sessions this process
+#: makes: a new session's own loader parses the service's model and the endpoint rules again
+#: (JSON, 0.1-0.2 s of CPU a client), files that do not change while the process runs (a
+#: command run by `rehearse all` after another, or each command run of the tests). Only the
+#: parsed files are shared: credentials, config and region are still each session's own.
+_LOADERS: dict[Any, Any] = {}
+_LOADERS_LOCK = threading.Lock()
+
+
+def boto3_session() -> Any:
+    """``boto3.session.Session()``, reading botocore's data files through the shared loader."""
+    import os
+
+    import boto3
+    import botocore.session
+
+    core = botocore.session.get_session()
+    key = core.get_config_variable("data_path")
+    with _LOADERS_LOCK:
+        shared = _LOADERS.get(key)
+        if shared is not None:
+            core.register_component("data_loader", shared)
+        session = boto3.session.Session(botocore_session=core)
+        loader = core.get_component("data_loader")
+        if shared is None:
+            _LOADERS[key] = loader
+        else:
+            # boto3 appends its own data folder to the loader's search paths on every session:
+            # once is what a session of its own would have.
+            paths, own = loader.search_paths, os.path.join(os.path.dirname(boto3.session.__file__), "data")
+            while paths.count(own) > 1:
+                del paths[len(paths) - 1 - paths[::-1].index(own)]
+    return session
+
+
 def boto3_clients(region: str) -> Callable[[str], Any]:
     """One client per service, made on first use: a failover polls EC2 every half second, and
     a new client costs more than the call."""
@@ -43,10 +79,9 @@ def boto3_clients(region: str) -> Callable[[str], Any]:
 
     def client(service: str) -> Any:
         if service not in made:
-            import boto3
             from botocore.config import Config
 
-            made[service] = boto3.session.Session().client(service, region_name=region, config=Config(
+            made[service] = boto3_session().client(service, region_name=region, config=Config(
                 retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=15))
         return made[service]
 

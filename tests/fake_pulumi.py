@@ -609,13 +609,21 @@ _CACHE: list[str] = []
 
 
 def _cache_dir() -> str:
+    """Under xdist, one folder for both workers (tests/worker_share.py): an answer is written
+    to a side file and renamed, so either reads the other's whole."""
     if not _CACHE:
-        import atexit
-        import shutil
-        import tempfile
+        from tests import worker_share
 
-        _CACHE.append(tempfile.mkdtemp(prefix="fake-pulumi-checks-"))
-        atexit.register(shutil.rmtree, _CACHE[0], True)
+        shared = worker_share.directory("fake-pulumi-checks")
+        if shared is not None:
+            _CACHE.append(str(shared))
+        else:
+            import atexit
+            import shutil
+            import tempfile
+
+            _CACHE.append(tempfile.mkdtemp(prefix="fake-pulumi-checks-"))
+            atexit.register(shutil.rmtree, _CACHE[0], True)
     return _CACHE[0]
 
 

@@ -20,8 +20,6 @@ import os
 import random
 import shutil
 import socket
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
@@ -32,6 +30,7 @@ import pytest
 from rehearse import cli, failover, failover_analysis, leader as leaders, probes as probe_logs
 from rehearse.record import iso, parse_time, read_events
 from rehearse.report import FAIL, PASS
+from tests.conftest import main_in_process
 from tests.offline_guard import loopback_connect
 from tests.kube_emulator import (LEASES, NODES, PODS, VTEP_CONFIGS, Emulator,
                                  emulator)  # noqa: F401 (the fixture)
@@ -208,11 +207,12 @@ def _prober_pod(app: str, node: str) -> dict:
 @functools.lru_cache(maxsize=None)
 def _ec2_client() -> Any:
     """One EC2 client for the lab's own calls, used only inside ``mock_aws`` (each mock's
-    state is its own): botocore reads the EC2 model anew for every session (about 0.3 s)."""
-    import boto3
+    state is its own), from a session sharing the command runs' botocore data loader (a
+    loader of its own parses the EC2 model again, 0.1-0.2 s)."""
+    from rehearse.context import boto3_session
 
-    return boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
-                                 aws_session_token="testing", region_name=REGION).client("ec2")
+    return boto3_session().client("ec2", region_name=REGION, aws_access_key_id="testing",
+                                  aws_secret_access_key="testing", aws_session_token="testing")
 
 
 #: The lab's environment: moto's fake credentials and region.
@@ -508,13 +508,14 @@ def test_a_recorded_run_replays_to_the_same_report(lab_for):
     assert ((folder / "report.json").read_text(), (folder / "report.md").read_text()) == first
 
 
-def test_python_m_rehearse_report_replays_a_recorded_run(tmp_path):
+def test_python_m_rehearse_report_replays_a_recorded_run(tmp_path, capsys, monkeypatch):
+    # In-process, as the fresh process would run it: `python -m rehearse` in a fresh
+    # interpreter is test_rehearse_frame's (an unreachable cluster); a fresh one here would
+    # only import the tools and matplotlib again (a second of CPU).
     folder = tmp_path / "run"
     shutil.copytree(FIXTURES / "failover-healthy", folder)
     expected = failover.analyse(read_events(folder)).to_json()
-    result = subprocess.run([sys.executable, "-m", "rehearse", "report", str(folder)],
-                            cwd=Path(__file__).parent.parent, capture_output=True, text=True,
-                            timeout=60)
+    result = main_in_process(capsys, monkeypatch, "rehearse", cli.main, "report", str(folder))
     assert result.returncode == 0, result.stderr
     assert json.loads((folder / "report.json").read_text()) == expected
     assert "Gateway leader failover: PASS" in result.stdout

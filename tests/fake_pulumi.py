@@ -631,14 +631,15 @@ def _compiled_copy(bin_dir) -> str:
     """This file compiled, written into ``bin_dir``: each `pulumi` call is a fresh interpreter,
     and with bytecode caching off (PYTHONDONTWRITEBYTECODE) it would compile this source anew
     every call (~10 ms, a third of a `stack output`). The copy is the source of this run."""
+    import pathlib
     import py_compile
 
     target = os.path.join(bin_dir, "fake_pulumi.pyc")
     if not _COMPILED:
         py_compile.compile(os.path.realpath(__file__), cfile=target, doraise=True)
-        _COMPILED.append(open(target, "rb").read())
+        _COMPILED.append(pathlib.Path(target).read_bytes())
     else:
-        open(target, "wb").write(_COMPILED[0])
+        pathlib.Path(target).write_bytes(_COMPILED[0])
     return target
 
 

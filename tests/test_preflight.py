@@ -156,9 +156,44 @@ def stub_quotas(session: boto3.Session, region: str, answers: dict) -> Stubber:
     return stubber
 
 
+class _Account:
+    """Whether moto's backends hold the module's account as the ``aws`` fixture plants it
+    (``planted``), and whether the running test changes it (``changed``)."""
+    planted = False
+    changed = False
+
+
+_ACCOUNT = _Account()
+
+
+def account_changes() -> None:
+    """Said by a test before it changes the account: the next test starts from a new one."""
+    _ACCOUNT.changed = True
+
+
+def _empty_moto() -> None:
+    """moto's backends emptied, as a mock_aws start and stop leaves them."""
+    with mock_aws():
+        pass
+    _ACCOUNT.planted = False
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_account():
+    """The account the tests share is emptied when the module's tests are done (or another
+    module's test runs in between): other modules' moto starts from nothing."""
+    yield
+    if _ACCOUNT.planted:
+        _empty_moto()
+
+
 @pytest.fixture
 def aws(monkeypatch):
-    """moto for everything boto3 calls; fake credentials, no profile, no endpoint override."""
+    """moto for everything boto3 calls; fake credentials, no profile, no endpoint override.
+
+    Speed only: the preflight only reads, so the tests share one account (planted once, not
+    reset by every test's moto); a test that changes it says so with ``account_changes()``,
+    and the next test gets a new one."""
     for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
@@ -166,10 +201,19 @@ def aws(monkeypatch):
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
     monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # 5,000 AMIs: most of moto's start
-    with mock_aws():
-        # An account that has run spot before; test_spot_role_* take it away.
-        plant_spot_role()
+    mock = mock_aws()
+    mock.start(reset=not _ACCOUNT.planted)
+    try:
+        if not _ACCOUNT.planted:
+            # An account that has run spot before; test_spot_role_* take it away.
+            plant_spot_role()
+            _ACCOUNT.planted = True
         yield
+    finally:
+        changed, _ACCOUNT.changed = _ACCOUNT.changed, False
+        if changed:
+            _ACCOUNT.planted = False
+        mock.stop(remove_data=changed)
 
 
 def plant_spot_role() -> None:
@@ -183,6 +227,7 @@ def plant_spot_role() -> None:
 
 
 def plant_instances(count: int, instance_type: str) -> None:
+    account_changes()
     CachingSession(region_name=REGION).client("ec2").run_instances(
         ImageId="ami-12c6146b", MinCount=count, MaxCount=count, InstanceType=instance_type)
 
@@ -464,7 +509,14 @@ def test_quota_classes():
         ["standard", "standard", "standard", "gvt", "gvt", "other", "other", "other", "other"]
 
 
-def test_command_against_a_moto_server(tmp_path, monkeypatch, moto_server):
+@pytest.fixture
+def fresh_account():
+    """An empty moto account (the in-process tests' shared one is emptied first)."""
+    if _ACCOUNT.planted:
+        _empty_moto()
+
+
+def test_command_against_a_moto_server(tmp_path, monkeypatch, fresh_account, moto_server):
     """The real command, in its own process, against moto's server: Service Quotas answers the
     VPC quotas and fails the EC2 ones (not implemented), which must be WARN lines, not a crash."""
     bin_dir = tmp_path / "bin"
@@ -524,6 +576,7 @@ def test_the_names_checked_are_the_names_the_program_creates(dev_run):
 
 def plant_named(cluster_tags=None, log_group_tags=None, queue_tags=None) -> None:
     """What another stack (or an old run) left under the dev stack's names; None: not there."""
+    account_changes()
     session = CachingSession(region_name=REGION)
     if cluster_tags is not None:
         session.client("eks").create_cluster(
@@ -617,6 +670,7 @@ def test_spot_role_present_passes(aws, tmp_path, capsys):
 
 
 def test_spot_role_missing_warns_with_the_command_that_creates_it(aws, tmp_path, capsys):
+    account_changes()
     CachingSession(region_name=REGION).client("iam").delete_role(RoleName=SPOT_ROLE)
     code, lines, checks = preflight(tmp_path, capsys)
     assert code == 0, "a missing role is a WARN: demo 2 still bursts, on on-demand"

@@ -30,7 +30,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import moto.kms.models
 import dataclasses
@@ -302,25 +302,44 @@ class Account:
     scanned: Scanned | None = None
 
 
-class AccountSession:
-    """Clients of the shared session (models loaded once) with another account's keys. Speed
-    only: one client per service, region and config settings, kept for the session's scans
-    (an EC2 client costs ~20 ms to make; the audit makes one per scan)."""
+class SharedClients:
+    """The module's boto3 session, handing out one client per service and settings (config
+    settings by value: the audit makes a Config per client) for every scan of the module.
+    Speed only: an EC2 client costs ~20 ms to make, and each scan made one. ``listeners``
+    hear every call of every client (a session's own handlers reach only clients made after
+    they were registered)."""
 
-    def __init__(self, session: Any, credentials: dict[str, str]) -> None:
-        self.session, self.credentials = session, credentials
+    def __init__(self, session: Any) -> None:
+        self.session = session
         self.clients: dict[tuple, Any] = {}
+        self.listeners: list[Callable[..., None]] = []
+
+    def _heard(self, **event: Any) -> None:
+        for listener in list(self.listeners):
+            listener(**event)
 
     def client(self, service: str, **kwargs: Any) -> Any:
         config = kwargs.get("config")
         key = (service, repr(sorted((k, v) for k, v in kwargs.items() if k != "config")),
                repr(sorted(config._user_provided_options.items())) if config else None)
         if key not in self.clients:
-            self.clients[key] = self.session.client(
-                service, aws_access_key_id=self.credentials["AccessKeyId"],
-                aws_secret_access_key=self.credentials["SecretAccessKey"],
-                aws_session_token=self.credentials["SessionToken"], **kwargs)
+            client = self.session.client(service, **kwargs)
+            client.meta.events.register("before-call", self._heard, unique_id="test-listeners")
+            self.clients[key] = client
         return self.clients[key]
+
+
+class AccountSession:
+    """Clients of the shared session (models loaded once) with another account's keys."""
+
+    def __init__(self, session: Any, credentials: dict[str, str]) -> None:
+        self.session, self.credentials = session, credentials
+
+    def client(self, service: str, **kwargs: Any) -> Any:
+        return self.session.client(
+            service, aws_access_key_id=self.credentials["AccessKeyId"],
+            aws_secret_access_key=self.credentials["SecretAccessKey"],
+            aws_session_token=self.credentials["SessionToken"], **kwargs)
 
 
 def assume(session: Any, account: str, **kwargs: Any) -> dict[str, str]:
@@ -344,7 +363,7 @@ def dev_account(aws_session, managed_instance_store):
             moto.kms.models.generate_private_key))
         with mock_aws(config=MOTO):
             clients = {s: aws_session.client(s, region_name=REGION) for s in SERVICES}
-            yield Account(aws_session, plant(clients, managed_instance_store))
+            yield Account(SharedClients(aws_session), plant(clients, managed_instance_store))
 
 
 @pytest.fixture
@@ -364,11 +383,11 @@ def dev_scan(dev_account, managed_instances, moto_lists_instance_profile_tags) -
         def record(model, **_):
             calls.append(model.name)
 
-        dev_account.session.events.register("before-call", record)
+        dev_account.session.listeners.append(record)
         try:
             report = scan(dev_account.session, scope_for())
         finally:
-            dev_account.session.events.unregister("before-call", record)
+            dev_account.session.listeners.remove(record)
         dev_account.scanned = Scanned(report, calls)
     return dev_account.scanned
 

@@ -158,9 +158,12 @@ def stub_quotas(session: boto3.Session, region: str, answers: dict) -> Stubber:
 
 class _Account:
     """Whether moto's backends hold the module's account as the ``aws`` fixture plants it
-    (``planted``), and whether the running test changes it (``changed``)."""
+    (``planted``), and whether the running test changes it (``changed``); ``default_run``:
+    ``preflight``'s answer for the dev stack as it is, in that account (tests that make that
+    same run share it)."""
     planted = False
     changed = False
+    default_run = None
 
 
 _ACCOUNT = _Account()
@@ -169,6 +172,7 @@ _ACCOUNT = _Account()
 def account_changes() -> None:
     """Said by a test before it changes the account: the next test starts from a new one."""
     _ACCOUNT.changed = True
+    _ACCOUNT.default_run = None
 
 
 def _empty_moto() -> None:
@@ -176,6 +180,7 @@ def _empty_moto() -> None:
     with mock_aws():
         pass
     _ACCOUNT.planted = False
+    _ACCOUNT.default_run = None
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -205,6 +210,7 @@ def aws(monkeypatch):
     mock.start(reset=not _ACCOUNT.planted)
     try:
         if not _ACCOUNT.planted:
+            _ACCOUNT.default_run = None
             # An account that has run spot before; test_spot_role_* take it away.
             plant_spot_role()
             _ACCOUNT.planted = True
@@ -235,7 +241,14 @@ def plant_instances(count: int, instance_type: str) -> None:
 def preflight(tmp_path, capsys, quotas=None, tools=None, session=None, cli_region=None,
               **settings):
     """Runs the command on the dev stack with ``settings`` changed (and ``--region cli_region``).
-    Returns (exit code, the report's lines, {check name: line})."""
+    Returns (exit code, the report's lines, {check name: line}).
+
+    The run of the dev stack as it is (no argument but the fixtures) is made once for the
+    tests that read it, while the account they share is unchanged."""
+    default = (quotas, tools, session, cli_region, settings) == (None, None, None, None, {})
+    if default and _ACCOUNT.default_run is not None and not _ACCOUNT.changed:
+        code, lines, by_name = _ACCOUNT.default_run
+        return code, list(lines), dict(by_name)
     region = cli_region or settings.get("region", REGION)
     if session is None:
         session = CachingSession(region_name=region)
@@ -254,6 +267,8 @@ def preflight(tmp_path, capsys, quotas=None, tools=None, session=None, cli_regio
         status, _, rest = line.partition("  ")
         if status in (PASS, WARN, FAIL, SKIP):
             by_name[rest.split(": ", 1)[0]] = line
+    if default and not _ACCOUNT.changed:
+        _ACCOUNT.default_run = (code, list(lines), dict(by_name))
     return code, lines, by_name
 
 

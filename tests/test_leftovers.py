@@ -30,7 +30,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import moto.kms.models
 import dataclasses
@@ -302,6 +302,33 @@ class Account:
     scanned: Scanned | None = None
 
 
+class SharedClients:
+    """The module's boto3 session, handing out one client per service and settings (config
+    settings by value: the audit makes a Config per client) for every scan of the module.
+    Speed only: an EC2 client costs ~20 ms to make, and each scan made one. ``listeners``
+    hear every call of every client (a session's own handlers reach only clients made after
+    they were registered)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.clients: dict[tuple, Any] = {}
+        self.listeners: list[Callable[..., None]] = []
+
+    def _heard(self, **event: Any) -> None:
+        for listener in list(self.listeners):
+            listener(**event)
+
+    def client(self, service: str, **kwargs: Any) -> Any:
+        config = kwargs.get("config")
+        key = (service, repr(sorted((k, v) for k, v in kwargs.items() if k != "config")),
+               repr(sorted(config._user_provided_options.items())) if config else None)
+        if key not in self.clients:
+            client = self.session.client(service, **kwargs)
+            client.meta.events.register("before-call", self._heard, unique_id="test-listeners")
+            self.clients[key] = client
+        return self.clients[key]
+
+
 class AccountSession:
     """Clients of the shared session (models loaded once) with another account's keys."""
 
@@ -336,7 +363,7 @@ def dev_account(aws_session, managed_instance_store):
             moto.kms.models.generate_private_key))
         with mock_aws(config=MOTO):
             clients = {s: aws_session.client(s, region_name=REGION) for s in SERVICES}
-            yield Account(aws_session, plant(clients, managed_instance_store))
+            yield Account(SharedClients(aws_session), plant(clients, managed_instance_store))
 
 
 @pytest.fixture
@@ -356,11 +383,11 @@ def dev_scan(dev_account, managed_instances, moto_lists_instance_profile_tags) -
         def record(model, **_):
             calls.append(model.name)
 
-        dev_account.session.events.register("before-call", record)
+        dev_account.session.listeners.append(record)
         try:
             report = scan(dev_account.session, scope_for())
         finally:
-            dev_account.session.events.unregister("before-call", record)
+            dev_account.session.listeners.remove(record)
         dev_account.scanned = Scanned(report, calls)
     return dev_account.scanned
 
@@ -507,7 +534,17 @@ def test_a_registration_gone_in_between_is_not_listed(stubbed_ssm):
 
 # --- the command, in-process -----------------------------------------------------------------
 
-def test_command_prints_a_table_with_costs_and_commands(dev_account, tmp_path, capsys):
+def test_command_prints_a_table_with_costs_and_commands(dev_account, tmp_path, capsys,
+                                                        monkeypatch):
+    scanned = []
+
+    def recorded_scan(session, scope):
+        scanned.append(scan(session, scope))
+        return scanned[-1]
+
+    # The report the command prints, kept to compare with what it printed (rather than a
+    # second scan of the unchanged account).
+    monkeypatch.setattr(command, "scan", recorded_scan)
     code = command.main(["--stack-file", str(write_stack_file(tmp_path, "dev"))],
                         session=dev_account.session)
     out = capsys.readouterr().out
@@ -519,7 +556,8 @@ def test_command_prints_a_table_with_costs_and_commands(dev_account, tmp_path, c
     assert f"remove: aws ec2 delete-nat-gateway --region {REGION} --nat-gateway-id nat-" in out
     # The command prices with the lab's table (stacks/costs.py) for the stack's region.
     scope = command.scope_of(config_from_stack_file("dev", path=write_stack_file(tmp_path, "dev")))
-    report = scan(dev_account.session, dataclasses.replace(scope, account=ACCOUNT))
+    report, = scanned
+    assert report.scope == dataclasses.replace(scope, account=ACCOUNT)
     total, unknown = report.total_hourly_usd()
     assert f" for {len(dev_account.expected)} leftovers; {unknown} of unknown cost." in out
     assert f"Total: ~${total:.4f}".rstrip("0") in out

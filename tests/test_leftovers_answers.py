@@ -4,6 +4,7 @@ still incomplete. The endpoint is a loopback HTTP server; STS answers as AWS doe
 
 from __future__ import annotations
 
+import functools
 import http.server
 import threading
 from pathlib import Path
@@ -67,13 +68,20 @@ def endpoint():
     server.server_close()
 
 
+@functools.lru_cache(maxsize=None)
+def _module_session() -> boto3.session.Session:
+    """Speed only: one boto3 session for the module's tests (a new one parses EC2's model
+    again, ~0.1 s); its clients are still made per test."""
+    return boto3.session.Session(aws_access_key_id="AKIDEXAMPLE",
+                                 aws_secret_access_key="secret", region_name=REGION)
+
+
 class EndpointSession:
     """Clients of one boto3 session, every one pointed at the loopback endpoint."""
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.session = boto3.session.Session(aws_access_key_id="AKIDEXAMPLE",
-                                             aws_secret_access_key="secret", region_name=REGION)
+        self.session = _module_session()
 
     def client(self, service: str, **kwargs):
         return self.session.client(service, endpoint_url=self.url, **kwargs)

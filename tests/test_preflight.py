@@ -156,9 +156,52 @@ def stub_quotas(session: boto3.Session, region: str, answers: dict) -> Stubber:
     return stubber
 
 
+class _Account:
+    """Whether moto's backends hold the module's account as the ``aws`` fixture plants it
+    (``planted``), and whether the running test changes it (``changed``); ``default_run``:
+    ``preflight``'s answer for the dev stack as it is, in that account (tests that make that
+    same run share it)."""
+    planted = False
+    changed = False
+    default_run = None
+
+
+_ACCOUNT = _Account()
+
+
+def account_changes() -> None:
+    """Said by a test before it changes the account: the next test starts from a new one."""
+    _ACCOUNT.changed = True
+    _ACCOUNT.default_run = None
+
+
+def _empty_moto() -> None:
+    """moto's backends emptied, as a mock_aws start and stop leaves them (a reset makes each
+    EC2 backend anew before dropping it: without its catalogue of 5,000 AMIs, ~0.2 s each)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+        with mock_aws():
+            pass
+    _ACCOUNT.planted = False
+    _ACCOUNT.default_run = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_account():
+    """The account the tests share is emptied when the module's tests are done (or another
+    module's test runs in between): other modules' moto starts from nothing."""
+    yield
+    if _ACCOUNT.planted:
+        _empty_moto()
+
+
 @pytest.fixture
 def aws(monkeypatch):
-    """moto for everything boto3 calls; fake credentials, no profile, no endpoint override."""
+    """moto for everything boto3 calls; fake credentials, no profile, no endpoint override.
+
+    Speed only: the preflight only reads, so the tests share one account (planted once, not
+    reset by every test's moto); a test that changes it says so with ``account_changes()``,
+    and the next test gets a new one."""
     for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
@@ -166,10 +209,20 @@ def aws(monkeypatch):
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
     monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # 5,000 AMIs: most of moto's start
-    with mock_aws():
-        # An account that has run spot before; test_spot_role_* take it away.
-        plant_spot_role()
+    mock = mock_aws()
+    mock.start(reset=not _ACCOUNT.planted)
+    try:
+        if not _ACCOUNT.planted:
+            _ACCOUNT.default_run = None
+            # An account that has run spot before; test_spot_role_* take it away.
+            plant_spot_role()
+            _ACCOUNT.planted = True
         yield
+    finally:
+        changed, _ACCOUNT.changed = _ACCOUNT.changed, False
+        if changed:
+            _ACCOUNT.planted = False
+        mock.stop(remove_data=changed)
 
 
 def plant_spot_role() -> None:
@@ -183,6 +236,7 @@ def plant_spot_role() -> None:
 
 
 def plant_instances(count: int, instance_type: str) -> None:
+    account_changes()
     CachingSession(region_name=REGION).client("ec2").run_instances(
         ImageId="ami-12c6146b", MinCount=count, MaxCount=count, InstanceType=instance_type)
 
@@ -190,7 +244,14 @@ def plant_instances(count: int, instance_type: str) -> None:
 def preflight(tmp_path, capsys, quotas=None, tools=None, session=None, cli_region=None,
               **settings):
     """Runs the command on the dev stack with ``settings`` changed (and ``--region cli_region``).
-    Returns (exit code, the report's lines, {check name: line})."""
+    Returns (exit code, the report's lines, {check name: line}).
+
+    The run of the dev stack as it is (no argument but the fixtures) is made once for the
+    tests that read it, while the account they share is unchanged."""
+    default = (quotas, tools, session, cli_region, settings) == (None, None, None, None, {})
+    if default and _ACCOUNT.default_run is not None and not _ACCOUNT.changed:
+        code, lines, by_name = _ACCOUNT.default_run
+        return code, list(lines), dict(by_name)
     region = cli_region or settings.get("region", REGION)
     if session is None:
         session = CachingSession(region_name=region)
@@ -209,6 +270,8 @@ def preflight(tmp_path, capsys, quotas=None, tools=None, session=None, cli_regio
         status, _, rest = line.partition("  ")
         if status in (PASS, WARN, FAIL, SKIP):
             by_name[rest.split(": ", 1)[0]] = line
+    if default and not _ACCOUNT.changed:
+        _ACCOUNT.default_run = (code, list(lines), dict(by_name))
     return code, lines, by_name
 
 
@@ -464,7 +527,14 @@ def test_quota_classes():
         ["standard", "standard", "standard", "gvt", "gvt", "other", "other", "other", "other"]
 
 
-def test_command_against_a_moto_server(tmp_path, monkeypatch, moto_server):
+@pytest.fixture
+def fresh_account():
+    """An empty moto account (the in-process tests' shared one is emptied first)."""
+    if _ACCOUNT.planted:
+        _empty_moto()
+
+
+def test_command_against_a_moto_server(tmp_path, monkeypatch, fresh_account, moto_server):
     """The real command, in its own process, against moto's server: Service Quotas answers the
     VPC quotas and fails the EC2 ones (not implemented), which must be WARN lines, not a crash."""
     bin_dir = tmp_path / "bin"
@@ -524,6 +594,7 @@ def test_the_names_checked_are_the_names_the_program_creates(dev_run):
 
 def plant_named(cluster_tags=None, log_group_tags=None, queue_tags=None) -> None:
     """What another stack (or an old run) left under the dev stack's names; None: not there."""
+    account_changes()
     session = CachingSession(region_name=REGION)
     if cluster_tags is not None:
         session.client("eks").create_cluster(
@@ -617,6 +688,7 @@ def test_spot_role_present_passes(aws, tmp_path, capsys):
 
 
 def test_spot_role_missing_warns_with_the_command_that_creates_it(aws, tmp_path, capsys):
+    account_changes()
     CachingSession(region_name=REGION).client("iam").delete_role(RoleName=SPOT_ROLE)
     code, lines, checks = preflight(tmp_path, capsys)
     assert code == 0, "a missing role is a WARN: demo 2 still bursts, on on-demand"

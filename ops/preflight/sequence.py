@@ -7,7 +7,7 @@ The checks themselves are in ``ops/preflight/checks.py``.
 from __future__ import annotations
 
 import shutil
-from typing import Iterable
+from typing import Iterable, Optional
 
 import boto3
 
@@ -18,10 +18,29 @@ from ops.preflight.checks import (FAIL, PASS, SKIP, WARN, Check, LabNeeds, Run, 
                                   skipped)
 
 
+class _ClientPerService:
+    """The session, handing out one client per service, region and config for a whole run:
+    the checks ask for an EC2 client five times, and making one costs about 20 ms (its
+    hundreds of operations become methods). A client that could not be made is not kept, so
+    the next check asks again, as it did."""
+
+    def __init__(self, session: boto3.Session) -> None:
+        self._session = session
+        self._clients: dict[tuple, object] = {}
+
+    def client(self, service: str, region_name: Optional[str] = None, config=None):
+        key = (service, region_name, id(config))
+        if key not in self._clients:
+            self._clients[key] = self._session.client(service, region_name=region_name,
+                                                      config=config)
+        return self._clients[key]
+
+
 def run_preflight(session: boto3.Session, needs: LabNeeds, *, which: Which = shutil.which,
                   run: Run = run_command) -> list[Check]:
     """Every check, in order. An AWS check that cannot run because an earlier one failed
     (no credentials, a disabled region, too few zones) is reported as SKIP, not attempted."""
+    session = _ClientPerService(session)
     credentials, caller_arn = _credentials(session, needs.region)
     checks = [credentials]
     regional = ("region", "availability zones", "instance types", "quotas",

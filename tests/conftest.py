@@ -55,17 +55,15 @@ def lab_config(**overrides: Any) -> dict[str, str]:
     return config_with(DEV_CONFIG, **overrides)
 
 
-# --- speed only: the cyclic garbage collector is off in the test processes --------------------
-# A worker allocates hundreds of millions of objects (program runs, Helm renders, HTTP requests,
-# moto's backends), and the collector traversed every survivor again on its way through the
-# generations: 4-5 s of each worker's CPU, a tenth of the suite, to free cycles worth a few
-# hundred MB. Reference counting still frees everything else as soon as it is dropped (files,
-# sockets and event loops close, their ResourceWarnings fire where they did), so with automatic
-# collection off a worker peaks near 1.2 GB rather than 0.8 GB. pytest's own collection at the
-# session's end (to surface exceptions raised in finalizers) still runs; the modules, frozen
-# after collection and whenever tests have imported many more (the first program run loads
-# pulumi_aws's), are left out of its walk. The program and the tools run with Python's
-# collector as usual (a subprocess a test starts too): this is the test workers' setting alone.
+# --- speed only: the cyclic garbage collector ---------------------------------------------------
+# A worker's heap is mostly modules (pulumi, the providers' SDKs, moto, the tests) and the cached
+# program runs, all kept for the session; every full collection walks them again, and program
+# runs make enough cyclic garbage for a full collection every few runs (a third of a run's CPU).
+# Frozen after collection, and again whenever tests have imported many more modules (the first
+# program run loads pulumi_aws's), they are left out of those walks. Garbage made later is
+# collected as before. A full collection also waits for 100 young-generation collections, not 10
+# (in the program-run files: 34 full collections -> 7, GC 4.3 s -> 2.2 s of CPU); the young ones
+# still run at Python's default pace, so garbage cycles are freed soon enough.
 
 #: len(sys.modules) at the last freeze.
 _MODULES_AT_FREEZE = 0
@@ -73,11 +71,15 @@ _MODULES_AT_FREEZE = 0
 
 def _freeze_what_is_loaded() -> None:
     global _MODULES_AT_FREEZE
+    gc.collect()
     gc.freeze()
     _MODULES_AT_FREEZE = len(sys.modules)
 
 
-gc.set_threshold(0)
+# From here on, collection too: importing the tests and what they import makes long-lived
+# objects, which full collections would walk over and over (15 of them, ~2 s of collection).
+gc.freeze()
+gc.set_threshold(gc.get_threshold()[0], gc.get_threshold()[1], 100)
 
 
 def pytest_collection_finish(session):

@@ -121,7 +121,7 @@ def _render_values_not_read(run: ProgramRun, out: TextIO) -> None:
     found = [(release, path, why) for release in chart_render.registered_releases(run)
              for path, why in chart_render.documented_not_read(release).items()]
     # By release and path: the releases come in registration order, which varies from run to run.
-    found.sort(key=lambda item: (item[0].name, item[1]))
+    found.sort(key=lambda item: (item[0].name, item[0].namespace, item[1]))
     for release, path, why in found:
         source = release.source
         out.write(f"  {release.name}: {path} (source {source.directory} {source.version}): {why}\n")

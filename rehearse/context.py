@@ -4,6 +4,7 @@ clock, and a way to show progress."""
 from __future__ import annotations
 
 import datetime
+import os
 import sys
 import threading
 import time
@@ -47,9 +48,9 @@ _LOADERS_LOCK = threading.Lock()
 
 
 def boto3_session() -> Any:
-    """``boto3.session.Session()``, reading botocore's data files through the shared loader."""
-    import os
-
+    """``boto3.session.Session()``, reading botocore's data files through the shared loader.
+    Relies on boto3's Session adding its own data folder to the session's loader (its
+    ``_setup_loader``); the duplicate that adds to a shared loader is removed below."""
     import boto3
     import botocore.session
 

@@ -508,7 +508,7 @@ def test_a_recorded_run_replays_to_the_same_report(lab_for):
     assert ((folder / "report.json").read_text(), (folder / "report.md").read_text()) == first
 
 
-def test_python_m_rehearse_report_replays_a_recorded_run(tmp_path, capsys, monkeypatch):
+def test_rehearse_report_replays_a_recorded_run_through_the_command(tmp_path, capsys, monkeypatch):
     # In-process, as the fresh process would run it: `python -m rehearse` in a fresh
     # interpreter is test_rehearse_frame's (an unreachable cluster); a fresh one here would
     # only import the tools and matplotlib again (a second of CPU).

@@ -111,6 +111,10 @@ def _share_between_workers(request, tmp_path_factory):
     yield
 
 
+def list_charts_only(folder, name, title, data) -> None:
+    """``rehearse.charts.write`` where charts are listed, not drawn (below)."""
+
+
 @pytest.fixture(autouse=True)
 def _charts_drawn_where_they_are_tested(request, monkeypatch):
     """A rehearsal test's report lists its charts (report.json, report.md) without drawing
@@ -121,7 +125,7 @@ def _charts_drawn_where_they_are_tested(request, monkeypatch):
         return
     from rehearse import charts
 
-    monkeypatch.setattr(charts, "write", lambda folder, name, title, data: None)
+    monkeypatch.setattr(charts, "write", list_charts_only)
 
 
 def main_in_process(capsys, monkeypatch, module: str, main: Any, *args: str) -> subprocess.CompletedProcess:

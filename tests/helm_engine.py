@@ -37,8 +37,7 @@ def with_registration(run: ProgramRun, name: str, change) -> ProgramRun:
             change(inputs)
             reg = replace(reg, inputs=inputs)
         regs.append(reg)
-    return ProgramRun(stack=run.stack, config=run.config, registrations=regs,
-                      outputs=run.outputs, warnings=run.warnings)
+    return replace(run, registrations=regs)
 
 
 # --- speed only: the two workers share Helm's renders ---------------------------------------------

@@ -120,10 +120,15 @@ def test_the_dev_stack_stays_over_13_minutes_even_if_the_hosts_joined_at_once(de
     assert not any(name.startswith("hybrid-hosts-") for name in up.chain)
 
 
+def _backwards(run):
+    """The run with its resources registered in the opposite order."""
+    return dataclasses.replace(run, registrations=list(reversed(run.registrations)))
+
+
 def test_the_critical_paths_do_not_depend_on_the_registration_order(dev_run):
     """The SDK's threads register resources in a different order from run to run; the plan
     prints the same chains whatever the order (ties are broken by URN)."""
-    backwards = dataclasses.replace(dev_run, registrations=list(reversed(dev_run.registrations)))
+    backwards = _backwards(dev_run)
     assert estimate_up(backwards) == estimate_up(dev_run)
     assert estimate_destroy(backwards) == estimate_destroy(dev_run)
 
@@ -133,9 +138,8 @@ def test_the_unread_chart_values_are_listed_in_one_order(dev_run):
 
     from offline import plan
 
-    backwards = dataclasses.replace(dev_run, registrations=list(reversed(dev_run.registrations)))
     texts = []
-    for run in (dev_run, backwards):
+    for run in (dev_run, _backwards(dev_run)):
         out = io.StringIO()
         plan._render_values_not_read(run, out)
         texts.append(out.getvalue())

@@ -34,6 +34,7 @@ from rehearse import burst, cli, predict
 from rehearse.record import read_events
 from rehearse.report import FAIL, PASS
 from tests import fake_pulumi as fake_pulumi_cli
+from tests.conftest import list_charts_only
 from tests.offline_guard import loopback_connect
 from tests.kube_emulator import (CLUSTERPOLICIES, CONFIGMAPS, DEPLOYMENTS, EVENTS, NODECLAIMS,
                                  NODEPOOLS, NODES, PODS, REPLICASETS, Emulator, resource_key)
@@ -806,7 +807,7 @@ def a_run(tmp_path_factory) -> Finished:
     patch is made here)."""
     from rehearse import charts
 
-    with mock.patch.object(charts, "write", lambda folder, name, title, data: None), \
+    with mock.patch.object(charts, "write", list_charts_only), \
             lab_session(tmp_path_factory.mktemp("a-run"), scenario="A") as lab:
         return Finished(lab.run("--watch", "0"), lab)
 

@@ -22,7 +22,8 @@ class _ClientPerService:
     """The session, handing out one client per service, region and config for a whole run:
     the checks ask for an EC2 client five times, and making one costs about 20 ms (its
     hundreds of operations become methods). A client that could not be made is not kept, so
-    the next check asks again, as it did."""
+    the next check asks again, as it did. Configs are told apart by identity: the checks pass
+    the one ``CLIENT_CONFIG`` (ops/preflight/checks.py), which lives as long as the module."""
 
     def __init__(self, session: boto3.Session) -> None:
         self._session = session

@@ -97,6 +97,8 @@ class SimPod:
     cost: Optional[str] = None
     deleting: Optional[float] = None
     disruption: bool = False
+    #: When the DisruptionTarget condition came (None: with the deletion).
+    disrupted_at: Optional[float] = None
     unschedulable_since: Optional[float] = None
     nominated: Optional[str] = None
 
@@ -209,7 +211,8 @@ class Cluster:
             conditions.append({"type": "DisruptionTarget", "status": "True",
                                "reason": "EvictionByEvictionAPI",
                                "message": "Eviction API: evicting",
-                               "lastTransitionTime": stamp(pod.deleting or self.t)})
+                               "lastTransitionTime": stamp(pod.disrupted_at if pod.disrupted_at is not None
+                                                           else pod.deleting or self.t)})
         spec = {"containers": [{"name": "web", "resources": {"requests": {
             "cpu": f"{REQUEST_M}m", "memory": "64Mi"}}}]}
         if pod.node:
@@ -476,6 +479,16 @@ class Cluster:
         self.server.delete(NODES, None, node.name)
         self.server.delete(NODECLAIMS, None, node.claim)
         self.log.append((self.t, f"consolidated {node.name}"))
+
+    def evict_while_terminating(self, pod: SimPod) -> None:
+        """The Eviction API on a pod already being deleted: no disruption budget is checked (a
+        pod with a deletionTimestamp may always go), the DisruptionTarget condition is added
+        to it, and it is deleted again, going at the same moment (kubernetes/kubernetes,
+        pkg/registry/core/pod/storage/eviction.go: canIgnorePDB, addConditionAndDeletePod)."""
+        if self.pods.get(pod.name) is pod and pod.deleting is not None:
+            pod.disruption, pod.disrupted_at = True, self.t
+            self.touch(pod)
+            self.log.append((self.t, f"evicted {pod.name} while it terminates"))
 
     def evict_one(self) -> None:
         cloud = sorted((n for n in self.nodes.values() if n.place == "cloud"),
@@ -1078,6 +1091,31 @@ def test_karpenter_evictions_are_told_from_scale_in_victims(lab_for):
     assert step["evicted"][0]["name"] not in {p["name"] for p in step["removed"]}
     assert _checks(report)[_name("A", burst.C_FORECAST)]["status"] == PASS
     assert "Evicted by Karpenter" in lab.markdown()
+
+
+def test_a_victim_evicted_while_it_terminates_is_still_the_scale_ins_choice(lab_for):
+    # The ReplicaSet controller deletes two pods for 12 -> 10; a second after (the tool has
+    # seen both terminating, without a condition), one is evicted while it terminates and the
+    # API server adds DisruptionTarget to it. Who chose it is what the tool saw first: the
+    # scale-in, so it is a victim, not an eviction.
+    lab = lab_for(scenario="A")
+    original = Cluster.delete
+    evicted: list[str] = []
+
+    def delete(self, pod, disruption=False):
+        original(self, pod, disruption)
+        if not disruption and not evicted and self.replicas_seen[-1] == 10:
+            evicted.append(pod.name)
+            self.later(1.0, lambda: self.evict_while_terminating(pod))
+
+    with mock.patch.object(Cluster, "delete", delete):
+        assert lab.run(interval="1") == 0, lab.markdown()
+    assert any(f"evicted {evicted[0]} while it terminates" in line for _, line in lab.cluster.log)
+    step = _steps(lab.report(), "A")[2]
+    assert step["evicted"] == []
+    assert evicted[0] in {p["name"] for p in step["removed"]} and len(step["removed"]) == 2
+    assert step["verdict"] == "same", step
+    assert "Evicted by Karpenter" not in lab.markdown()
 
 
 def test_a_scale_up_that_never_finishes_stops_the_sequence_and_says_so(lab_for):

@@ -231,9 +231,11 @@ class Runner:
                 if pod is None:
                     gone.setdefault(name, iso(ctx.clock()))
                 elif not active(pod):
+                    # As first seen terminating: who deleted it. An eviction adds its
+                    # DisruptionTarget condition before the deletion; one that comes to a pod
+                    # already terminating (evicted while it goes) leaves it the scale-in's
+                    # choice (docs/scale-in.md#evictions-during-a-scale-in).
                     terminating.setdefault(name, pod)
-                    if pod["disruption_target"] and not terminating[name]["disruption_target"]:
-                        terminating[name] = pod
             live = [p for p in pods if active(p) and p["hash"] == work["hash"]]
             leaving = [p for p in pods if not active(p)]
             self.record(STEP_POLL, scenario=scenario, step=step, active=len(live),

@@ -1,7 +1,8 @@
 """A fake EKS Kubernetes API server on 127.0.0.1 over HTTPS, for the cleanups that talk to it.
 
-It checks the bearer token is an EKS token (a presigned STS GetCallerIdentity URL signing the
-``x-k8s-aws-id`` header), answers like the real API server for:
+It checks the bearer token as the EKS authenticator and STS would (tests/eks_tokens.py: a
+presigned STS GetCallerIdentity URL, signed by the test keys for this cluster's name in the
+``x-k8s-aws-id`` header, not expired), answers like the real API server for:
 
 - nodes: ``GET /api/v1/nodes`` (label selector, ``limit``/``continue`` paging) and
   ``DELETE /api/v1/nodes/<name>``;
@@ -35,6 +36,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from tests import eks_tokens
 
 REGION = "ap-northeast-2"
 CLUSTER = "eks-hybrid-lab-dev"
@@ -150,6 +153,7 @@ class FakeApiServer:
     #: What a valid token must be signed for.
     access_key: str = ACCESS_KEY
     region: str = REGION
+    cluster: str = CLUSTER
     #: TCP connections accepted (each one's TLS handshake is attempted, whatever its outcome).
     connections: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -180,33 +184,16 @@ class FakeApiServer:
 
 
 def token_problem(header: Optional[str], access_key: str = ACCESS_KEY,
-                  region: str = REGION) -> Optional[str]:
-    """Why ``header`` is not an EKS bearer token signed with ``access_key`` for ``region``
-    (None: it is)."""
-    prefix = "Bearer k8s-aws-v1."
+                  region: str = REGION, cluster: str = CLUSTER) -> Optional[str]:
+    """Why the EKS authenticator of ``cluster`` would refuse ``header``: not an EKS bearer
+    token signed with the test keys (``access_key``) for ``region`` and that cluster, or
+    expired (tests/eks_tokens.py). None: it accepts it."""
+    prefix = "Bearer "
     if not header or not header.startswith(prefix):
         return f"not an EKS bearer token: {header!r}"
-    encoded = header[len(prefix):]
-    if "=" in encoded:
-        return "token padding not stripped"
-    url = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
-    parts = urllib.parse.urlsplit(url)
-    query = dict(urllib.parse.parse_qsl(parts.query))
-    if parts.scheme != "https" or not parts.hostname.startswith("sts.") \
-            or not parts.hostname.endswith(".amazonaws.com"):
-        return f"not an STS URL: {url}"
-    if query.get("Action") != "GetCallerIdentity" or query.get("Version") != "2011-06-15":
-        return f"not GetCallerIdentity: {query}"
-    if query.get("X-Amz-Algorithm") != "AWS4-HMAC-SHA256" or not query.get("X-Amz-Signature"):
-        return "not presigned with SigV4"
-    if query.get("X-Amz-Expires") != "60":
-        return f"expiry {query.get('X-Amz-Expires')}"
-    scope = query.get("X-Amz-Credential", "").split("/")
-    if scope[0] != access_key or scope[2:] != [region, "sts", "aws4_request"]:
-        return f"wrong credential scope {scope}"
-    if "x-k8s-aws-id" not in query.get("X-Amz-SignedHeaders", "").split(";"):
-        return "x-k8s-aws-id is not signed"
-    return None
+    return eks_tokens.problem(header[len(prefix):], cluster=cluster, access_key=access_key,
+                              secret_key=FAKE_AWS_ENV["AWS_SECRET_ACCESS_KEY"], region=region,
+                              now=datetime.datetime.now(datetime.timezone.utc))
 
 
 def _matches(labels: dict[str, str], selector: str) -> bool:
@@ -242,7 +229,7 @@ def _handler(api: FakeApiServer) -> type:
             parts = urllib.parse.urlsplit(self.path)
             query = dict(urllib.parse.parse_qsl(parts.query))
             problem = token_problem(self.headers.get("Authorization"), api.access_key,
-                                    api.region)
+                                    api.region, api.cluster)
             with api.lock:
                 if problem:
                     status = 401

@@ -20,7 +20,8 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from rehearse.connection import Endpoint, signed_at
+from rehearse.connection import Endpoint
+from tests import eks_tokens
 
 #: API paths of the resources the tools read, as kmock names them (group/version/plural).
 PODS, NODES, LEASES = "v1/pods", "v1/nodes", "coordination.k8s.io/v1/leases"
@@ -452,21 +453,22 @@ class Emulator:
 
         self.do(declare)
 
-    def authenticate(self, now: Callable[[], Any], accept: Callable[[str], Optional[str]] = None) -> None:
-        """Refuses every request whose bearer token the EKS authenticator would refuse, with the
-        401 Status a real API server answers (``Unauthorized``). An EKS token is a presigned
-        STS GetCallerIdentity URL: the authenticator rejects it 15 minutes after its
-        X-Amz-Date (aws-iam-authenticator pkg/token), judged here by ``now()``. ``accept`` may
-        judge other tokens (None = good)."""
+    def authenticate(self, now: Callable[[], Any], accept: Callable[[str], Optional[str]] = None, *,
+                     cluster: str, keys: tuple[str, str], region: str) -> None:
+        """Refuses every request whose bearer token the EKS authenticator of ``cluster`` would
+        refuse, with the 401 Status a real API server answers (``Unauthorized``): an EKS token
+        must be a presigned STS GetCallerIdentity URL signed by ``keys`` (access key, secret)
+        for ``region`` and the cluster's name, and is refused 15 minutes after its X-Amz-Date
+        (tests/eks_tokens.py), judged here by ``now()``. ``accept`` may judge other tokens
+        (None = good)."""
         def problem(request: Any) -> Optional[str]:
             header = {k.lower(): v for k, v in request.headers.items()}.get("authorization", "")
             if not header.startswith("Bearer "):
                 return "no bearer token"
             token = header[len("Bearer "):]
-            signed = signed_at(token)
-            if signed is not None:
-                age = (now() - signed).total_seconds()
-                return f"token expired {age - 900:.0f} s ago" if age > 900 else None
+            if token.startswith(eks_tokens.PREFIX):
+                return eks_tokens.problem(token, cluster=cluster, access_key=keys[0],
+                                          secret_key=keys[1], region=region, now=now())
             return accept(token) if accept else "not an EKS token"
 
         def refuse(request: Any) -> Any:

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from components.cleanup.deletion_cost_ranks import DELETION_COST, DeletionCostRanksProvider
-from tests.fake_kube_api import api, assert_authorized, fake_aws, pki  # noqa: F401 (fixtures)
+from tests.fake_kube_api import CLUSTER, api, assert_authorized, fake_aws, pki  # noqa: F401 (fixtures)
 from tests.fake_kube_api import no_eks  # noqa: F401 (fixture)
 from tests.pickled_provider import result_of, run_pickled
 
@@ -23,7 +23,8 @@ def provider() -> DeletionCostRanksProvider:
 
 
 def props(api, pki, namespace="demo-burst") -> dict:
-    return {"clusterName": "lab", "region": api.region, "endpoint": api.url,
+    # The fake API server's authenticator is this cluster's: a token for another name is refused.
+    return {"clusterName": CLUSTER, "region": api.region, "endpoint": api.url,
             "certificateAuthority": pki.ca_b64, "namespace": namespace}
 
 

@@ -18,7 +18,8 @@ from rehearse.errors import RunError
 from rehearse.report import FAIL, PASS, Check, Measurement, Report
 from tests import fake_pulumi as fake_pulumi_cli
 from tests.conftest import PROJECT_DIR, main_in_process
-from tests.fake_kube_api import CLUSTER, REGION, api, assert_authorized, fake_aws, pki  # noqa: F401
+from tests.fake_kube_api import (  # noqa: F401
+    CLUSTER, FAKE_AWS_ENV, REGION, api, assert_authorized, fake_aws, pki)
 
 
 
@@ -376,7 +377,8 @@ def authenticating(monkeypatch):
     server = Emulator()
     server.put(PODS, "demo-gateway", "echo", {"spec": {"containers": [{"name": "c"}]}})
     server.proxy("demo-gateway", "echo", 8080, "/", b"hello")
-    server.authenticate(clock.now)
+    server.authenticate(clock.now, cluster=CLUSTER, region=REGION,
+                        keys=(FAKE_AWS_ENV["AWS_ACCESS_KEY_ID"], FAKE_AWS_ENV["AWS_SECRET_ACCESS_KEY"]))
     try:
         yield server, clock
     finally:
@@ -387,6 +389,58 @@ def pod_names(kube: Kube) -> list[str]:
     from lightkube.resources.core_v1 import Pod
 
     return [p.metadata.name for p in kube.client.list(Pod, namespace="demo-gateway")]
+
+
+@pytest.mark.parametrize("cluster, keys", [
+    ("another-cluster", None),
+    (CLUSTER, ("AKIAIOSFODNN7EXAMPLE", "a-secret-key-the-test-account-does-not-have")),
+], ids=["another-cluster", "other-keys"])
+def test_a_token_the_cluster_did_not_sign_for_is_refused(authenticating, monkeypatch, cluster, keys):
+    # What the EKS authenticator and STS refuse: a token signed for another cluster's name, or
+    # with keys that are not the account's, though well-formed and fresh (tests/eks_tokens.py).
+    import httpx2
+
+    from rehearse.connection import eks_token
+
+    server, _clock = authenticating
+    if keys:
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", keys[0])
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", keys[1])
+    token = eks_token(cluster, REGION)
+    with httpx2.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}) as client:
+        assert client.get("/api/v1/namespaces/demo-gateway/pods").status_code == 401
+    assert server.refused[-1].startswith("signature does not match")
+    # The same request with the cluster's own token, from the account's keys, is served.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", FAKE_AWS_ENV["AWS_ACCESS_KEY_ID"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", FAKE_AWS_ENV["AWS_SECRET_ACCESS_KEY"])
+    good = eks_token(CLUSTER, REGION)
+    with httpx2.Client(base_url=server.url, headers={"Authorization": f"Bearer {good}"}) as client:
+        assert client.get("/api/v1/namespaces/demo-gateway/pods").status_code == 200
+
+
+def test_the_fake_api_server_refuses_a_token_for_another_cluster(api, pki):
+    from lightkube.core.exceptions import ApiError
+    from lightkube.resources.core_v1 import Node
+
+    from rehearse.connection import eks_token
+    from tests.fake_kube_api import token_problem
+
+    assert token_problem(f"Bearer {eks_token(CLUSTER, REGION)}") is None
+    refused = token_problem(f"Bearer {eks_token('another-cluster', REGION)}")
+    assert refused is not None and refused.startswith("signature does not match")
+    # Another stack's kubeconfig, pointing at this server: the tool mints for the cluster the
+    # kubeconfig names, which this server's authenticator refuses.
+    endpoint = endpoint_from_stack_kubeconfig(
+        stack_kubeconfig(api.url, pki.ca_b64).replace(CLUSTER, "another-cluster"), REGION)
+    kube = Kube.connect(endpoint)
+    try:
+        with pytest.raises(ApiError) as caught:
+            list(kube.client.list(Node))  # (lazy: the request is made on iteration)
+    finally:
+        kube.close()
+    assert caught.value.status.code == 401
+    assert api.requests and all(r.status == 401 for r in api.requests)
+    assert all(r.token_problem.startswith("signature does not match") for r in api.requests)
 
 
 def test_the_emulator_refuses_an_eks_token_15_minutes_after_it_was_signed(authenticating):
@@ -455,9 +509,11 @@ import botocore.auth, botocore.session
 offset = float(open({offset!r}).read())
 real = botocore.auth.get_current_datetime
 botocore.auth.get_current_datetime = lambda: real() + datetime.timedelta(seconds=offset)
+# Signed for the cluster its arguments name, as `aws eks get-token --cluster-name` signs.
+cluster = sys.argv[sys.argv.index("--cluster-name") + 1]
 sts = botocore.session.Session().create_client("sts", region_name="ap-northeast-2")
 sts.meta.events.register("before-sign.sts.GetCallerIdentity",
-                         lambda request, **_: request.headers.__setitem__("x-k8s-aws-id", "lab"))
+                         lambda request, **_: request.headers.__setitem__("x-k8s-aws-id", cluster))
 url = sts.generate_presigned_url("get_caller_identity", Params={{}}, ExpiresIn=60, HttpMethod="GET")
 signed = datetime.datetime.strptime(dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))["X-Amz-Date"],
                                     "%Y%m%dT%H%M%SZ")
@@ -472,7 +528,8 @@ def write_kubeconfig(tmp_path, server_url: str, version: str = "client.authentic
     import yaml
 
     exec_config = {"apiVersion": version, "command": command or str(tmp_path / "get-token"),
-                   "args": ["eks", "get-token"], "interactiveMode": "Never", **exec_extra}
+                   "args": ["eks", "get-token", "--cluster-name", CLUSTER, "--region", REGION],
+                   "interactiveMode": "Never", **exec_extra}
     exec_config = {k: v for k, v in exec_config.items() if v is not None}
     config = tmp_path / "kubeconfig"
     config.write_text(yaml.safe_dump({

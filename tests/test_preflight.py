@@ -175,6 +175,27 @@ def account_changes() -> None:
     _ACCOUNT.default_run = None
 
 
+#: Operation names that only read: any other call moto serves in a test counts as a change of
+#: the shared account (a verb missing here makes a reading test fail, naming the operation).
+_READS = ("Describe", "Get", "List", "Search", "Simulate", "Lookup", "Validate", "Estimate",
+          "Preview")
+
+
+def _operation(request: Any) -> str:
+    """The AWS operation of a request moto serves: the query protocol's ``Action`` (EC2, IAM,
+    STS), the JSON protocol's ``X-Amz-Target`` (SSM, Service Quotas), else the REST method."""
+    target = request.headers.get("X-Amz-Target")
+    if target:
+        target = target.decode() if isinstance(target, bytes) else target
+        return target.rsplit(".", 1)[-1]
+    body = request.body or b""
+    body = body.decode() if isinstance(body, bytes) else str(body)
+    for pair in body.split("&"):
+        if pair.startswith("Action="):
+            return pair[len("Action="):]
+    return "GET" if request.method in ("GET", "HEAD") else f"REST {request.method}"
+
+
 def _empty_moto() -> None:
     """moto's backends emptied, as a mock_aws start and stop leaves them (a reset makes each
     EC2 backend anew before dropping it: without its catalogue of 5,000 AMIs, ~0.2 s each)."""
@@ -201,7 +222,8 @@ def aws(monkeypatch):
 
     Speed only: the preflight only reads, so the tests share one account (planted once, not
     reset by every test's moto); a test that changes it says so with ``account_changes()``,
-    and the next test gets a new one."""
+    and the next test gets a new one. A test that writes without saying so fails in its
+    teardown, naming the calls."""
     for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
@@ -211,18 +233,36 @@ def aws(monkeypatch):
     monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # 5,000 AMIs: most of moto's start
     mock = mock_aws()
     mock.start(reset=not _ACCOUNT.planted)
+    writes: list[str] = []
     try:
         if not _ACCOUNT.planted:
             _ACCOUNT.default_run = None
             # An account that has run spot before; test_spot_role_* take it away.
             plant_spot_role()
             _ACCOUNT.planted = True
+        # From here every call moto serves is watched: one that writes, in a test that did not
+        # say account_changes(), would leak into the tests after it.
+        from moto.core.botocore_stubber import BotocoreStubber
+
+        serve = BotocoreStubber.process_request
+
+        def watched(self, request):
+            operation = _operation(request)
+            if operation != "GET" and not operation.startswith(_READS):
+                writes.append(operation)
+            return serve(self, request)
+
+        monkeypatch.setattr(BotocoreStubber, "process_request", watched)
         yield
     finally:
         changed, _ACCOUNT.changed = _ACCOUNT.changed, False
         if changed:
             _ACCOUNT.planted = False
-        mock.stop(remove_data=changed)
+        mock.stop(remove_data=changed or bool(writes))
+        if writes and not changed:
+            _ACCOUNT.planted = False
+            pytest.fail(f"the test changed the shared moto account ({', '.join(sorted(set(writes)))}) "
+                        "without saying account_changes() first")
 
 
 def plant_spot_role() -> None:

@@ -15,8 +15,8 @@ measured. Then the demo guide's sequence: the time from the scale to 15 until th
 exists and until all 15 pods are Ready (cluster clocks, beside the demo guide's 1-2 s and 37-38 s);
 before each scale-in a snapshot and the forecast; after it the pods removed (hybrid or cloud,
 node, cost), Karpenter's evictions (``DisruptionTarget``) told apart from scale-in victims. After
-the last scale-in the consolidation watch (``--watch S``, default 180, 0 skips it) asks the demo guide
-§7's open question: does Karpenter disrupt a cloud node whose burst pods would fit in the hybrid
+the last scale-in the consolidation watch (``--watch S``, default 180, 0 skips it) asks the demo guide's
+open question (docs/demo-guide.md#open-questions): does Karpenter disrupt a cloud node whose burst pods would fit in the hybrid
 nodes' free room (it should not, docs/karpenter.md#interruption-discovery-nodepool)? It records every NodeClaim and node that goes,
 every burst pod that goes or appears and where, and Karpenter's events (``DisruptionTerminating``,
 ``DisruptionBlocked``, ``Unconsolidatable``...), and answers per scenario with that evidence. The

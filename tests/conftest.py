@@ -82,6 +82,41 @@ gc.freeze()
 gc.set_threshold(gc.get_threshold()[0], gc.get_threshold()[1], 100)
 
 
+# --- speed only: each worker rewrites half of the tests' asserts -------------------------------
+# pytest rewrites every test module's asserts when it imports it (~0.05 s a module here, 70
+# modules: most of a worker's start), and reads the rewritten code back from __pycache__ when
+# it is there and current (_pytest/assertion/rewrite.py, AssertionRewritingHook.exec_module:
+# it checks the source's mtime and size) — but writes it there only when bytecode may be
+# written, which this machine's PYTHONDONTWRITEBYTECODE=1 forbids, so both workers rewrote
+# every module. Here bytecode is written (to the checkout's git-ignored __pycache__ folders, as
+# Python and pytest do by default), and the odd-numbered worker imports the test modules from
+# the last to the first before collecting while the other collects from the first: they meet
+# in the middle, and each reads what the other rewrote. The product's modules are compiled once
+# too, for the workers and for the commands the tests start in fresh processes (which read
+# __pycache__ even though they do not write it). Which worker imports what first changes no
+# test: a module that fails to import is left to the collection, which reports it.
+sys.dont_write_bytecode = False
+
+
+def pytest_sessionstart(session):
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or int(worker[2:]) % 2 == 0:
+        return
+    # Only when the whole suite is collected (a run of one file imports that file alone).
+    tests_dir = Path(__file__).resolve().parent
+    here = session.config.invocation_params.dir
+    if not any((here / arg.split("::")[0]).resolve() in (tests_dir, PROJECT_DIR)
+               for arg in session.config.args):
+        return
+    import importlib
+
+    for path in sorted(tests_dir.glob("test_*.py"), reverse=True):
+        try:
+            importlib.import_module(f"tests.{path.stem}")
+        except Exception:
+            sys.modules.pop(f"tests.{path.stem}", None)
+
+
 def pytest_collection_finish(session):
     _freeze_what_is_loaded()
 

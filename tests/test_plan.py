@@ -105,17 +105,17 @@ def test_plan_of_the_dev_stack(dev_run):
     flows = out.split("\nFlows (", 1)[1].split("\n\n", 1)[0]
     assert "udp/53     hybrid pods (pod IP) -> CoreDNS" in flows and " 0 blocked" in flows
     assert "BLOCKED" not in flows and "Internet exposure: none" in flows
-    # A quick command: its own work (running the program and the models) costs at most twice
-    # what importing the code costs in the same process; it costs 1.0-1.25 times that now
-    # (README "Speed"). Not a number of seconds: this machine's speed varies from hour to hour
-    # by a factor of two and more (the same plan took 2.9 s and 6.0 s of CPU), and both sides of
-    # the ratio move with it. Wall time spent importing is never shorter than its CPU time (the
-    # other worker may hold a core), so a busy machine only eases the check.
+    # A quick command: its own work (running the program and the models) costs at most two and
+    # a half times what importing the code costs in the same process; it costs 1.0-1.5 times
+    # that now, depending on whether the project's bytecode is cached (README "Speed"). Not a
+    # number of seconds: this machine's speed varies from hour to hour by a factor of two and
+    # more (the same plan took 2.9 s and 6.0 s of CPU), and both sides of the ratio move with it.
+    # Wall time spent importing is never shorter than its CPU time (the other worker may hold a
+    # core), so a busy machine only eases the check.
     importing = seconds_importing(done.stderr)
     assert importing > 0.2, done.stderr[-2000:]
-    assert seconds < 3 * importing, \
+    assert seconds < 3.5 * importing, \
         f"the plan used {seconds:.1f}s of CPU, {importing:.1f}s of it importing"
-
 
 
 def test_plan_of_an_invalid_stack_file_fails_with_the_rule(tmp_path, capsys, monkeypatch):

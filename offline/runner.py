@@ -188,9 +188,7 @@ class ProgramRun:
     @property
     def lab_config(self):
         """The validated LabConfig of this run's config."""
-        from stacks.config import load_keyed_config
-
-        return load_keyed_config(self.config, stack=self.stack, region=self.config.get("aws:region"))
+        return config_from_stack_values(self.config, self.stack)
 
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.registrations if r.type == type_]
@@ -398,5 +396,10 @@ def config_from_stack_file(stack: str, path: Optional[Path] = None,
     command-line tools that run outside Pulumi (the plan, preflight, the leftovers audit).
     ``region`` overrides ``aws:region``. Raises what ``load_stack_config`` raises, and
     ``ConfigError`` for a value the lab's own rules refuse."""
-    raw = load_stack_config(stack, path=path)
+    return config_from_stack_values(load_stack_config(stack, path=path), stack, region)
+
+
+def config_from_stack_values(raw: Mapping[str, str], stack: str, region: Optional[str] = None):
+    """``config_from_stack_file`` of a stack file already read (``load_stack_config``), for a
+    tool that reads the raw keys too (preflight's misspelt-key warnings)."""
     return load_keyed_config(raw, stack=stack, region=region or raw.get("aws:region"))

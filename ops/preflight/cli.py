@@ -26,8 +26,8 @@ from components.zones import EKS_UNSUPPORTED_ZONE_IDS
 from ops.preflight.checks import (FAIL, PASS, SKIP, WARN, Check, InstanceNeed, LabNeeds, Run, Which,
                                   run_command)
 from ops.preflight.sequence import counts, run_preflight
-from offline.runner import load_stack_config, stack_of_file
-from stacks.config import ConfigError, LabConfig, load_keyed_config, unknown_provider_keys
+from offline.runner import config_from_stack_values, load_stack_config, stack_of_file
+from stacks.config import ConfigError, LabConfig, unknown_provider_keys
 from stacks.layers.cluster import SYSTEM_NODE_COUNT
 from stacks.layers.gateway import GATEWAY_NODE_COUNT
 from stacks.layers.karpenter import BURST_INSTANCE_TYPES
@@ -105,10 +105,10 @@ def main(argv: Optional[list[str]] = None, *, session: Optional[boto3.Session] =
     args.stack = args.stack or stack_of_file(args.stack_file)
     source = args.stack_file or f"Pulumi.{args.stack}.yaml"
     try:
-        # config_from_stack_file's two steps, so the stack file (and Pulumi.yaml, ~10 ms to
-        # parse) is read once for the config and the provider-key warnings below.
+        # Read once (with Pulumi.yaml, ~10 ms to parse) for the config and the provider-key
+        # warnings below.
         raw = load_stack_config(args.stack, path=args.stack_file)
-        cfg = load_keyed_config(raw, stack=args.stack, region=args.region or raw.get("aws:region"))
+        cfg = config_from_stack_values(raw, args.stack, args.region)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

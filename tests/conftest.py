@@ -61,9 +61,10 @@ def lab_config(**overrides: Any) -> dict[str, str]:
 # runs make enough cyclic garbage for a full collection every few runs (a third of a run's CPU).
 # Frozen after collection, and again whenever tests have imported many more modules (the first
 # program run loads pulumi_aws's), they are left out of those walks. Garbage made later is
-# collected as before. A full collection also waits for 100 young-generation collections, not 10
-# (in the program-run files: 34 full collections -> 7, GC 4.3 s -> 2.2 s of CPU); the young ones
-# still run at Python's default pace, so garbage cycles are freed soon enough.
+# collected as before. A full collection also waits for 100 collections of the middle
+# generation, not 10 (in the program-run files: 34 full collections -> 7, GC 4.3 s -> 2.2 s of
+# CPU); the younger ones still run at Python's default pace, so garbage cycles are freed soon
+# enough.
 
 #: len(sys.modules) at the last freeze.
 _MODULES_AT_FREEZE = 0

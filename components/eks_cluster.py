@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_aws as aws
 
+from components.aws_account import AwsAccount
 from components.eks_versions import SUPPORT_TYPE
 from components.iam import Role, RoleArgs, managed_policy_arn, trust_policy
 
@@ -246,10 +247,13 @@ class EksCluster(pulumi.ComponentResource):
 
 
 def kubeconfig(cluster_name: pulumi.Input[str], endpoint: pulumi.Input[str],
-               certificate_authority: pulumi.Input[str], region: str) -> pulumi.Output[str]:
-    """A kubeconfig (JSON) that authenticates with ``aws eks get-token`` for the caller's AWS
-    identity. The region is written in, not taken from the environment, so it works from any
-    shell. Returned as a secret: it names the cluster's endpoint and CA."""
+               certificate_authority: pulumi.Input[str], region: str,
+               account: AwsAccount = AwsAccount()) -> pulumi.Output[str]:
+    """A kubeconfig (JSON) that authenticates with ``aws eks get-token`` as the program does:
+    with ``account``'s profile and role (components/aws_account.py). The region and those are
+    written in, not taken from the environment, so it works alike from any shell. Returned as a
+    secret: it names the cluster's endpoint and CA."""
+    account_args, account_env = account.kubeconfig_exec()
 
     def render(values: list) -> str:
         name, server, ca = values
@@ -264,7 +268,8 @@ def kubeconfig(cluster_name: pulumi.Input[str], endpoint: pulumi.Input[str],
                 "apiVersion": "client.authentication.k8s.io/v1beta1",
                 "command": "aws",
                 "args": ["eks", "get-token", "--cluster-name", name,
-                         "--region", region, "--output", "json"],
+                         "--region", region, "--output", "json", *account_args],
+                **({"env": account_env} if account_env else {}),
                 "interactiveMode": "Never",
             }}}],
         }, indent=2)

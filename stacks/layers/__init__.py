@@ -10,7 +10,7 @@ import pulumi_aws as aws
 
 from components.zones import eks_availability_zones
 from stacks.config import (AVAILABLE_LAYERS, ConfigError, LabConfig, Violation,
-                           deployer_admin_violations)
+                           account_violations, account_warnings, deployer_admin_violations)
 from stacks.layers.cluster import ClusterLayer
 from stacks.layers.demo import DemoLayer
 from stacks.layers.gateway import GatewayLayer
@@ -91,6 +91,9 @@ def build_lab(cfg: LabConfig) -> Lab:
         "aws",
         region=cfg.region,
         default_tags=aws.ProviderDefaultTagsArgs(tags=cfg.lab_tag),
+        # An explicit provider reads no aws: stack config: the account settings are passed on
+        # here (docs/pulumi-cli.md#an-explicit-provider-reads-no-stack-config).
+        **cfg.aws_account.provider_args(),
     )
     zones = eks_availability_zones(provider)
     # What only the account can tell is checked before any layer registers a resource (the
@@ -101,9 +104,12 @@ def build_lab(cfg: LabConfig) -> Lab:
             "availabilityZoneCount", cfg.availability_zone_count,
             f"region {cfg.region} offers only {len(zones)} zone(s) EKS can use: {', '.join(zones)}"))
     caller = aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=provider))
+    violations += account_violations(cfg.aws_account, caller.account_id)
     violations += deployer_admin_violations(cfg.admin_role_arns, caller.arn)
     if violations:
         raise ConfigError(violations)
+    for warning in account_warnings(cfg.aws_account):
+        pulumi.log.warn(warning)
     lab = Lab(config=cfg, aws_provider=provider, zones=zones, account_id=caller.account_id)
     for layer in cfg.layers:
         BUILDERS[layer](lab)

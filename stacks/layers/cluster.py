@@ -113,7 +113,8 @@ class ClusterLayer(Layer):
         self.addons["coredns"] = addon("coredns", wait_for=[self.system_nodes.node_group])
 
         self.kubeconfig = kubeconfig(self.eks.name, self.eks.endpoint,
-                                     self.eks.certificate_authority, cfg.region)
+                                     self.eks.certificate_authority, cfg.region,
+                                     cfg.aws_account)
         self.kubernetes = k8s.Provider(
             self.child_name("k8s"),
             # Explicit: a provider without a kubeconfig would silently use $KUBECONFIG.

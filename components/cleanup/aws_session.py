@@ -1,0 +1,108 @@
+"""The boto3 session a destroy-time cleanup acts with: the stack's ``aws:profile``, its
+``aws:assumeRoles`` and its ``aws:allowedAccountIds``, as ``pulumi up``'s provider used them.
+
+``pulumi destroy`` runs a cleanup's ``delete`` with the environment of the shell it is started
+from. Without these settings in its outputs, a destroy from a shell pointed at another account
+would look there, find nothing, and call the stack clean while its instances run on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from components.cleanup.self_contained import self_contained
+
+
+@self_contained
+class AwsSession:
+    """A mixin for dynamic providers (pickled by value with them, hence ``@self_contained``).
+
+    ``_account_props`` is called with every call's props (each provider's ``check_props``, or
+    ``delete`` itself): it returns the account outputs to store and remembers them for this
+    call's sessions, so the mixins' helpers that get only a cluster name and a region
+    (``_bearer_token``, ``_cluster_is_gone``) act in the same account. A provider object is
+    unpickled afresh for each call the engine makes, so nothing carries over between calls.
+    Props without the keys (a state stored before they existed) mean the environment's
+    credentials, as before.
+    """
+
+    #: The outputs' keys, in the order they are stored.
+    _account_keys = ("awsProfile", "allowedAccountIds", "assumeRoles")
+
+    def _account_props(self, props: dict[str, Any]) -> dict[str, Any]:
+        """The account settings among ``props``, checked (raises ValueError), remembered."""
+        import re
+
+        outs: dict[str, Any] = {}
+        problems = []
+        profile = props.get("awsProfile")
+        if profile is not None and profile != "":
+            if isinstance(profile, str):
+                outs["awsProfile"] = profile
+            else:
+                problems.append(f"awsProfile must be a string, got {profile!r}")
+        allowed = props.get("allowedAccountIds")
+        if allowed:
+            if isinstance(allowed, (list, tuple)) and all(
+                    isinstance(a, str) and re.fullmatch(r"\d{12}", a) for a in allowed):
+                outs["allowedAccountIds"] = list(allowed)
+            else:
+                problems.append(f"allowedAccountIds must be 12-digit account ids, got {allowed!r}")
+        roles = props.get("assumeRoles")
+        if roles:
+            if isinstance(roles, (list, tuple)) and all(
+                    isinstance(r, dict) and isinstance(r.get("roleArn"), str) for r in roles):
+                outs["assumeRoles"] = [
+                    {k: r[k] for k in ("roleArn", "sessionName") if r.get(k)} for r in roles]
+            else:
+                problems.append(f"assumeRoles must be a list of {{roleArn, sessionName}}, "
+                                f"got {roles!r}")
+        if problems:
+            raise ValueError("AWS account settings: " + "; ".join(problems))
+        self._account = outs
+        self._sessions = {}
+        return outs
+
+    def _aws_session(self, region: str, check_account: bool = True) -> Any:
+        """The session for ``region``: the profile's credentials (the environment's when
+        there is none), each role assumed in turn, and — when the stack pins its account —
+        the caller's account checked first. Raises RuntimeError rather than act in an
+        account the stack does not name. Made once per region and call."""
+        import boto3
+
+        sessions = getattr(self, "_sessions", None)
+        if sessions is None:
+            sessions = self._sessions = {}
+        key = (region, check_account)
+        if key in sessions:
+            return sessions[key]
+        account = getattr(self, "_account", None) or {}
+        session = boto3.session.Session(profile_name=account.get("awsProfile") or None,
+                                        region_name=region)
+        for role in account.get("assumeRoles") or []:
+            answer = session.client("sts", region_name=region).assume_role(
+                RoleArn=role["roleArn"], RoleSessionName=role.get("sessionName") or "eks-hybrid-lab")
+            credentials = answer["Credentials"]
+            session = boto3.session.Session(
+                aws_access_key_id=credentials["AccessKeyId"],
+                aws_secret_access_key=credentials["SecretAccessKey"],
+                aws_session_token=credentials["SessionToken"], region_name=region)
+        allowed = account.get("allowedAccountIds") or []
+        if allowed and check_account:
+            seen = session.client("sts", region_name=region).get_caller_identity()["Account"]
+            if seen not in allowed:
+                raise self._not_allowed(seen, allowed, account.get("awsProfile"))
+        sessions[key] = session
+        return session
+
+    def _not_allowed(self, seen: str, allowed: list[str], profile: Optional[str]) -> Exception:
+        # A RuntimeError: a pickled provider cannot import an exception class of this project.
+        source = f"profile {profile}" if profile else "the environment's credentials"
+        message = (f"the AWS credentials ({source}) are for account {seen}, and this stack is "
+                   f"pinned to {', '.join(allowed)} (aws:allowedAccountIds): nothing was done in "
+                   f"{seen}. Use credentials for {', '.join(allowed)} and run the command again.")
+        return RuntimeError(message)
+
+    def _aws_client(self, service: str, region: str, config: Any = None) -> Any:
+        """A client of this call's session (see ``_aws_session``)."""
+        return self._aws_session(region).client(service, region_name=region, config=config)

@@ -10,6 +10,7 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_aws as aws
 
+from components.aws_account import AwsAccount
 from components.cleanup.ssm_registrations import SsmRegistrationCleanup
 from components.expiry import Expiry
 
@@ -36,6 +37,8 @@ class HybridActivationArgs:
     description: str
     #: The role's policies: registered machines need them from their first call.
     wait_for: Sequence[pulumi.Resource] = ()
+    #: The credentials the destroy-time cleanup acts with: the program's (aws_account.py).
+    account: AwsAccount = AwsAccount()
 
 
 class HybridActivation(pulumi.ComponentResource):
@@ -82,5 +85,5 @@ class HybridActivation(pulumi.ComponentResource):
         # for this activation's instances only.
         self.registrations_cleanup = SsmRegistrationCleanup(
             f"{name}-registrations", activation_id=self.activation.id, region=args.region,
-            opts=child)
+            account=args.account, opts=child)
         self.register_outputs({"activationId": self.activation_id, "expiresAt": self.expires_at})

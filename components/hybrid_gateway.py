@@ -18,6 +18,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from components.aws_account import AwsAccount
 from components.cleanup.gateway_routes import GatewayRouteCleanup
 from components.iam import Role, RoleArgs, trust_policy
 from components.node_group import ManagedNodeGroup, ManagedNodeGroupArgs, Taint
@@ -171,6 +172,8 @@ class HybridNodesGatewayArgs:
     #: The release needs these first: Cilium (its CiliumNode and CiliumVTEPConfig CRDs), the
     #: gateway nodes, the Pod Identity agent. At delete, it goes before all of them.
     wait_for: Sequence[pulumi.Resource] = ()
+    #: The credentials the destroy-time cleanup acts with: the program's (aws_account.py).
+    account: AwsAccount = AwsAccount()
 
 
 class HybridNodesGateway(pulumi.ComponentResource):
@@ -220,6 +223,7 @@ class HybridNodesGateway(pulumi.ComponentResource):
             endpoint=args.cluster_endpoint,
             certificate_authority=args.cluster_certificate_authority,
             vtep_config_name=VTEP_CONFIG_NAME,
+            account=args.account,
             opts=child,
         )
 

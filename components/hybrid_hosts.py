@@ -15,6 +15,7 @@ from typing import Mapping, Optional, Sequence
 import pulumi
 import pulumi_aws as aws
 
+from components.aws_account import AwsAccount
 from components.cleanup.node_objects import NodeObjectCleanup
 from components.hybrid_user_data import (NODEADM_ARCH, HostBootstrap, boot_generation,
                                          render_user_data)
@@ -59,6 +60,8 @@ class HybridHostsArgs:
     #: What a host needs to join and, at delete, what must outlive it: routes to the cluster and
     #: the internet, the IAM role and access entry, and the cleanups that run after it is gone.
     wait_for: Sequence[pulumi.Resource] = ()
+    #: The credentials the destroy-time cleanup acts with: the program's (aws_account.py).
+    account: AwsAccount = AwsAccount()
 
 
 class HybridHosts(pulumi.ComponentResource):
@@ -151,7 +154,8 @@ class HybridHosts(pulumi.ComponentResource):
                 cluster_name=args.cluster_name, region=args.region,
                 endpoint=args.cluster_endpoint,
                 certificate_authority=args.cluster_certificate_authority,
-                label_selector=selector, activation_id=args.activation_id, opts=child)
+                label_selector=selector, activation_id=args.activation_id,
+                account=args.account, opts=child)
             if arch not in amis:
                 amis[arch] = aws.ssm.get_parameter_output(
                     name=UBUNTU_AMI_PARAMETER.format(arch=NODEADM_ARCH[arch]),

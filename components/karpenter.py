@@ -16,6 +16,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from components.aws_account import AwsAccount
 from components.cleanup.karpenter_leftovers import KarpenterLeftoverCleanup
 from components.iam import Role, RoleArgs, managed_policy_arn, trust_policy
 from components.propagation import POD_IDENTITY_SETTLE_SECONDS, PropagationWait
@@ -209,6 +210,8 @@ class KarpenterArgs:
     wait_for: Sequence[pulumi.Resource] = ()
     #: Kept until the leftover cleanup has run (subnets, security groups).
     cleanup_waits_for: Sequence[pulumi.Resource] = ()
+    #: The credentials the destroy-time cleanup acts with: the program's (aws_account.py).
+    account: AwsAccount = AwsAccount()
 
 
 class Karpenter(pulumi.ComponentResource):
@@ -288,6 +291,7 @@ class Karpenter(pulumi.ComponentResource):
         # subnets and security groups are deleted.
         self.cleanup = KarpenterLeftoverCleanup(
             f"{name}-leftovers", region=args.region, cluster_name=args.cluster_name_output,
+            account=args.account,
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=[*self.node_role.attachments, node_access,
                                          *args.cleanup_waits_for]))

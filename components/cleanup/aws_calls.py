@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from components.cleanup.aws_session import AwsSession
 from components.cleanup.self_contained import self_contained
 
 
 @self_contained
-class AwsCalls:
-    """A mixin for dynamic providers (pickled by value with them, hence ``@self_contained``)."""
+class AwsCalls(AwsSession):
+    """A mixin for dynamic providers (pickled by value with them, hence ``@self_contained``).
+    Clients come from ``AwsSession._aws_client``: the stack's account, not the shell's."""
 
     #: Tries per request (the SDK's own retries happen inside each try).
     attempts: int = 6

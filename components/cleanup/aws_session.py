@@ -103,6 +103,17 @@ class AwsSession:
                    f"{seen}. Use credentials for {', '.join(allowed)} and run the command again.")
         return RuntimeError(message)
 
+    def _has_account(self) -> bool:
+        """Whether this call's props name a profile, roles or allowed accounts."""
+        return any((getattr(self, "_account", None) or {}).values())
+
     def _aws_client(self, service: str, region: str, config: Any = None) -> Any:
-        """A client of this call's session (see ``_aws_session``)."""
-        return self._aws_session(region).client(service, region_name=region, config=config)
+        """A client of this call's session (see ``_aws_session``). Without account settings,
+        boto3's default session: the environment's credentials, exactly as before they
+        existed."""
+        import boto3
+
+        options = {"config": config} if config is not None else {}
+        if not self._has_account():
+            return boto3.client(service, region_name=region, **options)
+        return self._aws_session(region).client(service, region_name=region, **options)

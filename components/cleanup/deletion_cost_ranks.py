@@ -15,6 +15,7 @@ from typing import Any, Optional
 import pulumi
 import pulumi.dynamic
 
+from components.aws_account import AwsAccount
 from components.cleanup.kubernetes_api import KubernetesApi, public_certificate_authority
 from components.cleanup.self_contained import self_contained
 
@@ -26,12 +27,12 @@ class DeletionCostRanksProvider(KubernetesApi, pulumi.dynamic.ResourceProvider):
     serialize_as_secret_always = False
     _keys = ("clusterName", "region", "endpoint", "certificateAuthority", "namespace")
 
-    def _props(self, props: dict[str, Any]) -> dict[str, str]:
+    def _props(self, props: dict[str, Any]) -> dict[str, Any]:
         values = {key: props.get(key) for key in self._keys}
         missing = [key for key, value in values.items() if not isinstance(value, str) or not value]
         if missing:
             raise ValueError(f"DeletionCostRanks needs {', '.join(missing)}")
-        return values
+        return {**values, **self._account_props(props)}
 
     def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
         # Pure: nothing to do until the ranking is switched off.
@@ -43,7 +44,8 @@ class DeletionCostRanksProvider(KubernetesApi, pulumi.dynamic.ResourceProvider):
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
         from pulumi.dynamic import DiffResult
 
-        changed = [k for k in self._keys if olds.get(k) != news.get(k)]
+        # An account setting changed is an update: the same pods, reached with other credentials.
+        changed = [k for k in (*self._keys, *self._account_keys) if olds.get(k) != news.get(k)]
         if olds.get("__provider") != news.get("__provider") and not changed:
             # Store new provider code, so delete runs the latest.
             return DiffResult(changes=True, replaces=[], delete_before_replace=False)
@@ -99,9 +101,12 @@ class DeletionCostRanks(pulumi.dynamic.Resource, module="cleanup", name="Deletio
 
     def __init__(self, name: str, cluster_name: pulumi.Input[str], region: pulumi.Input[str],
                  endpoint: pulumi.Input[str], certificate_authority: pulumi.Input[str],
-                 namespace: str, opts: Optional[pulumi.ResourceOptions] = None):
+                 namespace: str, account: Optional[AwsAccount] = None,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        """``account``: the credentials ``delete`` signs its token with."""
         super().__init__(DeletionCostRanksProvider(), name, {
             "clusterName": cluster_name, "region": region, "endpoint": endpoint,
             "certificateAuthority": public_certificate_authority(certificate_authority),
             "namespace": namespace,
+            **(account or AwsAccount()).cleanup_inputs(),
         }, opts)

@@ -23,7 +23,9 @@ from typing import Any, Optional
 import pulumi
 import pulumi.dynamic
 
+from components.aws_account import AwsAccount
 from components.cleanup.aws_calls import AwsCalls
+from components.cleanup.aws_session import AwsSession
 from components.cleanup.kubernetes_api import KubernetesApi, public_certificate_authority
 from components.cleanup.self_contained import self_contained
 
@@ -49,7 +51,7 @@ class GatewayRouteCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resour
     # delete must still clean up the old set.
     _replace_keys = ("routeTableIds", "podCidrs", "region", "clusterName", "vtepConfigName")
     # These only say how to reach the cluster.
-    _update_keys = ("endpoint", "certificateAuthority")
+    _update_keys = ("endpoint", "certificateAuthority", *AwsSession._account_keys)
 
     def check_props(self, props: dict[str, Any]) -> dict[str, Any]:
         """The props ``delete`` needs, validated; raises ValueError."""
@@ -89,6 +91,7 @@ class GatewayRouteCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resour
         outs = {key: props[key] for key in strings}
         outs["routeTableIds"] = list(tables)
         outs["podCidrs"] = list(cidrs)
+        outs.update(self._account_props(props))
         return outs
 
     def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
@@ -180,9 +183,7 @@ class GatewayRouteCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resour
                        ) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
         """Deletes the gateway's routes. Returns the routes left as (table, destination, why)
         and the tables that could not be read as (table, why)."""
-        import boto3
-
-        ec2 = boto3.client("ec2", region_name=props["region"])
+        ec2 = self._aws_client("ec2", props["region"])
         tables, unread = self._describe_tables(ec2, props["routeTableIds"])
         left = []
         for table_id, destination in self._gateway_routes(tables, props):
@@ -282,7 +283,9 @@ class GatewayRouteCleanup(pulumi.dynamic.Resource, module="cleanup", name="Gatew
                  cluster_name: pulumi.Input[str], endpoint: pulumi.Input[str],
                  certificate_authority: pulumi.Input[str],
                  vtep_config_name: pulumi.Input[str] = "hybrid-gateway",
+                 account: Optional[AwsAccount] = None,
                  opts: Optional[pulumi.ResourceOptions] = None) -> None:
+        """``account``: the credentials ``delete`` acts with (components/aws_account.py)."""
         super().__init__(GatewayRouteCleanupProvider(), name, {
             "region": region,
             "routeTableIds": route_table_ids,
@@ -291,4 +294,5 @@ class GatewayRouteCleanup(pulumi.dynamic.Resource, module="cleanup", name="Gatew
             "endpoint": endpoint,
             "certificateAuthority": public_certificate_authority(certificate_authority),
             "vtepConfigName": vtep_config_name,
+            **(account or AwsAccount()).cleanup_inputs(),
         }, opts)

@@ -26,6 +26,7 @@ from typing import Any, Optional
 import pulumi
 import pulumi.dynamic
 
+from components.aws_account import AwsAccount
 from components.cleanup.aws_calls import AwsCalls
 from components.cleanup.self_contained import self_contained
 
@@ -60,7 +61,7 @@ class KarpenterLeftoverCleanupProvider(AwsCalls, pulumi.dynamic.ResourceProvider
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    def check_props(self, props: dict[str, Any]) -> dict[str, str]:
+    def check_props(self, props: dict[str, Any]) -> dict[str, Any]:
         """The props ``delete`` needs, validated; raises ValueError."""
         bad = [key for key in self._keys
                if not isinstance(props.get(key), str) or not props[key].strip()]
@@ -68,7 +69,7 @@ class KarpenterLeftoverCleanupProvider(AwsCalls, pulumi.dynamic.ResourceProvider
             raise ValueError("Karpenter leftover cleanup needs a non-empty "
                              + " and ".join(bad)
                              + f" (got {', '.join(f'{k}={props.get(k)!r}' for k in bad)})")
-        return {key: props[key] for key in self._keys}
+        return {**{key: props[key] for key in self._keys}, **self._account_props(props)}
 
     def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
         # Pure on purpose: the offline plan calls it under mocks, and there is nothing to make.
@@ -82,10 +83,13 @@ class KarpenterLeftoverCleanupProvider(AwsCalls, pulumi.dynamic.ResourceProvider
         from pulumi.dynamic import DiffResult
 
         replaces = [key for key in self._keys if olds.get(key) != news.get(key)]
+        # Another account setting is the same things reached with other credentials: stored
+        # by an update, never a replacement (whose delete would clean up the new cluster).
+        updates = [key for key in self._account_keys if olds.get(key) != news.get(key)]
         # delete() runs the provider code stored in the state: a changed provider alone is an
         # update, or a fix to this class would never reach a stack whose inputs stay the same.
         code_changed = olds.get("__provider") != news.get("__provider")
-        return DiffResult(changes=bool(replaces) or code_changed, replaces=replaces,
+        return DiffResult(changes=bool(replaces or updates) or code_changed, replaces=replaces,
                           delete_before_replace=False)
 
     def update(self, _id: str, _olds: dict[str, Any],
@@ -169,9 +173,7 @@ class KarpenterLeftoverCleanupProvider(AwsCalls, pulumi.dynamic.ResourceProvider
 
     def _clean_instances(self, region: str, cluster: str) -> list[tuple[str, str, list[str]]]:
         """Terminates this cluster's Karpenter instances and waits until they are terminated."""
-        import boto3
-
-        ec2 = boto3.client("ec2", region_name=region)
+        ec2 = self._aws_client("ec2", region)
         left: list[tuple[str, str, list[str]]] = []
         instance_ids, listing_error = self._list_instances(ec2, cluster)
         if listing_error is not None:
@@ -305,9 +307,7 @@ class KarpenterLeftoverCleanupProvider(AwsCalls, pulumi.dynamic.ResourceProvider
 
     def _clean_launch_templates(self, region: str,
                                 cluster: str) -> list[tuple[str, str, list[str]]]:
-        import boto3
-
-        ec2 = boto3.client("ec2", region_name=region)
+        ec2 = self._aws_client("ec2", region)
         left: list[tuple[str, str, list[str]]] = []
         templates: list[tuple[str, str]] = []
         token = None
@@ -349,9 +349,7 @@ class KarpenterLeftoverCleanupProvider(AwsCalls, pulumi.dynamic.ResourceProvider
 
     def _clean_instance_profiles(self, region: str,
                                  cluster: str) -> list[tuple[str, str, list[str]]]:
-        import boto3
-
-        iam = boto3.client("iam", region_name=region)
+        iam = self._aws_client("iam", region)
         left: list[tuple[str, str, list[str]]] = []
         profiles, why = self._list_profiles(iam)
         if why is not None:
@@ -450,6 +448,9 @@ class KarpenterLeftoverCleanup(pulumi.dynamic.Resource, module="cleanup",
     clusterName: pulumi.Output[str]
 
     def __init__(self, name: str, region: pulumi.Input[str], cluster_name: pulumi.Input[str],
+                 account: Optional[AwsAccount] = None,
                  opts: Optional[pulumi.ResourceOptions] = None) -> None:
+        """``account``: the credentials ``delete`` acts with (components/aws_account.py)."""
         super().__init__(KarpenterLeftoverCleanupProvider(), name,
-                         {"region": region, "clusterName": cluster_name}, opts)
+                         {"region": region, "clusterName": cluster_name,
+                          **(account or AwsAccount()).cleanup_inputs()}, opts)

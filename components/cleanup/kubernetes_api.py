@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import pulumi
 
+from components.cleanup.aws_session import AwsSession
 from components.cleanup.self_contained import self_contained
 
 
@@ -24,8 +25,10 @@ def public_certificate_authority(certificate_authority: pulumi.Input[str]) -> pu
 
 
 @self_contained
-class KubernetesApi:
-    """Mixin for dynamic providers: an EKS bearer token, a CA-pinned opener, retried calls."""
+class KubernetesApi(AwsSession):
+    """Mixin for dynamic providers: an EKS bearer token, a CA-pinned opener, retried calls.
+    The token is signed with the stack's credentials (``AwsSession``), as the kubeconfig's
+    ``aws eks get-token`` signs it."""
 
     #: First backoff between attempts of one request (doubles each time).
     retry_base_seconds: float = 1.0
@@ -42,7 +45,9 @@ class KubernetesApi:
 
         import boto3
 
-        sts = boto3.session.Session().client("sts", region_name=region)
+        # Without account settings, a session of its own, as before they existed.
+        sts = (self._aws_session(region) if self._has_account()
+               else boto3.session.Session()).client("sts", region_name=region)
 
         def add_cluster_header(request: Any, **_kwargs: Any) -> None:
             request.headers["x-k8s-aws-id"] = cluster_name
@@ -123,10 +128,10 @@ class KubernetesApi:
         """True only when EKS answers that the cluster does not exist (it was deleted outside
         Pulumi): then nothing of it is left to clean up. Any other answer or failure: False."""
         try:
-            import boto3
             from botocore.config import Config
 
-            eks = boto3.client("eks", region_name=region, config=Config(
+            # In the wrong account (aws:allowedAccountIds) the session refuses: not gone.
+            eks = self._aws_client("eks", region, config=Config(
                 retries={"max_attempts": 2}, connect_timeout=5, read_timeout=10))
             eks.describe_cluster(name=cluster_name)
         except Exception as error:  # noqa: BLE001 anything but NotFound means "maybe there"

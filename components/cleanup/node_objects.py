@@ -31,6 +31,7 @@ from typing import Any, Optional
 import pulumi
 import pulumi.dynamic
 
+from components.aws_account import AwsAccount
 from components.cleanup.aws_calls import AwsCalls
 from components.cleanup.kubernetes_api import KubernetesApi, public_certificate_authority
 from components.cleanup.self_contained import self_contained
@@ -69,7 +70,7 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
             raise ValueError("node-object cleanup needs non-empty " + ", ".join(missing) + why)
         if not props["endpoint"].startswith("https://"):
             raise ValueError(f"endpoint must be an https URL, got {props['endpoint']!r}")
-        return {key: props[key] for key in keys}
+        return {**{key: props[key] for key in keys}, **self._account_props(props)}
 
     def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
         # Pure on purpose: the offline plan calls it under mocks, and there is nothing to make.
@@ -82,7 +83,7 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
         # registrations to clean up; the old resource's delete must still clean up the old set.
         # The rest only says how to reach it.
         replace_keys = ("clusterName", "labelSelector", "activationId")
-        update_keys = ("endpoint", "certificateAuthority", "region")
+        update_keys = ("endpoint", "certificateAuthority", "region", *self._account_keys)
         replaces = [key for key in replace_keys if olds.get(key) != news.get(key)]
         changed = [key for key in replace_keys + update_keys if olds.get(key) != news.get(key)]
         # A changed provider (new code) is an update too, so destroy runs the latest code.
@@ -164,9 +165,7 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
         if not re.fullmatch(r"mi-[0-9a-f]{17}", name):
             return None
         if not ssm:
-            import boto3
-
-            ssm.append(boto3.client("ssm", region_name=props["region"]))
+            ssm.append(self._aws_client("ssm", props["region"]))
         client, activation = ssm[0], props["activationId"]
         # InvalidInstanceId: SSM knows no such instance (deregistered already).
         page, error = self._aws_call(
@@ -249,6 +248,7 @@ class NodeObjectCleanup(pulumi.dynamic.Resource, module="cleanup", name="HybridN
     def __init__(self, name: str, cluster_name: pulumi.Input[str], region: pulumi.Input[str],
                  endpoint: pulumi.Input[str], certificate_authority: pulumi.Input[str],
                  label_selector: pulumi.Input[str], activation_id: pulumi.Input[str],
+                 account: Optional[AwsAccount] = None,
                  opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__(NodeObjectCleanupProvider(), name, {
             "clusterName": cluster_name,
@@ -257,4 +257,5 @@ class NodeObjectCleanup(pulumi.dynamic.Resource, module="cleanup", name="HybridN
             "certificateAuthority": public_certificate_authority(certificate_authority),
             "labelSelector": label_selector,
             "activationId": activation_id,
+            **(account or AwsAccount()).cleanup_inputs(),
         }, opts)

@@ -18,6 +18,7 @@ from typing import Any, Optional
 import pulumi
 import pulumi.dynamic
 
+from components.aws_account import AwsAccount
 from components.cleanup.aws_calls import AwsCalls
 from components.cleanup.self_contained import self_contained
 
@@ -45,7 +46,8 @@ class SsmRegistrationCleanupProvider(AwsCalls, pulumi.dynamic.ResourceProvider):
                              f"(got activationId={activation_id!r}, region={region!r})")
         return CreateResult(
             id_=f"ssm-registrations-{activation_id}",
-            outs={"activationId": activation_id, "region": region})
+            outs={"activationId": activation_id, "region": region,
+                  **self._account_props(props)})
 
     def diff(self, _id: str, olds: dict[str, Any],
              news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
@@ -56,7 +58,9 @@ class SsmRegistrationCleanupProvider(AwsCalls, pulumi.dynamic.ResourceProvider):
         if replaces:
             # The old resource's delete must still run against the old activation.
             return DiffResult(changes=True, replaces=replaces, delete_before_replace=False)
-        if olds.get("__provider") != news.get("__provider"):
+        # Another account setting: the same instances, reached with other credentials.
+        if olds.get("__provider") != news.get("__provider") or any(
+                olds.get(key) != news.get(key) for key in self._account_keys):
             # delete() runs the provider code stored in the state. Without an update a fix to
             # this class would never reach a stack whose activation stays the same.
             return DiffResult(changes=True, replaces=[], delete_before_replace=False)
@@ -68,14 +72,18 @@ class SsmRegistrationCleanupProvider(AwsCalls, pulumi.dynamic.ResourceProvider):
         from pulumi.dynamic import UpdateResult
 
         return UpdateResult(
-            outs={key: self._plain(news.get(key)) for key in self._keys})
+            outs={**{key: self._plain(news.get(key)) for key in self._keys},
+                  **self._account_props(news)})
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
-        import boto3
-
         activation_id = self._plain(props["activationId"])
         region = self._plain(props["region"])
-        ssm = boto3.client("ssm", region_name=region)
+        self._account_props(props)
+        try:
+            ssm = self._aws_client("ssm", region)
+        except Exception as error:  # noqa: BLE001 - the wrong account, a profile that is gone
+            raise Exception(f"SSM activation {activation_id} ({region}): its managed instances "
+                            f"were not looked at: {error}") from None
 
         instance_ids, listing_error = self._list_instances(ssm, activation_id)
 
@@ -156,11 +164,14 @@ class SsmRegistrationCleanup(pulumi.dynamic.Resource, module="cleanup", name="Ss
     _to_attribute = {"activationId": "activation_id"}
 
     def __init__(self, name: str, activation_id: pulumi.Input[str], region: pulumi.Input[str],
+                 account: Optional[AwsAccount] = None,
                  opts: Optional[pulumi.ResourceOptions] = None) -> None:
+        """``account``: the credentials ``delete`` acts with (components/aws_account.py)."""
         # Keyed by attribute name: the SDK creates one output attribute per key and
         # translate_input_property turns the key into the property name the provider sees.
         super().__init__(SsmRegistrationCleanupProvider(), name,
-                         {"activation_id": activation_id, "region": region}, opts)
+                         {"activation_id": activation_id, "region": region,
+                          **(account or AwsAccount()).cleanup_inputs()}, opts)
 
     def translate_input_property(self, prop: str) -> str:
         return self._to_property.get(prop, prop)

@@ -127,7 +127,7 @@ class DemoLayer(Layer):
                 self.child_name("deletion-cost-ranks"), cluster_name=cluster.eks.name,
                 region=cfg.region, endpoint=cluster.eks.endpoint,
                 certificate_authority=cluster.eks.certificate_authority, namespace=BURST_NS,
-                opts=self.child(depends_on=[self.namespaces[BURST_NS], karpenter.karpenter.controller]))
+                account=cfg.aws_account, opts=self.child(depends_on=[self.namespaces[BURST_NS], karpenter.karpenter.controller]))
 
         # Demo 3: inference on the hybrid GPU host, called from the cloud.
         if cfg.gpu_enabled:

@@ -51,6 +51,7 @@ class GatewayLayer(Layer):
             vpc_cidr=str(cfg.cloud_vpc_cidr),
             pod_cidrs=[str(cfg.hybrid_pod_cidr)],
             route_table_ids=self.route_table_ids,
+            account=cfg.aws_account,
             wait_for=[hybrid.cilium.release, self.nodes.group.node_group,
                       cluster.addons["eks-pod-identity-agent"]],
         ), opts=self.child())

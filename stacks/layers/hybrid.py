@@ -71,6 +71,7 @@ class HybridLayer(Layer):
             name=f"{cfg.cluster_name}-hybrid-nodes",
             description=f"{cfg.project}/{cfg.stack}: hybrid nodes of EKS cluster {cfg.cluster_name}",
             wait_for=self.role.role.attachments,
+            account=cfg.aws_account,
         ), opts=self.child())
         self.activation.expires_at.apply(
             lambda at: _warn_if_expiring(at, cfg.activation_generation))
@@ -111,6 +112,7 @@ class HybridLayer(Layer):
                 *self.role.attachments,
                 self.activation.registrations_cleanup,
             ],
+            account=cfg.aws_account,
         ), opts=self.child())
 
         hybrid_toleration = _toleration(*HYBRID_TAINT)

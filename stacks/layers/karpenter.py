@@ -101,6 +101,7 @@ class KarpenterLayer(Layer):
             wait_for=[cluster.system_nodes.node_group, cluster.addons["eks-pod-identity-agent"],
                       *network.cloud.egress],
             cleanup_waits_for=[sg_tag, *network.cloud.private_subnets],
+            account=cfg.aws_account,
         ), opts=self.child())
 
         controller = self.karpenter.controller

@@ -65,7 +65,10 @@ def render(run: ProgramRun, out: TextIO, stack_file: Optional[Path] = None) -> N
             else f"stack file {stack_file} (as stack '{run.stack}')")
     out.write(f"eks-hybrid-lab plan for {what} in {region}: "
               f"{len(built)} of {len(LAYERS)} layers, {run.counts().describe()}\n")
-    out.write("Offline: the program ran against a stand-in for AWS; nothing was created.\n\n")
+    out.write("Offline: the program ran against a stand-in for AWS; nothing was created.\n")
+    # Which credentials pulumi up, the kubeconfig and the cleanups use, and the account they
+    # must be in (an unpinned stack is also among the warnings, with the command that pins it).
+    out.write(f"AWS credentials: {run.lab_config.aws_account.describe()}\n\n")
 
     out.write("Create order\n")
     for number, layer in enumerate(LAYERS, start=1):

@@ -155,8 +155,11 @@ def _connect(args: argparse.Namespace, stack_outputs) -> Any:
         kube = Kube.from_kubeconfig_file(args.kubeconfig)
         server = str(args.kubeconfig)
     else:
-        endpoint = endpoint_from_stack_kubeconfig(stack_outputs.get("kubeconfig"),
-                                                  stack_outputs.get("region"))
+        from rehearse.account import stack_account
+
+        endpoint = endpoint_from_stack_kubeconfig(
+            stack_outputs.get("kubeconfig"), stack_outputs.get("region"),
+            stack_account(stack_outputs.stack, args.work_dir))
         kube, server = Kube.connect(endpoint), endpoint.server
     try:
         kube.check_reachable(server)
@@ -190,7 +193,11 @@ def execute(command: str, args: argparse.Namespace) -> RunResult:
     kube = _connect(args, stack_outputs)
     options = {k: v for k, v in vars(args).items()
                if k not in ("command", "target", "stack", "outputs", "work_dir", "kubeconfig", "out")}
-    ctx = Context(outputs=stack_outputs, kube=kube, region=region, aws=boto3_clients(region),
+    from rehearse.account import stack_account
+
+    account = stack_account(stack_outputs.stack, args.work_dir)
+    ctx = Context(outputs=stack_outputs, kube=kube, region=region,
+                  aws=boto3_clients(region, account),
                   options=options, work_dir=args.work_dir)
     folder = record.folder_for(args.out, stack_outputs.stack, command, ctx.clock())
     recorder = record.Recorder(folder, clock=ctx.clock)

@@ -58,12 +58,17 @@ class Endpoint:
     refresh: Optional[Callable[[], Credential]] = None
 
 
-def eks_token(cluster_name: str, region: str) -> str:
+def eks_token(cluster_name: str, region: str, account: Any = None) -> str:
     """The token `aws eks get-token` prints: a presigned STS GetCallerIdentity URL naming the
-    cluster in a signed header (the lab's cleanups mint it the same way)."""
+    cluster in a signed header (the lab's cleanups mint it the same way), signed with the
+    stack's credentials (``account``: an ``AwsAccount``, components/aws_account.py; None: the
+    environment's)."""
     from components.cleanup.kubernetes_api import KubernetesApi
 
-    return KubernetesApi()._bearer_token(cluster_name, region)
+    api = KubernetesApi()
+    if account is not None:
+        api._account_props(account.cleanup_inputs())
+    return api._bearer_token(cluster_name, region)
 
 
 def signed_at(token: str) -> Optional[datetime.datetime]:
@@ -80,10 +85,10 @@ def signed_at(token: str) -> Optional[datetime.datetime]:
         return None
 
 
-def eks_credential(cluster_name: str, region: str) -> Credential:
+def eks_credential(cluster_name: str, region: str, account: Any = None) -> Credential:
     """A new EKS token, expiring as `aws eks get-token` says it does: 14 minutes after it was
     signed (by this machine's clock, which signed it)."""
-    token = eks_token(cluster_name, region)
+    token = eks_token(cluster_name, region, account)
     signed = signed_at(token) or utc_now()
     return Credential(token, signed + EKS_TOKEN_REPORTED_LIFETIME)
 
@@ -125,9 +130,9 @@ class RefreshingAuth(httpx.Auth):
 
 
 
-def endpoint_from_stack_kubeconfig(kubeconfig: Any, region: str) -> Endpoint:
+def endpoint_from_stack_kubeconfig(kubeconfig: Any, region: str, account: Any = None) -> Endpoint:
     """The stack's ``kubeconfig`` output (JSON, exec-based): its server and CA, and a token
-    minted here for the cluster it names."""
+    minted here for the cluster it names, with the stack's credentials (``account``)."""
     config = json.loads(kubeconfig) if isinstance(kubeconfig, str) else kubeconfig
     try:
         [cluster] = config["clusters"]
@@ -139,7 +144,7 @@ def endpoint_from_stack_kubeconfig(kubeconfig: Any, region: str) -> Endpoint:
                        "(one cluster with a server and CA data)") from None
     def refresh() -> Credential:
         try:
-            return eks_credential(name, region)
+            return eks_credential(name, region, account)
         except Exception as error:  # noqa: BLE001 botocore's many credential errors
             raise RunError(f"no AWS credentials to authenticate to cluster {name}: {error}") from None
 

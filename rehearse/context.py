@@ -26,7 +26,8 @@ class Context:
     outputs: StackOutputs
     kube: Kube
     region: str
-    #: boto3 client factory in the stack's region (the usual credential chain).
+    #: boto3 client factory in the stack's region, with the stack's credentials (its
+    #: aws:profile and aws:assumeRoles, in an account of its aws:allowedAccountIds).
     aws: Callable[[str], Any]
     clock: Callable[[], datetime.datetime] = utc_now
     sleep: Callable[[float], None] = time.sleep
@@ -73,16 +74,27 @@ def boto3_session() -> Any:
     return session
 
 
-def boto3_clients(region: str) -> Callable[[str], Any]:
+def boto3_clients(region: str, account: Any = None) -> Callable[[str], Any]:
     """One client per service, made on first use: a failover polls EC2 every half second, and
-    a new client costs more than the call."""
+    a new client costs more than the call. ``account``: the stack's ``AwsAccount``
+    (components/aws_account.py), whose session the clients come from, made as the cleanups
+    make theirs; None or one without settings: the environment's credentials."""
     made: dict[str, Any] = {}
+    sessions: list[Any] = []
+
+    def session() -> Any:
+        if account is None or not (account.profile or account.assume_roles or account.pinned):
+            return boto3_session()
+        if not sessions:
+            # Once: the roles are assumed and the account checked once per run.
+            sessions.append(account.boto3_session(region))
+        return sessions[0]
 
     def client(service: str) -> Any:
         if service not in made:
             from botocore.config import Config
 
-            made[service] = boto3_session().client(service, region_name=region, config=Config(
+            made[service] = session().client(service, region_name=region, config=Config(
                 retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=15))
         return made[service]
 

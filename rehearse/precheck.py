@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def collect(ctx: Any, record: Any) -> None:
-    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
 
     from offline.runner import config_from_stack_file
     from ops.preflight import cli as preflight, sequence
@@ -38,9 +38,16 @@ def collect(ctx: Any, record: Any) -> None:
         cfg = config_from_stack_file(stack, path=path)
     except (FileNotFoundError, ValueError, ConfigError) as error:
         raise RunError(f"the pre-check reads the stack file: {error}") from None
-    ctx.progress(f"preflight for stack {stack} in {cfg.region} (read-only)")
-    for check in sequence.run_preflight(boto3.Session(region_name=cfg.region),
-                                        preflight.lab_needs(cfg)):
+    ctx.progress(f"preflight for stack {stack} in {cfg.region} (read-only); credentials: "
+                 f"{cfg.aws_account.describe()}")
+    try:
+        # As the program's provider makes them; the account check judges the account.
+        session = cfg.aws_account.boto3_session(cfg.region, check_account=False)
+    except (BotoCoreError, ClientError) as error:
+        raise RunError(f"the pre-check cannot use the stack's AWS credentials "
+                       f"({cfg.aws_account.describe()}): {error}") from None
+    for check in sequence.run_preflight(session, preflight.lab_needs(cfg),
+                                        account=cfg.aws_account):
         record(CHECKED, name=check.name, status=check.status, detail=check.detail, fix=check.fix)
 
 

@@ -226,14 +226,15 @@ def test_the_program_warns_about_a_misspelt_aws_key_in_the_plan():
 # --- an aws: setting the lab's explicit provider would not apply ----------------------------------
 
 
-def test_an_aws_profile_is_refused_before_anything_registers_saying_what_to_do_instead():
-    """The lab's AWS provider is explicit, so it reads no aws: config but the region it is
-    given: aws:profile would deploy with the environment's credentials, into their account."""
+def test_an_aws_setting_the_lab_cannot_pass_on_is_refused_before_anything_registers():
+    """The lab's AWS provider is explicit, so it reads no aws: config but what it is given: the
+    region and the account settings (tests/test_accounts.py). Another setting would be ignored
+    without a word, so it is refused, saying why and what to do instead."""
     with pytest.raises(ConfigError) as caught:
-        run_program(lab_config(**{"aws:profile": "other-account"}))
+        run_program(lab_config(**{"aws:sharedCredentialsFiles": '["/elsewhere/credentials"]'}))
     [found] = caught.value.violations
-    assert found.key == "aws:profile" and "other-account" not in str(caught.value)
-    assert "export AWS_PROFILE=" in found.rule and "ignored" in found.rule
+    assert found.key == "aws:sharedCredentialsFiles" and "/elsewhere" not in str(caught.value)
+    assert "export AWS_SHARED_CREDENTIALS_FILE" in found.rule and "not applied" in found.rule
     assert caught.value.registrations == []
 
 
@@ -244,7 +245,8 @@ def test_a_credential_setting_is_refused_without_printing_its_value():
     assert sorted(v.key for v in caught.value.violations) == [
         "aws:httpsProxy", "aws:maxRetries", "aws:secretKey"]
     assert "wJalrXUtnFEMI" not in str(caught.value) and "S3cretPw" not in str(caught.value)
-    assert "AWS_SECRET_ACCESS_KEY" in str(caught.value)
+    [secret_key] = [v for v in caught.value.violations if v.key == "aws:secretKey"]
+    assert "set aws:profile" in secret_key.rule
 
 
 def test_the_region_and_other_namespaces_are_not_judged_and_an_unknown_aws_key_is_only_warned():
@@ -255,11 +257,11 @@ def test_the_region_and_other_namespaces_are_not_judged_and_an_unknown_aws_key_i
     assert not [w for w in run.warnings if "kubernetes:context" in w]
 
 
-def test_the_plan_refuses_a_stack_file_with_an_aws_profile(tmp_path, capsys):
+def test_the_plan_refuses_a_stack_file_with_static_keys(tmp_path, capsys):
     from offline import plan
 
     stack_file = tmp_path / "Pulumi.other.yaml"
-    stack_file.write_text("config:\n  aws:region: ap-northeast-2\n  aws:profile: other-account\n")
+    stack_file.write_text("config:\n  aws:region: ap-northeast-2\n  aws:accessKey: AKIAEXAMPLEKEY\n")
     assert plan.main(["--stack-file", str(stack_file)]) == 1
     err = capsys.readouterr().err
-    assert "aws:profile" in err and "export AWS_PROFILE=" in err
+    assert "aws:accessKey" in err and "AKIAEXAMPLEKEY" not in err and "aws:profile" in err

@@ -33,6 +33,10 @@ from tests.test_cleanup_gateway_routes import moto_server  # noqa: F401 (fixture
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 DEV_STACK = yaml.safe_load((PROJECT_DIR / "Pulumi.dev.yaml").read_text())
+#: moto's account: the tests' dev stack is pinned to it (the account check passes), as a stack
+#: should be; tests/test_accounts.py runs the others.
+MOTO_ACCOUNT = "123456789012"
+DEV_STACK["config"]["aws:allowedAccountIds"] = [MOTO_ACCOUNT]
 REGION = "ap-northeast-2"
 AWS_V2 = "aws-cli/2.17.0 Python/3.11.9 Linux/6.1.0 exe/x86_64.ubuntu.24"
 PULUMI_V3 = "v3.140.0"
@@ -323,7 +327,7 @@ def fix_of(lines, line):
 
 
 DEFAULT_CHECKS = [
-    "credentials", "region", "availability zones",
+    "credentials", "account", "region", "availability zones",
     "instance type for system nodes", "instance type for gateway nodes",
     "instance type for hybrid hosts", "instance types for burst nodes",
     f"quota VPCs per Region ({VPCS})", f"quota NAT gateways per Availability Zone ({NATS})",
@@ -379,7 +383,7 @@ def test_too_few_zones_names_the_setting_and_the_zones(aws, tmp_path, capsys):
     assert "it has 2: us-west-1a, us-west-1b" in line
     assert "pulumi config set availabilityZoneCount 2" in fix_of(lines, line)
     assert checks["instance types"].startswith("SKIP  ")
-    assert lines[-1] == "preflight: 11 passed, 0 warnings, 1 failed (1 skipped)"
+    assert lines[-1] == "preflight: 12 passed, 0 warnings, 1 failed (1 skipped)"
 
 
 def test_zones_eks_does_not_support_are_left_out(aws, tmp_path, capsys):
@@ -448,7 +452,7 @@ def test_quota_lookups_denied_warn(aws, tmp_path, capsys):
     for line in quota_lines:
         assert line.startswith("WARN  ") and "quota lookup not permitted" in line
         assert "servicequotas:GetServiceQuota" in fix_of(lines, line)
-    assert lines[-1] == "preflight: 12 passed, 4 warnings, 0 failed"
+    assert lines[-1] == "preflight: 13 passed, 4 warnings, 0 failed"
 
 
 def test_quota_without_an_applied_value_uses_the_aws_default(aws, tmp_path, capsys):
@@ -601,8 +605,10 @@ def test_command_against_a_moto_server(tmp_path, monkeypatch, fresh_account, mot
     reported = [line for line in result.stdout.splitlines() if not line.startswith("      fix:")]
     assert reported[0] == ("eks-hybrid-lab preflight for stack 'dev' in ap-northeast-2 "
                            "(read-only: Describe/List/Get calls only)")
+    assert reported[1] == ("credentials: the environment's credentials; pinned to account "
+                           f"{MOTO_ACCOUNT}")
     statuses = [(line.split("  ", 1)[0], line.split("  ", 1)[1].split(": ", 1)[0])
-                for line in reported[1:-1]]
+                for line in reported[2:-1]]
     # A fresh account: no Spot service-linked role yet.
     assert statuses == [
         (PASS, name) if name not in (f"quota EC2-VPC Elastic IPs ({EIPS})",

@@ -236,6 +236,7 @@ def test_a_defect_in_a_step_still_writes_the_summary_then_raises(tmp_path):
 
 def test_the_pre_check_records_ops_preflights_checks_as_a_run(tmp_path, monkeypatch):
     from ops.preflight import checks as preflight_checks, sequence
+    from components.aws_account import AwsAccount
     from rehearse import outcome, precheck
     from rehearse.context import Context
     from rehearse.outputs import StackOutputs
@@ -243,8 +244,9 @@ def test_the_pre_check_records_ops_preflights_checks_as_a_run(tmp_path, monkeypa
 
     seen = {}
 
-    def run_preflight(session, needs):
+    def run_preflight(session, needs, account):
         seen["region"], seen["cluster"] = session.region_name, needs.cluster_name
+        seen["account"] = account
         return [preflight_checks.Check("credentials", "PASS", "arn:aws:iam::111122223333:user/me"),
                 preflight_checks.Check("quotas", "WARN", "4 vCPUs of headroom", "ask for more"),
                 preflight_checks.Check("region", "FAIL", "opt-in region", "enable it"),
@@ -263,6 +265,8 @@ def test_the_pre_check_records_ops_preflights_checks_as_a_run(tmp_path, monkeypa
     recorder.close()
     # The dev stack file's region and cluster (Pulumi.dev.yaml).
     assert seen["region"] == "ap-northeast-2" and seen["cluster"]
+    # The stack's account settings, for the account check (the dev stack has none).
+    assert seen["account"] == AwsAccount()
     report = outcome.analyse_run(precheck.analyse, record.read_events(tmp_path / "run"))
     assert [(c.name, c.status) for c in report.checks] == [
         ("credentials", PASS), ("quotas", PASS), ("region", FAIL), ("instance types", "SKIP")]

@@ -3,7 +3,9 @@
     python -m ops.leftovers [--stack dev] [--stack-file PATH] [--region R] [--json]
 
 Reads ``Pulumi.<stack>.yaml`` (or the stack file given) for the cluster name, the region, the
-hybrid pod CIDR and the stack's lab tag, then lists — read-only, Describe/List/Get calls only —
+hybrid pod CIDR, the stack's lab tag and its account settings (aws:profile, aws:assumeRoles: the
+credentials the program uses; aws:allowedAccountIds: the audit refuses another account, where
+it would find nothing and call the stack clean), then lists — read-only, Describe/List/Get calls only —
 everything of that stack that still exists in the account, with an approximate hourly cost and
 the command that removes it. Exit 0: nothing left; 1: something is left; 2: bad usage or config,
 or AWS could not be (fully) queried.
@@ -148,9 +150,15 @@ def main(argv: Optional[list[str]] = None, session: Any = None) -> int:
         return 2
 
     if session is None:
-        import boto3
+        from botocore.exceptions import BotoCoreError, ClientError
 
-        session = boto3.session.Session()
+        try:
+            session = config.aws_account.boto3_session(config.region)
+        except (BotoCoreError, ClientError, RuntimeError) as error:
+            print(f"error: cannot audit stack {stack} with its AWS credentials "
+                  f"({config.aws_account.describe()}): {error}\nNothing was looked at.",
+                  file=sys.stderr)
+            return 2
     try:
         report = scan(session, scope_of(config))
     except AwsUnavailable as error:

@@ -3,7 +3,8 @@
     python -m ops.preflight [--stack dev] [--stack-file PATH] [--region R]
 
 Reads ``Pulumi.<stack>.yaml`` and checks, with Describe/List/Get calls only: the AWS
-credentials, the region, the availability zones, the instance types, the quota headroom, that
+credentials (made as the program makes them: the stack's aws:profile and aws:assumeRoles), that
+they are for the account the stack is pinned to (aws:allowedAccountIds), the region, the availability zones, the instance types, the quota headroom, that
 the names the stack takes in the region (cluster, log group, interruption queue) are free or
 already its own, the account's Spot service-linked role, that adminRoleArns does not hold the
 deployer's own role, the AWS CLI v2 and the Pulumi CLI. Each line is PASS, WARN or FAIL (with the fix); SKIP marks an
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Optional, TextIO
 
 import boto3
-from botocore.exceptions import BotoCoreError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from components.zones import EKS_UNSUPPORTED_ZONE_IDS
 from ops.preflight.checks import (FAIL, PASS, SKIP, WARN, Check, InstanceNeed, LabNeeds, Run, Which,
@@ -117,18 +118,24 @@ def main(argv: Optional[list[str]] = None, *, session: Optional[boto3.Session] =
         return 2
     if session is None:
         try:
-            session = boto3.Session(region_name=cfg.region)
-        except BotoCoreError as exc:  # e.g. AWS_PROFILE names a profile that does not exist
-            print(f"error: {exc}", file=sys.stderr)
+            # As the program's provider: the stack's profile, then its role. The account is
+            # judged by the account check below, not refused here.
+            session = cfg.aws_account.boto3_session(cfg.region, check_account=False)
+        except (BotoCoreError, ClientError) as exc:
+            # A profile that does not exist, a role these credentials may not assume.
+            print(f"error: the AWS credentials of {source} ({cfg.aws_account.describe()}) "
+                  f"cannot be used: {exc}", file=sys.stderr)
             return 2
 
     print(f"eks-hybrid-lab preflight for stack '{cfg.stack}' in {cfg.region} "
           f"(read-only: Describe/List/Get calls only)")
+    print(f"credentials: {cfg.aws_account.describe()}")
     # A misspelt provider key (aws:regon) is ignored by the provider: said here as by the plan.
     settings = [Check("stack settings", WARN, warning, "correct or remove the key in "
                       f"{source}")
                 for warning in unknown_provider_keys(raw)]
-    checks = settings + run_preflight(session, lab_needs(cfg), which=which, run=run)
+    checks = settings + run_preflight(session, lab_needs(cfg), which=which, run=run,
+                                      account=cfg.aws_account)
     render(checks, sys.stdout)
     return 1 if any(c.status == FAIL for c in checks) else 0
 

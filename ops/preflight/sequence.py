@@ -11,6 +11,8 @@ from typing import Iterable, Optional
 
 import boto3
 
+from components.aws_account import AwsAccount
+from ops.preflight.account import check_account
 from ops.preflight.checks import (FAIL, PASS, SKIP, WARN, Check, LabNeeds, Run, Which, _credentials,
                                   check_admin_roles, check_availability_zones, check_aws_cli,
                                   check_instance_types, check_names_free, check_pulumi_cli,
@@ -38,18 +40,26 @@ class _ClientPerService:
 
 
 def run_preflight(session: boto3.Session, needs: LabNeeds, *, which: Which = shutil.which,
-                  run: Run = run_command) -> list[Check]:
+                  run: Run = run_command, account: AwsAccount = AwsAccount()) -> list[Check]:
     """Every check, in order. An AWS check that cannot run because an earlier one failed
-    (no credentials, a disabled region, too few zones) is reported as SKIP, not attempted."""
+    (no credentials, another account than the stack's, a disabled region, too few zones) is
+    reported as SKIP, not attempted. ``account``: the stack's account settings; ``session``
+    must have been made from them (``AwsAccount.boto3_session``)."""
     session = _ClientPerService(session)
     credentials, caller_arn = _credentials(session, needs.region)
     checks = [credentials]
     regional = ("region", "availability zones", "instance types", "quotas",
                 "names in the region")
-    account = ("spot service-linked role", "admin access entries")
+    account_wide = ("spot service-linked role", "admin access entries")
+    if caller_arn is not None:
+        checks.append(check_account(caller_arn, account))
     if caller_arn is None:
         checks += [skipped(n, "no working AWS credentials (see credentials)")
-                   for n in regional + account]
+                   for n in regional + account_wide]
+    elif checks[-1].status == FAIL:
+        # Another account's zones, quotas and names say nothing about the stack's.
+        checks += [skipped(n, "the credentials are for another account than the stack's "
+                              "(see account)") for n in regional + account_wide]
     else:
         checks.append(check_region(session, needs.region))
         if checks[-1].status == FAIL:

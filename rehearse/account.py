@@ -19,7 +19,7 @@ def stack_account(stack: str, work_dir: Optional[Path]) -> Any:
     if path is None or not path.exists():
         return AwsAccount()
     from offline.runner import load_stack_config
-    from stacks.config import aws_account_settings
+    from stacks.aws_config import aws_account_settings
 
     try:
         account, problems = aws_account_settings(load_stack_config(stack, path=path))

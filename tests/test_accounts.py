@@ -36,7 +36,8 @@ from offline.fake_cloud import FakeCloud
 from offline.runner import run_program
 from ops.preflight.account import check_account
 from ops.preflight.checks import FAIL, PASS, SKIP, WARN
-from stacks.config import PIN_COMMAND, ConfigError, aws_account_settings
+from stacks.aws_config import PIN_COMMAND, aws_account_settings
+from stacks.config import ConfigError
 from tests.conftest import lab_config, run_lab
 from tests.test_cleanup_karpenter_leftovers import CLUSTER, karpenter_tags, run_instances
 

@@ -87,9 +87,12 @@ def test_plan_of_the_dev_stack(dev_run):
         assert type_ in out
     assert " -> ".join(reversed(AVAILABLE_LAYERS)) in out
     assert "Destroy order" in out
-    # The dev stack leaves adminCidrs empty: the open endpoint is its one warning.
+    # The dev stack leaves adminCidrs empty and pins no account (it cannot know yours): the
+    # open endpoint and the unpinned account are its two warnings.
     warnings = out.split("\nWarnings\n", 1)[1].strip().splitlines()
-    assert len(warnings) == 1 and "adminCidrs is empty" in warnings[0], warnings
+    assert len(warnings) == 2, warnings
+    assert "aws:allowedAccountIds is not set" in warnings[0], warnings
+    assert "adminCidrs is empty" in warnings[1], warnings
     assert "eks-hybrid-lab:stack=eks-hybrid-lab/dev" in out
     assert "Cost while up (USD, on-demand, approximate; ap-northeast-2 prices" in out
     assert "  total " in out and "/day" in out

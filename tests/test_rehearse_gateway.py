@@ -106,7 +106,7 @@ def ec2(monkeypatch, ec2_world, ec2_client):
     for key, value in AWS_ENV.items():
         monkeypatch.setenv(key, value)
 
-    def clients(region: str):
+    def clients(region: str, account=None):
         assert region == REGION
 
         def client(service: str):

@@ -199,7 +199,7 @@ class Scene:
         self.plant()
         ec2 = StubEc2(self.routes)
 
-        def clients(region: str):
+        def clients(region: str, account=None):
             assert region == REGION
             return lambda service: ec2 if service == "ec2" else pytest.fail(f"asked for {service}")
 

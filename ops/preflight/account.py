@@ -13,7 +13,7 @@ from typing import Optional
 
 from components.aws_account import AwsAccount
 from ops.preflight.checks import FAIL, PASS, WARN, Check
-from stacks.config import PIN_COMMAND
+from stacks.aws_config import PIN_COMMAND
 
 NAME = "account"
 

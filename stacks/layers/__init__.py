@@ -9,8 +9,9 @@ import pulumi
 import pulumi_aws as aws
 
 from components.zones import eks_availability_zones
+from stacks.aws_config import account_violations, account_warnings
 from stacks.config import (AVAILABLE_LAYERS, ConfigError, LabConfig, Violation,
-                           account_violations, account_warnings, deployer_admin_violations)
+                           deployer_admin_violations)
 from stacks.layers.cluster import ClusterLayer
 from stacks.layers.demo import DemoLayer
 from stacks.layers.gateway import GatewayLayer

@@ -115,11 +115,3 @@ class AwsAccount:
         maker._account_props(self.cleanup_inputs())
         return maker._aws_session(region, check_account=check_account)
 
-
-def account_of_props(props: dict[str, Any]) -> AwsAccount:
-    """The ``AwsAccount`` a cleanup's outputs name (the inverse of ``cleanup_inputs``)."""
-    return AwsAccount(
-        profile=props.get("awsProfile") or None,
-        allowed_account_ids=tuple(props.get("allowedAccountIds") or ()),
-        assume_roles=tuple(AssumedRole(r["roleArn"], r.get("sessionName"))
-                           for r in props.get("assumeRoles") or ()))

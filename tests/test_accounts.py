@@ -19,7 +19,6 @@ import base64
 import io
 import json
 import urllib.parse
-from pathlib import Path
 
 import boto3
 import pytest
@@ -397,3 +396,26 @@ def test_the_rehearsal_reads_the_stack_files_account_for_its_clients_and_tokens(
     assert signing_key(eks_token(CLUSTER, REGION, AwsAccount(profile="keys"))) == KEYS_KEY
     # No stack file (outputs read from a file of another name): the environment's credentials.
     assert stack_account("elsewhere", tmp_path) == AwsAccount()
+
+
+def test_a_pickled_cleanup_acts_in_the_stored_account_without_the_project(aws_files, tmp_path):
+    """As at destroy time: unpickled in a process where this project cannot be imported, the
+    session mixin came along by value, and the stored profile and pin are what it acts with."""
+    import os
+
+    from tests.pickled_provider import result_of, run_pickled
+
+    env = {name: os.environ[name] for name in (
+        "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_EC2_METADATA_DISABLED")}
+    prelude = "from moto import mock_aws\nmock_aws().start()\n"
+    props = {"region": REGION, "clusterName": CLUSTER, "awsProfile": "lab"}
+    done = run_pickled(KarpenterLeftoverCleanupProvider(), "delete", "id",
+                       {**props, "allowedAccountIds": [LAB_ACCOUNT]}, prelude=prelude, env=env)
+    assert result_of(done) is None
+    refused = run_pickled(KarpenterLeftoverCleanupProvider(), "delete", "id",
+                          {**props, "allowedAccountIds": ["999988887777"]}, prelude=prelude,
+                          env=env)
+    assert refused.returncode == 1
+    assert f"are for account {LAB_ACCOUNT}, and this stack is pinned to 999988887777" \
+        in refused.stderr

@@ -329,6 +329,7 @@ DEFAULT_CHECKS = [
     f"quota VPCs per Region ({VPCS})", f"quota NAT gateways per Availability Zone ({NATS})",
     f"quota EC2-VPC Elastic IPs ({EIPS})",
     f"quota Running On-Demand Standard instances vCPUs ({STANDARD})",
+    f"quota Running On-Demand Standard instances vCPUs ({STANDARD}) during an upgrade",
     "names in the region", "spot service-linked role", "admin access entries",
     "aws CLI", "pulumi CLI",
 ]
@@ -379,7 +380,7 @@ def test_too_few_zones_names_the_setting_and_the_zones(aws, tmp_path, capsys):
     assert "it has 2: us-west-1a, us-west-1b" in line
     assert "pulumi config set availabilityZoneCount 2" in fix_of(lines, line)
     assert checks["instance types"].startswith("SKIP  ")
-    assert lines[-1] == "preflight: 11 passed, 0 warnings, 1 failed (1 skipped)"
+    assert lines[-1] == "preflight: 12 passed, 0 warnings, 1 failed (1 skipped)"
 
 
 def test_zones_eks_does_not_support_are_left_out(aws, tmp_path, capsys):
@@ -428,6 +429,22 @@ def test_quota_exhausted_fails(aws, tmp_path, capsys):
     assert lines[-1].endswith("2 failed")
 
 
+def test_an_upgrades_surge_beyond_the_quota_warns(aws, tmp_path, capsys):
+    # The stack's 16 vCPUs and a burst of 8 fit in 31. A change that rolls the node groups may
+    # add up to two nodes per zone of each (the EKS User Guide's scale-up phase): 2 system
+    # nodes' group in 2 zones and the gateway group in 2, so 4 + 4 m6i.large = 16 more; 32 > 31.
+    # The hybrid hosts add nothing: they are replaced delete-first (tests/test_replacement.py).
+    code, lines, checks = preflight(tmp_path, capsys, quotas={**ROOMY, STANDARD: 31},
+                                    burstCpuLimit=8)
+    assert code == 0
+    assert checks[f"quota Running On-Demand Standard instances vCPUs ({STANDARD})"].startswith(
+        "PASS  ")
+    line = checks[f"quota Running On-Demand Standard instances vCPUs ({STANDARD}) during an upgrade"]
+    assert line.startswith("WARN  ") and "the lab adds 16 (a host is replaced delete-first" in line
+    assert "(+ up to 16 while a change rolls the node groups" in line and "32 > 31" in line
+    assert "--quota-code L-1216C47A --desired-value 32" in fix_of(lines, line)
+
+
 def test_burst_beyond_the_quota_warns(aws, tmp_path, capsys):
     # 192 + 16 fits in 220; with the burst's 32 more it does not.
     plant_instances(2, "m5.24xlarge")
@@ -444,11 +461,11 @@ def test_quota_lookups_denied_warn(aws, tmp_path, capsys):
     code, lines, checks = preflight(tmp_path, capsys, quotas=denied)
     assert code == 0
     quota_lines = [line for name, line in checks.items() if name.startswith("quota ")]
-    assert len(quota_lines) == 4
+    assert len(quota_lines) == 5
     for line in quota_lines:
         assert line.startswith("WARN  ") and "quota lookup not permitted" in line
         assert "servicequotas:GetServiceQuota" in fix_of(lines, line)
-    assert lines[-1] == "preflight: 12 passed, 4 warnings, 0 failed"
+    assert lines[-1] == "preflight: 12 passed, 5 warnings, 0 failed"
 
 
 def test_quota_without_an_applied_value_uses_the_aws_default(aws, tmp_path, capsys):
@@ -539,9 +556,12 @@ def test_gpu_enabled_adds_the_gpu_checks(aws, tmp_path, capsys):
                                     gpuEnabled=True)
     gpu_type = checks["instance type for GPU host"]
     assert gpu_type == "PASS  instance type for GPU host: g6.xlarge (1 instance) is offered in ap-northeast-2a"
-    # A new account's G and VT quota is often 0: the GPU host's 4 vCPUs do not fit.
+    # A new account's G and VT quota is often 0: the GPU host's 4 vCPUs do not fit. One
+    # host's worth is enough, also to replace it (tests/test_replacement.py).
     gvt = checks[f"quota Running On-Demand G and VT instances vCPUs ({GVT})"]
-    assert gvt.startswith("FAIL  ") and "the lab adds 4: 4 > 0" in gvt
+    assert gvt.startswith("FAIL  ") and gvt.endswith(
+        "the lab adds 4 (a host is replaced delete-first: replacing it needs no more): 4 > 0")
+    assert "--quota-code L-DB2E81BA --desired-value 4" in fix_of(lines, gvt)
     assert code == 1
     # The GPU host does not count against the standard quota.
     assert "the lab adds 16 " in checks[f"quota Running On-Demand Standard instances vCPUs ({STANDARD})"]
@@ -607,6 +627,7 @@ def test_command_against_a_moto_server(tmp_path, monkeypatch, fresh_account, mot
     assert statuses == [
         (PASS, name) if name not in (f"quota EC2-VPC Elastic IPs ({EIPS})",
                                      f"quota Running On-Demand Standard instances vCPUs ({STANDARD})",
+                                     f"quota Running On-Demand Standard instances vCPUs ({STANDARD}) during an upgrade",
                                      "spot service-linked role")
         else (WARN, name)
         for name in DEFAULT_CHECKS
@@ -614,7 +635,7 @@ def test_command_against_a_moto_server(tmp_path, monkeypatch, fresh_account, mot
     assert f"PASS  aws CLI: aws-cli/2.17.0 at {bin_dir}/aws" in reported
     assert any(line.startswith(f"WARN  quota EC2-VPC Elastic IPs ({EIPS}): could not read the quota")
                for line in reported)
-    assert reported[-1] == f"preflight: {len(DEFAULT_CHECKS) - 3} passed, 3 warnings, 0 failed"
+    assert reported[-1] == f"preflight: {len(DEFAULT_CHECKS) - 4} passed, 4 warnings, 0 failed"
 
 
 # --- names the stack takes in the region -------------------------------------------------------

@@ -50,11 +50,15 @@ def lab_needs(cfg: LabConfig) -> LabNeeds:
     """What the stack launches and where (the placement the layers use)."""
     instances = [
         # The system node group spans every private subnet of the cloud VPC.
+        # Managed node groups: an upgrade adds up to twice their zones' count of nodes before it
+        # drains the old ones (maxUnavailable is 1).
         InstanceNeed("system nodes", cfg.system_node_instance_type, SYSTEM_NODE_COUNT,
-                     "systemNodeInstanceType", span=cfg.availability_zone_count, min_zones=2),
+                     "systemNodeInstanceType", span=cfg.availability_zone_count, min_zones=2,
+                     upgrade_surge=2 * cfg.availability_zone_count),
         # The gateway nodes use the first two private subnets, one node in each zone.
         InstanceNeed("gateway nodes", cfg.gateway_instance_type, GATEWAY_NODE_COUNT,
-                     "gatewayInstanceType", span=GATEWAY_NODE_COUNT, min_zones=GATEWAY_NODE_COUNT),
+                     "gatewayInstanceType", span=GATEWAY_NODE_COUNT, min_zones=GATEWAY_NODE_COUNT,
+                     upgrade_surge=2 * GATEWAY_NODE_COUNT),
         # The on-prem VPC has one server LAN subnet, in the first zone.
         InstanceNeed("hybrid hosts", cfg.hybrid_node_instance_type, cfg.hybrid_node_count,
                      "hybridNodeInstanceType", span=1, min_zones=1, placement_note=ON_PREM_NOTE),

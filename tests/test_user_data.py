@@ -3,6 +3,7 @@ and its NodeConfig parsed and checked field by field."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from components.hybrid_user_data import HostBootstrap, node_config, render_user_data
+from components.nodeadm import NODEADM_VERSION, SSM_KEY_EXPIRES, nodeadm_url
 
 BASE = HostBootstrap(
     cluster_name="hybrid-lab",
@@ -83,14 +85,14 @@ def test_the_join_steps_in_order():
     script = render_user_data(BASE)
     steps = [
         "block_imds\n",
-        "curl -fsSL --retry 5 --connect-timeout 10 -o /usr/local/bin/nodeadm \"$NODEADM_URL\"",
+        "retry 10 fetch_nodeadm\n",
         'retry 5 nodeadm install "$KUBERNETES_VERSION" --credential-provider ssm',
         "<<'NODECONFIG'",
         'retry 8 nodeadm init -c "file://$NODE_CONFIG"',
     ]
     positions = [script.index(step) for step in steps]
     assert positions == sorted(positions)
-    assert "NODEADM_URL='https://hybrid-assets.eks.amazonaws.com/releases/latest/bin/linux/amd64/nodeadm'" in script
+    assert f"NODEADM_URL='{nodeadm_url(NODEADM_VERSION, 'amd64')}'" in script
     assert "KUBERNETES_VERSION='1.35'" in script
     assert "set -euo pipefail" in script
     # The activation code is root-only on disk.
@@ -108,6 +110,80 @@ def test_imds_is_blocked_for_the_host_and_its_pods_and_stays_blocked():
 def test_arm_hosts_download_the_arm_nodeadm():
     script = render_user_data(HostBootstrap(**{**BASE.__dict__, "architecture": "arm64"}))
     assert "/bin/linux/arm64/nodeadm" in script
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.removeprefix("v").split("."))
+
+
+def test_hosts_install_the_pinned_nodeadm_release():
+    """releases/latest would make what joins depend on the day of the deploy: the URL names the
+    pinned release, one that carries the SSM installer's current key (1.0.18 and older cannot
+    install with SSM since 2026-07-15: docs/hybrid-nodes.md#nodeadm)."""
+    for host, arch in ((BASE, "amd64"), (HostBootstrap(**{**BASE.__dict__, "architecture": "arm64"}), "arm64")):
+        [url] = re.findall(r"^NODEADM_URL='(.*)'$", render_user_data(host), re.M)
+        assert url == f"https://hybrid-assets.eks.amazonaws.com/releases/{NODEADM_VERSION}/bin/linux/{arch}/nodeadm"
+    assert re.fullmatch(r"v\d+\.\d+\.\d+", NODEADM_VERSION)
+    assert _release(NODEADM_VERSION) >= (1, 0, 19)
+    # The pin's key is the newer one: its expiry is known, and later than the old key's.
+    assert SSM_KEY_EXPIRES[NODEADM_VERSION] > SSM_KEY_EXPIRES["v1.0.18"]
+    with pytest.raises(ValueError):
+        nodeadm_url("latest", "amd64")
+
+
+def _run_fetch(tmp_path, served: bytes, checksum_of: bytes, attempts: int = 1, damaged_first: int = 0):
+    """Runs the script's own fetch_nodeadm (through its retry) with curl replaced by a function
+    that serves ``served`` as nodeadm and sha256sum's line for ``checksum_of`` as nodeadm.sha256
+    (the first ``damaged_first`` downloads of nodeadm are cut short). Returns (exit status, the
+    URLs fetched, the installed file or None)."""
+    script = render_user_data(BASE)
+    functions = "".join(re.search(rf"^{name}\(\) \{{.*?^\}}\n", script, re.S | re.M).group(0)
+                        for name in ("retry", "fetch_nodeadm"))
+    [url_line] = re.findall(r"^NODEADM_URL=.*$", script, re.M)
+    (tmp_path / "served").write_bytes(served)
+    (tmp_path / "sum").write_text(f"{hashlib.sha256(checksum_of).hexdigest()}  nodeadm\n")
+    installed = tmp_path / "bin" / "nodeadm"
+    installed.parent.mkdir()
+    probe = tmp_path / "probe.sh"
+    probe.write_text(
+        "set -euo pipefail\nlog() { :; }\nsleep() { :; }\n" + url_line + "\n"
+        f"NODEADM_BIN={installed}\nSERVED={tmp_path}/served\nSUM={tmp_path}/sum\n"
+        f"URLS={tmp_path}/urls\ndamaged={damaged_first}\n"
+        'curl() {\n'
+        '  local out="" url=""\n'
+        '  while [ $# -gt 0 ]; do\n'
+        '    case $1 in -o) out=$2; shift 2 ;; -*) shift ;; *) url=$1; shift ;; esac\n'
+        '  done\n'
+        '  echo "$url" >> "$URLS"\n'
+        '  case $url in\n'
+        '    *.sha256) cp "$SUM" "$out" ;;\n'
+        '    *) if [ "$damaged" -gt 0 ]; then damaged=$((damaged - 1)); head -c 3 "$SERVED" > "$out";\n'
+        '       else cp "$SERVED" "$out"; fi ;;\n'
+        '  esac\n'
+        '}\n' + functions + f"retry {attempts} fetch_nodeadm\n")
+    done = subprocess.run(["bash", str(probe)], capture_output=True, text=True)
+    urls = (tmp_path / "urls").read_text().split() if (tmp_path / "urls").exists() else []
+    return done.returncode, urls, (installed.read_bytes() if installed.exists() else None)
+
+
+def test_the_nodeadm_download_is_checked_against_the_release_checksum(tmp_path):
+    url = nodeadm_url(NODEADM_VERSION, "amd64")
+    status, urls, installed = _run_fetch(tmp_path, b"nodeadm-binary", b"nodeadm-binary")
+    assert status == 0 and installed == b"nodeadm-binary"
+    assert urls == [url, url + ".sha256"]
+    assert os.stat(tmp_path / "bin" / "nodeadm").st_mode & 0o777 == 0o755
+
+
+def test_a_damaged_nodeadm_download_is_not_installed(tmp_path):
+    status, _, installed = _run_fetch(tmp_path, b"tampered", b"nodeadm-binary")
+    assert status != 0 and installed is None
+
+
+def test_a_cut_short_nodeadm_download_is_fetched_again(tmp_path):
+    status, urls, installed = _run_fetch(tmp_path, b"nodeadm-binary", b"nodeadm-binary",
+                                         attempts=3, damaged_first=1)
+    assert status == 0 and installed == b"nodeadm-binary"
+    assert len(urls) == 4  # binary and checksum, twice
 
 
 def test_retry_helper_retries_then_gives_up(tmp_path):

@@ -13,7 +13,7 @@ import sys
 import pytest
 import yaml
 
-from components.hybrid_user_data import HostBootstrap, node_config, render_user_data
+from components.hybrid_user_data import TEMPLATES, HostBootstrap, node_config, render_user_data
 from components.nodeadm import NODEADM_VERSION, SSM_KEY_EXPIRES, nodeadm_url
 
 BASE = HostBootstrap(
@@ -260,13 +260,152 @@ def test_gpu_driver_and_toolkit_are_installed_before_the_join_and_the_runtime_af
     lines = commands(render_user_data(GPU))
     nodeadm_install = _first(lines, r'retry \d+ nodeadm install .*')
     driver = _first(lines, r"retry \d+ ubuntu-drivers install --gpgpu")
+    utils = _first(lines, r'retry \d+ apt-get install -y --no-install-recommends "nvidia-utils-\$branch"')
+    driver_call = _first(lines, r"install_nvidia_driver")
     toolkit = _first(lines, r"retry \d+ apt-get install -y nvidia-container-toolkit")
     init = _first(lines, r'retry \d+ nodeadm init -c "file://\$NODE_CONFIG"')
     runtime = _first(lines, r"nvidia-ctk runtime configure --runtime=containerd --set-as-default")
     restart = _first(lines, r"systemctl restart containerd")
     reboot_check = _first(lines, r"if ! nvidia-smi; then")
-    assert nodeadm_install < driver < toolkit < init < runtime < restart < reboot_check
+    assert nodeadm_install < driver < utils < driver_call < toolkit < init < runtime < restart < reboot_check
     # One refresh before nodeadm install, one for the toolkit's new repository: no other.
     updates = [i for i, line in enumerate(lines) if re.fullmatch(r"retry \d+ apt-get update", line)]
     repository = _first(lines, r"sed .*nvidia-container-toolkit-keyring\.gpg.*")
     assert len(updates) == 2 and updates[0] < nodeadm_install and repository < updates[1] < toolkit
+
+
+# --- the GPU host's driver, as a host runs it -----------------------------------------------------
+#
+# A stand-in Ubuntu 24.04 for the driver part of the GPU script. Its rules are ported from their
+# sources (docs/hybrid-nodes.md#the-simulated-on-premises-hosts):
+# - ubuntu-drivers-common (noble, 0.9.7.6ubuntu3.3) `ubuntu-drivers install --gpgpu`
+#   (install_gpgpu): for the branch it picks it installs nvidia-headless-no-dkms-<flavour> and
+#   linux-modules-nvidia-<flavour>-<kernel flavour>, dropping nvidia-driver-<flavour> when the
+#   modules package exists; it finds no driver with status 0.
+# - Ubuntu's nvidia-graphics-drivers-580-server (noble) debian/control: what the headless
+#   metapackage depends on (no nvidia-utils), and nvidia-utils-580-server, which installs
+#   /usr/bin/nvidia-smi (nvidia-utils-580-server.install). The -open flavour shares the same
+#   utilities and libraries; only the kernel source differs.
+
+def _archive(branch: str) -> dict[str, list[str]]:
+    """Package -> its Depends, for one driver branch (``580-server``, ``580``)."""
+    libs = [f"nvidia-kernel-common-{branch}", f"libnvidia-compute-{branch}",
+            f"nvidia-compute-utils-{branch}", f"libnvidia-cfg1-{branch}"]
+    return {
+        f"nvidia-headless-no-dkms-{branch}": [f"nvidia-kernel-source-{branch}", *libs],
+        f"nvidia-headless-no-dkms-{branch}-open": [f"nvidia-kernel-source-{branch}-open", *libs],
+        f"linux-modules-nvidia-{branch}-aws": [],
+        f"linux-modules-nvidia-{branch}-open-aws": [],
+        f"nvidia-utils-{branch}": [f"nvidia-kernel-common-{branch}"],
+        **{name: [] for name in libs},
+        f"nvidia-kernel-source-{branch}": [],
+        f"nvidia-kernel-source-{branch}-open": [],
+    }
+
+
+_FAKE_UBUNTU = r'''
+log() { echo "log: $*"; }
+sleep() { :; }
+installed() { grep -qx "$1" "$DB" 2>/dev/null; }
+add() {
+  local pkg=$1 dep
+  installed "$pkg" && return 0
+  if ! grep -q "^$pkg:" "$ARCHIVE"; then
+    echo "E: Unable to locate package $pkg" >&2
+    return 100
+  fi
+  echo "$pkg" >> "$DB"
+  for dep in $(grep "^$pkg:" "$ARCHIVE" | cut -d: -f2); do add "$dep" || return; done
+  case $pkg in nvidia-utils-*)
+    printf '#!/bin/sh\necho nvidia-smi >> "%s"\nexit "$SMI_STATUS"\n' "$CALLS" > "$FAKEBIN/nvidia-smi"
+    chmod +x "$FAKEBIN/nvidia-smi" ;;
+  esac
+}
+apt-get() {
+  [ "$1" = install ] || { echo "unexpected apt-get $*" >&2; return 2; }
+  shift
+  while [ $# -gt 0 ]; do
+    case $1 in -o) shift 2 ;; -*) shift ;; *) add "$1" || return; shift ;; esac
+  done
+}
+ubuntu-drivers() {
+  [ "$*" = "install --gpgpu" ] || { echo "unexpected ubuntu-drivers $*" >&2; return 2; }
+  if [ -z "$FLAVOUR" ]; then echo "No drivers found for installation."; return 0; fi
+  apt-get install -o DPkg::options::=--force-confnew --no-install-recommends -y \
+    "nvidia-headless-no-dkms-$FLAVOUR" "linux-modules-nvidia-$FLAVOUR-aws"
+}
+dpkg-query() {
+  [ "$1" = -W ] && [ "$2" = -f ] || { echo "unexpected dpkg-query $*" >&2; return 2; }
+  local format=$3 pattern=$4 pkg line found=0
+  while read -r pkg; do
+    # shellcheck disable=SC2053
+    [[ $pkg == $pattern ]] || continue
+    line=${format//'${db:Status-Abbrev}'/'ii '}
+    line=${line//'${Package}'/$pkg}
+    [[ $line == *'${'* ]] && { echo "dpkg-query: field not modelled in $format" >&2; return 2; }
+    printf '%b' "$line"
+    found=1
+  done < <(cat "$DB" 2>/dev/null)
+  [ $found = 1 ] || { echo "dpkg-query: no packages found matching $pattern" >&2; return 1; }
+}
+nvidia-ctk() { echo "nvidia-ctk $*" >> "$CALLS"; }
+systemctl() { echo "systemctl $*" >> "$CALLS"; }
+'''
+
+
+def _gpu_host(tmp_path, flavour: str, branch: str, smi_status: int = 0):
+    """Runs the GPU script's driver install, then (if it passed) its part after the join, on
+    the stand-in Ubuntu. Returns (exit status, output, packages installed, calls made)."""
+    if shutil.which("nvidia-smi", path="/usr/bin:/bin:/usr/sbin:/sbin"):
+        pytest.skip("this machine has a real nvidia-smi")
+    script = render_user_data(GPU)
+    functions = "".join(re.search(rf"^{name}\(\) \{{.*?^\}}\n", script, re.S | re.M).group(0)
+                        for name in ("retry", "install_nvidia_driver"))
+    setup = (TEMPLATES / "hybrid-host-gpu.sh").read_text().rstrip()
+    assert setup in script
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    archive = tmp_path / "archive"
+    archive.write_text("".join(f"{name}:{' '.join(deps)}\n" for name, deps in _archive(branch).items()))
+    probe = tmp_path / "gpu.sh"
+    probe.write_text("set -euo pipefail\n" + _FAKE_UBUNTU + functions +
+                     "install_nvidia_driver\n" + setup + "\necho finished\n")
+    env = {"PATH": f"{fakebin}:/usr/bin:/bin", "DB": str(tmp_path / "db"), "ARCHIVE": str(archive),
+           "FAKEBIN": str(fakebin), "CALLS": str(tmp_path / "calls"), "FLAVOUR": flavour,
+           "SMI_STATUS": str(smi_status)}
+    done = subprocess.run(["bash", str(probe)], capture_output=True, text=True, env=env)
+    read = lambda name: (tmp_path / name).read_text().splitlines() if (tmp_path / name).exists() else []
+    return done.returncode, done.stdout + done.stderr, read("db"), read("calls")
+
+
+@pytest.mark.parametrize("flavour,branch", [("580-server", "580-server"),
+                                            ("580-server-open", "580-server"),
+                                            ("580", "580")])
+def test_the_gpu_host_gets_nvidia_smi_of_its_branch_and_does_not_reboot(tmp_path, flavour, branch):
+    """ubuntu-drivers --gpgpu leaves nvidia-utils out; without it the check after the join
+    finds no nvidia-smi and reboots every host. The script adds the utilities of the branch
+    installed (the -open flavour uses the same ones), and a driver that loads needs no reboot."""
+    status, output, packages, calls = _gpu_host(tmp_path, flavour, branch)
+    assert status == 0, output
+    # nvidia-smi ran, passed, and nothing rebooted.
+    assert calls == ["nvidia-ctk runtime configure --runtime=containerd --set-as-default",
+                     "systemctl restart containerd", "nvidia-smi"], output
+    assert f"nvidia-headless-no-dkms-{flavour}" in packages
+    assert f"nvidia-utils-{branch}" in packages
+    assert output.rstrip().endswith("finished")
+
+
+def test_a_driver_that_does_not_load_reboots_the_gpu_host_once(tmp_path):
+    """nvidia-smi fails when the kernel module does not match the running kernel: one reboot."""
+    status, output, _, calls = _gpu_host(tmp_path, "580-server", "580-server", smi_status=9)
+    assert status == 0, output
+    assert calls[-2:] == ["nvidia-smi", "systemctl reboot"]
+
+
+def test_no_nvidia_driver_installed_stops_before_the_join(tmp_path):
+    """ubuntu-drivers finding no NVIDIA device exits 0: the script says so and stops instead of
+    joining a GPU host without a driver (and rebooting it for nothing)."""
+    status, output, packages, calls = _gpu_host(tmp_path, "", "580-server")
+    assert status != 0
+    assert "expected one NVIDIA driver branch installed by ubuntu-drivers, found: none" in output
+    assert packages == [] and calls == []

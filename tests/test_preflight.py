@@ -29,6 +29,8 @@ from ops.preflight.checks import (FAIL, PASS, SKIP, SPOT_ROLE, WARN, CommandResu
                            check_admin_roles, check_aws_cli, check_names_free,
                            check_pulumi_cli, check_spot_role, vcpu_quota_class)
 from ops.preflight.cli import lab_needs, main
+from ops.preflight.nodeadm_key import NAME as NODEADM_KEY, check_nodeadm_ssm_key, utc_now
+from tests.test_nodeadm_pin import EXPIRES as NODEADM_KEY_EXPIRES, DAY, far_from_expiry
 from tests.test_cleanup_gateway_routes import moto_server  # noqa: F401 (fixture)
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -282,13 +284,14 @@ def plant_instances(count: int, instance_type: str) -> None:
 
 
 def preflight(tmp_path, capsys, quotas=None, tools=None, session=None, cli_region=None,
-              **settings):
+              now=far_from_expiry, **settings):
     """Runs the command on the dev stack with ``settings`` changed (and ``--region cli_region``).
     Returns (exit code, the report's lines, {check name: line}).
 
     The run of the dev stack as it is (no argument but the fixtures) is made once for the
     tests that read it, while the account they share is unchanged."""
-    default = (quotas, tools, session, cli_region, settings) == (None, None, None, None, {})
+    default = ((quotas, tools, session, cli_region, now, settings)
+               == (None, None, None, None, far_from_expiry, {}))
     if default and _ACCOUNT.default_run is not None and not _ACCOUNT.changed:
         code, lines, by_name = _ACCOUNT.default_run
         return code, list(lines), dict(by_name)
@@ -301,7 +304,7 @@ def preflight(tmp_path, capsys, quotas=None, tools=None, session=None, cli_regio
     which, run = tools or fake_tools()
     argv = ["--stack-file", str(stack_file(tmp_path, **settings))]
     code = main(argv + (["--region", cli_region] if cli_region else []),
-                session=session, which=which, run=run)
+                session=session, which=which, run=run, now=now)
     if stubber:
         stubber.assert_no_pending_responses()
     lines = capsys.readouterr().out.splitlines()
@@ -331,7 +334,7 @@ DEFAULT_CHECKS = [
     f"quota Running On-Demand Standard instances vCPUs ({STANDARD})",
     f"quota Running On-Demand Standard instances vCPUs ({STANDARD}) during an upgrade",
     "names in the region", "spot service-linked role", "admin access entries",
-    "aws CLI", "pulumi CLI",
+    "aws CLI", "pulumi CLI", NODEADM_KEY,
 ]
 
 
@@ -380,7 +383,7 @@ def test_too_few_zones_names_the_setting_and_the_zones(aws, tmp_path, capsys):
     assert "it has 2: us-west-1a, us-west-1b" in line
     assert "pulumi config set availabilityZoneCount 2" in fix_of(lines, line)
     assert checks["instance types"].startswith("SKIP  ")
-    assert lines[-1] == "preflight: 12 passed, 0 warnings, 1 failed (1 skipped)"
+    assert lines[-1] == "preflight: 13 passed, 0 warnings, 1 failed (1 skipped)"
 
 
 def test_zones_eks_does_not_support_are_left_out(aws, tmp_path, capsys):
@@ -465,7 +468,7 @@ def test_quota_lookups_denied_warn(aws, tmp_path, capsys):
     for line in quota_lines:
         assert line.startswith("WARN  ") and "quota lookup not permitted" in line
         assert "servicequotas:GetServiceQuota" in fix_of(lines, line)
-    assert lines[-1] == "preflight: 12 passed, 5 warnings, 0 failed"
+    assert lines[-1] == "preflight: 13 passed, 5 warnings, 0 failed"
 
 
 def test_quota_without_an_applied_value_uses_the_aws_default(aws, tmp_path, capsys):
@@ -507,6 +510,18 @@ def test_missing_clis_fail_the_run(aws, tmp_path, capsys):
     assert "install the Pulumi CLI" in fix_of(lines, checks["pulumi CLI"])
 
 
+def test_the_pinned_nodeadm_key_warns_then_fails_as_its_expiry_nears_and_passes(aws, tmp_path,
+                                                                                capsys):
+    """On a fixed clock: a WARN (exit 0) within the window before the pinned nodeadm's SSM key
+    expires, a FAIL (exit 1) once it has, each with the fix (the rule: test_nodeadm_pin.py)."""
+    for now, code_wanted, status in ((NODEADM_KEY_EXPIRES - 10 * DAY, 0, WARN),
+                                     (NODEADM_KEY_EXPIRES + DAY, 1, FAIL)):
+        code, lines, checks = preflight(tmp_path, capsys, now=lambda: now)
+        assert code == code_wanted
+        assert checks[NODEADM_KEY].startswith(f"{status}  {NODEADM_KEY}: nodeadm v")
+        assert "raise NODEADM_VERSION in components/nodeadm.py" in fix_of(lines, checks[NODEADM_KEY])
+
+
 def test_no_credentials_fails_and_skips_the_aws_checks(monkeypatch, tmp_path, capsys):
     # No moto: the call stops at signing. The endpoint is a closed loopback port regardless.
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
@@ -523,7 +538,7 @@ def test_no_credentials_fails_and_skips_the_aws_checks(monkeypatch, tmp_path, ca
         assert checks[name] == (f"SKIP  {name}: not checked: no working AWS credentials "
                                 "(see credentials)")
     assert checks["aws CLI"].startswith("PASS  ") and checks["pulumi CLI"].startswith("PASS  ")
-    assert lines[-1] == "preflight: 2 passed, 0 warnings, 1 failed (7 skipped)"
+    assert lines[-1] == "preflight: 3 passed, 0 warnings, 1 failed (7 skipped)"
 
 
 def test_refused_credentials_fail(aws, tmp_path, capsys):
@@ -616,7 +631,10 @@ def test_command_against_a_moto_server(tmp_path, monkeypatch, fresh_account, mot
     result = subprocess.run(
         [sys.executable, "-m", "ops.preflight", "--stack-file", str(stack_file(tmp_path))],
         cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stdout + result.stderr
+    # The pinned nodeadm's key is checked against today, as the command does (the check's own
+    # tests fix the clock: tests/test_nodeadm_pin.py).
+    key = check_nodeadm_ssm_key(utc_now()).status
+    assert result.returncode == (1 if key == FAIL else 0), result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     reported = [line for line in result.stdout.splitlines() if not line.startswith("      fix:")]
     assert reported[0] == ("eks-hybrid-lab preflight for stack 'dev' in ap-northeast-2 "
@@ -625,6 +643,7 @@ def test_command_against_a_moto_server(tmp_path, monkeypatch, fresh_account, mot
                 for line in reported[1:-1]]
     # A fresh account: no Spot service-linked role yet.
     assert statuses == [
+        (key, name) if name == NODEADM_KEY else
         (PASS, name) if name not in (f"quota EC2-VPC Elastic IPs ({EIPS})",
                                      f"quota Running On-Demand Standard instances vCPUs ({STANDARD})",
                                      f"quota Running On-Demand Standard instances vCPUs ({STANDARD}) during an upgrade",
@@ -635,7 +654,9 @@ def test_command_against_a_moto_server(tmp_path, monkeypatch, fresh_account, mot
     assert f"PASS  aws CLI: aws-cli/2.17.0 at {bin_dir}/aws" in reported
     assert any(line.startswith(f"WARN  quota EC2-VPC Elastic IPs ({EIPS}): could not read the quota")
                for line in reported)
-    assert reported[-1] == f"preflight: {len(DEFAULT_CHECKS) - 4} passed, 4 warnings, 0 failed"
+    tally = [[s for s, _ in statuses].count(s) for s in (PASS, WARN, FAIL)]
+    assert tally == [len(DEFAULT_CHECKS) - 4 - (key != PASS), 4 + (key == WARN), key == FAIL]
+    assert reported[-1] == f"preflight: {tally[0]} passed, {tally[1]} warnings, {tally[2]} failed"
 
 
 # --- names the stack takes in the region -------------------------------------------------------

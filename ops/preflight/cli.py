@@ -6,9 +6,10 @@ Reads ``Pulumi.<stack>.yaml`` and checks, with Describe/List/Get calls only: the
 credentials, the region, the availability zones, the instance types, the quota headroom, that
 the names the stack takes in the region (cluster, log group, interruption queue) are free or
 already its own, the account's Spot service-linked role, that adminRoleArns does not hold the
-deployer's own role, the AWS CLI v2 and the Pulumi CLI. Each line is PASS, WARN or FAIL (with the fix); SKIP marks an
-AWS check an earlier failure left nothing to run with. Exits 1 on any FAIL, 2 on bad usage or
-an invalid config.
+deployer's own role, the AWS CLI v2 and the Pulumi CLI, and that the pinned nodeadm's SSM
+signing key has not expired (a WARN from 60 days before). Each line is PASS, WARN or FAIL (with
+the fix); SKIP marks an AWS check an earlier failure left nothing to run with. Exits 1 on any
+FAIL, 2 on bad usage or an invalid config.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from botocore.exceptions import BotoCoreError
 from components.zones import EKS_UNSUPPORTED_ZONE_IDS
 from ops.preflight.checks import (FAIL, PASS, SKIP, WARN, Check, InstanceNeed, LabNeeds, Run, Which,
                                   run_command)
+from ops.preflight.nodeadm_key import Clock, utc_now
 from ops.preflight.sequence import counts, run_preflight
 from offline.runner import config_from_stack_values, load_stack_config, stack_of_file
 from stacks.config import ConfigError, LabConfig, unknown_provider_keys
@@ -94,7 +96,7 @@ def render(checks: list[Check], out: TextIO) -> None:
 
 
 def main(argv: Optional[list[str]] = None, *, session: Optional[boto3.Session] = None,
-         which: Which = shutil.which, run: Run = run_command) -> int:
+         which: Which = shutil.which, run: Run = run_command, now: Clock = utc_now) -> int:
     parser = argparse.ArgumentParser(prog="python -m ops.preflight", allow_abbrev=False,
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--stack",
@@ -132,7 +134,8 @@ def main(argv: Optional[list[str]] = None, *, session: Optional[boto3.Session] =
     settings = [Check("stack settings", WARN, warning, "correct or remove the key in "
                       f"{source}")
                 for warning in unknown_provider_keys(raw)]
-    checks = settings + run_preflight(session, lab_needs(cfg), which=which, run=run)
+    checks = settings + run_preflight(session, lab_needs(cfg), which=which, run=run,
+                                      now=now)
     render(checks, sys.stdout)
     return 1 if any(c.status == FAIL for c in checks) else 0
 

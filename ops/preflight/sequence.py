@@ -16,6 +16,7 @@ from ops.preflight.checks import (FAIL, PASS, SKIP, WARN, Check, LabNeeds, Run, 
                                   check_instance_types, check_names_free, check_pulumi_cli,
                                   check_quotas, check_region, check_spot_role, run_command,
                                   skipped)
+from ops.preflight.nodeadm_key import Clock, check_nodeadm_ssm_key, utc_now
 
 
 class _ClientPerService:
@@ -38,7 +39,7 @@ class _ClientPerService:
 
 
 def run_preflight(session: boto3.Session, needs: LabNeeds, *, which: Which = shutil.which,
-                  run: Run = run_command) -> list[Check]:
+                  run: Run = run_command, now: Clock = utc_now) -> list[Check]:
     """Every check, in order. An AWS check that cannot run because an earlier one failed
     (no credentials, a disabled region, too few zones) is reported as SKIP, not attempted."""
     session = _ClientPerService(session)
@@ -71,6 +72,8 @@ def run_preflight(session: boto3.Session, needs: LabNeeds, *, which: Which = shu
         checks.append(check_admin_roles(caller_arn, needs))
     checks.append(check_aws_cli(which, run))
     checks.append(check_pulumi_cli(which, run))
+    # Whatever the account: a host that cannot install nodeadm with SSM cannot join.
+    checks.append(check_nodeadm_ssm_key(now()))
     return checks
 
 

@@ -30,6 +30,12 @@ SSM_KEY_EXPIRES = {
     "v1.0.20": datetime.datetime(2027, 11, 25, 13, 58, 7, tzinfo=_UTC),
 }
 
+#: Preflight warns this many days before the pinned release's key expires: a host may be
+#: replaced, and install nodeadm again, for as long as the stack lives (the SSM activation lasts
+#: at most 30 days), plus 30 days to find and try a release with the next key (the last one came
+#: six days after the old key had expired): docs/hybrid-nodes.md#when-the-key-nears-its-expiry.
+SSM_KEY_WARN_DAYS = 60
+
 #: Where the pin is, for a message that tells someone to raise it.
 PIN_SOURCE = "NODEADM_VERSION in components/nodeadm.py"
 

@@ -4,12 +4,16 @@ facts it stands on (docs/hybrid-nodes.md#nodeadm)."""
 from __future__ import annotations
 
 import datetime
+import io
 
 import pytest
 
 from components.nodeadm import NODEADM_VERSION, SSM_KEY_EXPIRES, ssm_key_expires
+from components.nodeadm import SSM_KEY_WARN_DAYS as WARN_DAYS
 from ops.preflight.checks import FAIL, PASS, WARN
-from ops.preflight.nodeadm_key import NAME, WARN_DAYS, check_nodeadm_ssm_key
+from offline.plan import render_nodeadm
+from offline.runner import Secret
+from ops.preflight.nodeadm_key import NAME, check_nodeadm_ssm_key
 
 UTC = datetime.timezone.utc
 EXPIRES = SSM_KEY_EXPIRES[NODEADM_VERSION]
@@ -70,3 +74,47 @@ def test_a_pin_without_a_recorded_expiry_fails():
     assert check.status == FAIL and "not recorded" in check.detail
     assert "SSM_KEY_EXPIRES" in check.fix
 
+
+
+# --- the plan says which release the hosts install ---------------------------------------------
+
+def _plan_lines(run, today) -> list[str]:
+    out = io.StringIO()
+    render_nodeadm(run, out, today=today)
+    return out.getvalue().splitlines()
+
+
+def test_the_plan_names_the_release_the_hosts_user_data_installs_and_its_key_expiry(lab):
+    run = lab(gpuEnabled=True)
+    lines = _plan_lines(run, EXPIRES - 100 * DAY)
+    assert lines[1].startswith("Hybrid hosts' nodeadm (pinned: NODEADM_VERSION in components/nodeadm.py")
+    assert lines[2:] == [
+        f"  nodeadm {NODEADM_VERSION} on 3 hosts (hybrid-hosts-gpu, hybrid-hosts-node-0, "
+        f"hybrid-hosts-node-1): its SSM signing key expires {EXPIRES:%Y-%m-%d} (100 days from "
+        f"today; preflight warns {WARN_DAYS} days before)"]
+    assert _plan_lines(run, EXPIRES + DAY)[2].endswith(
+        f"expires {EXPIRES:%Y-%m-%d}: EXPIRED, no host can install nodeadm with SSM")
+
+
+class _Host:
+    type = "aws:ec2/instance:Instance"
+
+    def __init__(self, name: str, url: str):
+        self.name = name
+        self.inputs = {"userData": Secret(f"NODEADM_URL='{url}'\ncat <<'NODECONFIG'\nkind: NodeConfig\nNODECONFIG\n")}
+
+
+class _Run:
+    def __init__(self, *hosts):
+        self.hosts = hosts
+
+    def of_type(self, type_):
+        return [h for h in self.hosts if h.type == type_]
+
+
+def test_the_plan_says_when_a_host_installs_an_unpinned_nodeadm():
+    latest = "https://hybrid-assets.eks.amazonaws.com/releases/latest/bin/linux/amd64/nodeadm"
+    lines = _plan_lines(_Run(_Host("hybrid-hosts-node-0", latest)), far_from_expiry())
+    assert lines[2] == ("  nodeadm latest on 1 host (hybrid-hosts-node-0): NOT PINNED to a release "
+                        "whose SSM key is known")
+    assert _plan_lines(_Run(), far_from_expiry()) == []

@@ -10,16 +10,10 @@ from __future__ import annotations
 import datetime
 from typing import Callable
 
-from components.nodeadm import NODEADM_VERSION, PIN_SOURCE, SSM_KEY_EXPIRES
+from components.nodeadm import NODEADM_VERSION, PIN_SOURCE, SSM_KEY_EXPIRES, SSM_KEY_WARN_DAYS
 from ops.preflight.checks import FAIL, PASS, WARN, Check
 
 NAME = "nodeadm SSM signing key"
-
-#: Warn this many days ahead: a host may be replaced, and install nodeadm again, for as long as
-#: the stack lives (the SSM activation lasts at most 30 days), plus 30 days to find and try a
-#: release with the next key (the last one came six days after the old key had expired):
-#: docs/hybrid-nodes.md#when-the-key-nears-its-expiry.
-WARN_DAYS = 60
 
 Clock = Callable[[], datetime.datetime]
 
@@ -30,7 +24,7 @@ def utc_now() -> datetime.datetime:
 
 def check_nodeadm_ssm_key(now: datetime.datetime, version: str = NODEADM_VERSION,
                           expiries: dict[str, datetime.datetime] = SSM_KEY_EXPIRES,
-                          warn_days: int = WARN_DAYS) -> Check:
+                          warn_days: int = SSM_KEY_WARN_DAYS) -> Check:
     """PASS while the pinned release's key has more than ``warn_days`` left, WARN within them,
     FAIL once it has expired (or when the release's expiry is not recorded)."""
     fix = (f"raise {PIN_SOURCE} to a release whose internal/ssm/source.go carries a newer key, "

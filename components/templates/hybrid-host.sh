@@ -62,7 +62,7 @@ systemctl enable eks-hybrid-lab-block-imds.service
 # truncated or damaged download fails the check, and is fetched again.
 fetch_nodeadm() {
   local dir status
-  dir=$(mktemp -d)
+  dir=$(mktemp -d) || return
   curl -fsSL --retry 5 --connect-timeout 10 -o "$dir/nodeadm" "$NODEADM_URL" &&
     curl -fsSL --retry 5 --connect-timeout 10 -o "$dir/nodeadm.sha256" "$NODEADM_URL.sha256" &&
     (cd "$dir" && sha256sum --check --strict nodeadm.sha256) &&

@@ -54,7 +54,8 @@ class HybridHostsArgs:
     activation_code: pulumi.Input[str]
     hosts: Sequence[HostSpec]
     #: Labels that mark the hosts as this stack's; with ``<label_prefix>host`` and
-    #: ``<label_prefix>generation`` they select each host's Node object and nothing else.
+    #: ``<label_prefix>cleanup`` (its cleanup's token) they select each host's Node object and
+    #: nothing else.
     identity_labels: Mapping[str, str] = field(default_factory=dict)
     label_prefix: str = "eks-hybrid-lab.io/"
     #: What a host needs to join and, at delete, what must outlive it: routes to the cluster and
@@ -67,11 +68,11 @@ class HybridHostsArgs:
 class HybridHosts(pulumi.ComponentResource):
     security_group: aws.ec2.SecurityGroup
     instances: dict[str, aws.ec2.Instance]
-    #: One per host generation: deleted after its host, it deletes that generation's Node
-    #: object (hybrid nodes are billed per vCPU while it exists) and SSM registration — also
-    #: when only that host goes (the GPU host switched off) or is replaced (see below).
+    #: One per host generation: deleted after its host, it deletes the Node object of the host
+    #: it came with (hybrid nodes are billed per vCPU while it exists) and its SSM
+    #: registration — also when only that host goes (the GPU host switched off) or is replaced.
     node_cleanups: dict[str, NodeObjectCleanup]
-    #: Per host, the ``<label_prefix>generation`` label value its Node carries (boot_generation).
+    #: Per host, its generation (boot_generation): a new one replaces the host and its cleanup.
     generations: dict[str, pulumi.Output[str]]
 
     def __init__(self, name: str, args: HybridHostsArgs,
@@ -112,15 +113,20 @@ class HybridHosts(pulumi.ComponentResource):
         self.instances = {}
         self.node_cleanups = {}
         self.generations = {}
-        host_key, generation_key = f"{args.label_prefix}host", f"{args.label_prefix}generation"
+        host_key, token_key = f"{args.label_prefix}host", f"{args.label_prefix}cleanup"
         for host in args.hosts:
             identity = {**args.identity_labels, host_key: host.name}
             arch = architecture(host.instance_type)
-            # An Arm host is another resource, not a replacement of the x86 one: the instance
-            # ignores changes to "ami" (below), and Pulumi keeps an ignored input's old value
-            # even when it replaces the resource — an x86 host replaced by an Arm one would be
-            # launched with the x86 image and fail. x86 hosts keep the names they always had.
-            resource = f"{name}-{host.name}" + ("" if arch == "x86_64" else f"-{arch}")
+            resource = f"{name}-{host.name}"
+            # Arm hosts used to be resources of their own, named with the architecture; the
+            # alias makes such a host this one (replaced if its user data changed), instead of a
+            # second host created before the first is deleted.
+            # (A change of architecture needs no resource of its own: it changes the user data,
+            # so it replaces the host, and Pulumi creates a replacement from the program's
+            # inputs — the image of the new architecture — not from an ignored input's old value:
+            # pulumi/pulumi pkg/resource/deploy/step_generator.go, continueStepsFromDiff, which
+            # checks the replacement against goal.Properties; see docs/hybrid-nodes.md.)
+            former = [f"{resource}-arm64"]
 
             def bootstrap(cluster_name: str, activation_id: str, activation_code: str,
                           host: HostSpec = host, arch: str = arch,
@@ -133,29 +139,29 @@ class HybridHosts(pulumi.ComponentResource):
                     node_taints=host.node_taints, gpu=host.gpu)
 
             # A host generation: what the host boots with, so exactly what replaces the
-            # instance — its user data (user_data_replace_on_change) and its subnet (ForceNew) —
-            # gives its Node a new label value. A replaced host registers a new Node (named
-            # after its new mi-… registration) while the old one stays NotReady and billed; the
-            # old generation's cleanup selects the old label value and so the old Node only.
-            # The activation code stays out: it is secret, and it changes only with the
-            # activation id, which is in. (The activation id also used to be a label of its
-            # own; the generation covers it, and a Node without that label is out of reach of
-            # the selectors cleanups stored before generations existed.)
+            # instance — its user data (user_data_replace_on_change) and its subnet (ForceNew).
+            # It replaces the host's Node cleanup too, which mints a new token; the host labels
+            # its Node with its cleanup's token, so each cleanup selects the Node of the host it
+            # came with and no other — not the host of a generation that comes back (a change
+            # reverted), nor one created while an old cleanup waits, pending delete, for the end
+            # of an update (docs/hybrid-nodes.md#replacing-a-host). The activation code stays
+            # out: it is secret, and it changes only with the activation id, which is in.
             generation = pulumi.Output.all(args.cluster_name, args.activation_id,
                                            args.subnet_id).apply(
                 lambda values, bootstrap=bootstrap: boot_generation(
                     bootstrap(values[0], values[1], ""), subnet_id=values[2]))
             self.generations[host.name] = generation
-            selector = pulumi.Output.concat(
-                ",".join(f"{k}={v}" for k, v in identity.items()),
-                f",{generation_key}=", generation)
-            self.node_cleanups[host.name] = NodeObjectCleanup(
+            cleanup = NodeObjectCleanup(
                 f"{resource}-node",
                 cluster_name=args.cluster_name, region=args.region,
                 endpoint=args.cluster_endpoint,
                 certificate_authority=args.cluster_certificate_authority,
-                label_selector=selector, activation_id=args.activation_id,
-                account=args.account, opts=child)
+                label_selector=",".join(f"{k}={v}" for k, v in identity.items()),
+                activation_id=args.activation_id, token_label=token_key,
+                generation=generation, account=args.account,
+                opts=pulumi.ResourceOptions(
+                    parent=self, aliases=[pulumi.Alias(name=f"{f}-node") for f in former]))
+            self.node_cleanups[host.name] = cleanup
             if arch not in amis:
                 amis[arch] = aws.ssm.get_parameter_output(
                     name=UBUNTU_AMI_PARAMETER.format(arch=NODEADM_ARCH[arch]),
@@ -164,10 +170,10 @@ class HybridHosts(pulumi.ComponentResource):
             ami = amis[arch]
 
             def user_data(values, bootstrap=bootstrap) -> str:
-                cluster_name, activation_id, activation_code, generation = values
+                cluster_name, activation_id, activation_code, token = values
                 booted = bootstrap(cluster_name, activation_id, activation_code)
                 return render_user_data(dataclasses.replace(
-                    booted, node_labels={**booted.node_labels, generation_key: generation}))
+                    booted, node_labels={**booted.node_labels, token_key: token}))
 
             self.instances[host.name] = aws.ec2.Instance(
                 resource,
@@ -184,23 +190,27 @@ class HybridHosts(pulumi.ComponentResource):
                     delete_on_termination=True),
                 # Holds the activation code, so it is a secret (the code is one).
                 user_data=pulumi.Output.all(args.cluster_name, args.activation_id,
-                                            args.activation_code, generation).apply(user_data),
+                                            args.activation_code, cleanup.token).apply(user_data),
                 # A host registers with the activation in its user data, once: a new
-                # activation (or a new join script) needs a new host. Its Node cleanup is
-                # replaced with it (its selector holds the generation): Pulumi creates the new
-                # cleanup, then the new host (it depends on the cleanup), and only after every
-                # create deletes the old host and then the old cleanup — deletes of replaced
-                # resources run last, dependents first (pulumi/pulumi
-                # pkg/resource/deploy/deployment_executor.go performPostSteps,
-                # step_generator.go GenerateDeletes and ScheduleDeletes).
+                # activation (or a new join script) needs a new host.
                 user_data_replace_on_change=True,
                 tags={"Name": f"{name}-{host.name}"},
                 opts=pulumi.ResourceOptions(
                     parent=self,
-                    depends_on=[*args.wait_for, self.node_cleanups[host.name]],
+                    depends_on=[*args.wait_for, cleanup],
                     # Canonical publishes a new AMI every few days; a running host keeps its
                     # image instead of being replaced by the next preview.
                     ignore_changes=["ami"],
+                    # An on-prem server is re-imaged in place: the old host goes before the new
+                    # one starts, so a replacement needs no second host's worth of vCPU quota
+                    # (two GPU hosts would need twice the G and VT quota, and fail half way).
+                    # The engine deletes the old host at once and creates the new one; the old
+                    # cleanup, replaced create-before-delete, is deleted at the end of the
+                    # update, and selects only the old host's Node by its token
+                    # (step_generator.go continueStepsFromDiff, deleteBeforeReplace;
+                    # GenerateDeletes for the pending deletes at the end).
+                    delete_before_replace=True,
+                    aliases=[pulumi.Alias(name=f) for f in former],
                 ),
             )
 

@@ -16,6 +16,8 @@ from typing import Mapping, Sequence
 
 import yaml
 
+from components.nodeadm import NODEADM_VERSION, nodeadm_url
+
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 _PLACEHOLDER = re.compile(r"{{ (\w+) }}")
 # Values written into single-quoted shell strings: nothing that could end the quote.
@@ -84,7 +86,7 @@ def render_user_data(host: HostBootstrap) -> str:
     return _fill((TEMPLATES / "hybrid-host.sh").read_text(), {
         "cluster_name": host.cluster_name,
         "kubernetes_version": host.kubernetes_version,
-        "nodeadm_arch": NODEADM_ARCH[host.architecture],
+        "nodeadm_url": nodeadm_url(NODEADM_VERSION, NODEADM_ARCH[host.architecture]),
         "node_config": yaml.safe_dump(node_config(host), sort_keys=False).rstrip(),
         "gpu_install": gpu_install,
         "gpu_setup": gpu_setup,

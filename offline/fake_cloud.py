@@ -133,7 +133,7 @@ class FakeCloud(pulumi.runtime.Mocks):
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         state: dict[str, Any] = dict(args.inputs)
         if args.typ.startswith("pulumi-python:dynamic"):
-            return self._dynamic_create(state)
+            return self._dynamic_create(state, args.name)
         if args.typ.startswith("pulumi:providers:"):
             return f"{args.name}-provider-id", state
         rid = self._id(args.typ, args.name)
@@ -143,7 +143,7 @@ class FakeCloud(pulumi.runtime.Mocks):
         state.update(self._computed(args.typ, args.name, rid, state))
         return rid, state
 
-    def _dynamic_create(self, inputs: dict):
+    def _dynamic_create(self, inputs: dict, name: str):
         """Runs the dynamic provider's own create(). This project's dynamic providers act on the
         cloud only in delete(); their create() is pure, so the plan shows their real outputs."""
         blob = rpc.unwrap_rpc_secret(inputs["__provider"])
@@ -154,6 +154,11 @@ class FakeCloud(pulumi.runtime.Mocks):
         if hasattr(provider, "sleep"):
             # A propagation wait: nothing propagates offline, and the plan must not wait.
             provider.sleep = lambda _seconds: None
+        if hasattr(provider, "new_token"):
+            # What a cleanup mints at create: a function of the name (as ids are), so the plan's
+            # runs repeat; a model of a later creation names the resource anew
+            # (tests/replacement.py).
+            provider.new_token = lambda: _hex("token", name, length=32)
         result = provider.create(props)
         return result.id, {**props, **(result.outs or {}), "__provider": inputs["__provider"]}
 

@@ -3,7 +3,8 @@
     python -m offline.plan [--stack dev | --stack-file PATH]
 
 Reads ``Pulumi.<stack>.yaml``, runs the real program against a stand-in for AWS and prints the
-layers in creation order with their resources, the destroy order, cost and time, where every
+layers in creation order with their resources, the destroy order, the nodeadm release the hybrid
+hosts install and when its SSM signing key expires, cost and time, where every
 pod would run (the scheduling and capacity model), the flows the lab needs with whether what
 registers allows them (the reachability model), and any warnings. Invalid
 config prints the validation error and exits 1, as `pulumi preview` would fail.
@@ -22,7 +23,9 @@ if __name__ == "__main__":
     gc.disable()
 
 import argparse
+import datetime
 import os
+import re
 import sys
 from pathlib import Path
 from collections import Counter, defaultdict
@@ -30,6 +33,7 @@ from typing import Optional, TextIO
 
 from components.eks_versions import (EXTENDED_SUPPORT_USD_PER_HOUR, STANDARD_SUPPORT_USD_PER_HOUR,
                                      SUPPORT_TYPE, support_window)
+from components.nodeadm import PIN_SOURCE, SSM_KEY_EXPIRES, SSM_KEY_WARN_DAYS
 from stacks.config import LAYERS, ConfigError
 from offline import chart_render, reachability, scheduling
 from stacks.costs import READ_ON
@@ -38,8 +42,8 @@ from stacks.costs import totals as cost_totals
 from offline.timing import (SAFETY_FACTOR, awaits, estimate_destroy, estimate_layer_by_layer,
                            estimate_up)
 from offline.pulumi_cli import CliConfigError, StackFileError
-from offline.runner import (ProgramRun, load_stack_config, provider_default_tags, run_program,
-                            stack_of_file)
+from offline.runner import (ProgramRun, Secret, load_stack_config, provider_default_tags,
+                            run_program, stack_of_file)
 
 _MAX_NAMES = 4
 
@@ -102,6 +106,7 @@ def render(run: ProgramRun, out: TextIO, stack_file: Optional[Path] = None) -> N
     out.write("\nDestroy order (pulumi destroy; lowering upToLayer removes the layers above it)\n")
     out.write(f"  {' -> '.join(reversed(built)) if built else '(nothing)'}\n")
 
+    render_nodeadm(run, out)
     _render_costs(run, out)
     _render_times(run, out)
     render_scheduling(scheduling.evaluate(run), out)
@@ -115,6 +120,39 @@ def render(run: ProgramRun, out: TextIO, stack_file: Optional[Path] = None) -> N
             out.write(f"  ! {warning}\n")
     else:
         out.write("  none\n")
+
+
+_NODEADM_RELEASE = re.compile(r"^NODEADM_URL='[^']*/releases/([^/']+)/bin/linux/", re.M)
+
+
+def render_nodeadm(run: ProgramRun, out: TextIO,
+                   today: Optional[datetime.datetime] = None) -> None:
+    """The nodeadm release the hybrid hosts' registered user data installs, and when its SSM
+    signing key expires (after that `nodeadm install --credential-provider ssm` fails)."""
+    releases: dict[str, list[str]] = defaultdict(list)
+    for reg in run.of_type("aws:ec2/instance:Instance"):
+        data = reg.inputs.get("userData", "")
+        data = str(data.value if isinstance(data, Secret) else data)
+        if scheduling.node_config_of(data) is None:
+            continue
+        found = _NODEADM_RELEASE.search(data)
+        releases[found.group(1) if found else "?"].append(reg.name)
+    if not releases:
+        return
+    today = today or datetime.datetime.now(datetime.timezone.utc)
+    out.write(f"\nHybrid hosts' nodeadm (pinned: {PIN_SOURCE}; docs/hybrid-nodes.md#nodeadm)\n")
+    for release, hosts in sorted(releases.items()):
+        expires = SSM_KEY_EXPIRES.get(release)
+        if expires is None:
+            key = ("NOT PINNED to a release whose SSM key is known" if release in ("latest", "?")
+                   else "its SSM signing key's expiry is not recorded")
+        else:
+            days = (expires - today).days
+            key = (f"its SSM signing key expires {expires:%Y-%m-%d}"
+                   + (f" ({days} days from today; preflight warns {SSM_KEY_WARN_DAYS} days before)"
+                      if expires > today else ": EXPIRED, no host can install nodeadm with SSM"))
+        count = f"{len(hosts)} host" + ("s" if len(hosts) != 1 else "")
+        out.write(f"  nodeadm {release} on {count} ({', '.join(sorted(hosts))}): {key}\n")
 
 
 def _render_values_not_read(run: ProgramRun, out: TextIO) -> None:

@@ -19,7 +19,25 @@ A type with changed inputs and no rule here is reported in ``unmodelled`` rather
 
 ``fresh_ids_run`` re-runs the new config against a cloud that gives the replaced resources new
 ids (a real replacement does): the values that flow from them — the activation id in a host's
-labels, say — are then what the new generation really gets.
+labels, a cleanup's token — are then what the new generation really gets.
+
+``steps`` orders an update the way the engine does (pulumi/pulumi
+pkg/resource/deploy/step_generator.go):
+
+- resources are stepped in registration order; a created one is created;
+- a replaced resource is replaced **create-before-delete** by default — its new copy is
+  created in its turn and the old one is marked pending delete — or **delete-before-create**
+  when its ``deleteBeforeReplace`` option (or, without one, its provider's diff) says so: then
+  the dependents that a new copy of it would replace are deleted first, dependents first
+  (``calculateDependentReplacements``), then the old copy, and the new one is created
+  (``continueStepsFromDiff``);
+- after every registration the resources the program no longer registers and the pending
+  deletes are deleted, dependents first (``GenerateDeletes``, ``ScheduleDeletes``). A pending
+  delete left by an update that failed is deleted at the end of the next one, whatever that
+  one registers.
+
+``State`` is what the engine's snapshot holds after an update — all of it, or the part done
+before a step failed — so the next update can be planned and stepped against it.
 """
 
 from __future__ import annotations
@@ -115,7 +133,9 @@ def _changed(olds: Mapping[str, Any], news: Mapping[str, Any]) -> set[str]:
     return {k for k in set(olds) | set(news) if olds.get(k) != news.get(k)}
 
 
-def plan(old: ProgramRun, new: ProgramRun) -> Plan:
+def plan(old: "ProgramRun | State", new: ProgramRun) -> Plan:
+    """What ``pulumi up`` of ``new`` does to ``old`` (a run, or a ``State``: its current
+    resources, not its pending deletes)."""
     result = Plan()
     olds = {r.urn: r for r in old.resources()}
     news = {r.urn: r for r in new.resources()}
@@ -177,20 +197,23 @@ class FreshIdsCloud(FakeCloud):
     """The fake cloud, but the resources named in ``replaced`` (URNs) come back with new ids and
     computed outputs, as a re-created resource does."""
 
-    def __init__(self, replaced: set[str], **kwargs: Any):
+    def __init__(self, replaced: set[str], epoch: int = 1, **kwargs: Any):
         super().__init__(**kwargs)
         self._replaced_names = {_type_and_name(urn) for urn in replaced}
+        self.epoch = epoch
 
     def new_resource(self, args):
         if (args.typ, args.name) in self._replaced_names:
             args = copy.copy(args)
-            args.name = f"{args.name}-replacement"
+            args.name = f"{args.name}-replacement-{self.epoch}"
         return super().new_resource(args)
 
 
-def fresh_ids_run(config: Mapping[str, str], replaced: set[str]) -> ProgramRun:
+def fresh_ids_run(config: Mapping[str, str], replaced: set[str], epoch: int = 1) -> ProgramRun:
+    """``config`` run against a cloud that gives the resources in ``replaced`` new ids and
+    outputs; ``epoch`` tells one later creation of a resource from another."""
     return run_program(dict(config), cloud=FreshIdsCloud(
-        replaced, region=config.get("aws:region") or "us-east-1"))
+        replaced, epoch=epoch, region=config.get("aws:region") or "us-east-1"))
 
 
 def input_path(run: ProgramRun, urns: set[str]) -> set[str]:
@@ -204,3 +227,152 @@ def input_path(run: ProgramRun, urns: set[str]) -> set[str]:
         seen.add(urn)
         todo += [s for sources in run.by_urn[urn].property_dependencies.values() for s in sources]
     return seen
+
+
+# --- the order of an update, and the state it leaves ---------------------------------------------
+
+
+@dataclass
+class Step:
+    #: "create", "update" or "delete".
+    op: str
+    urn: str
+    #: The registration the step acts on: the new one for a create or update, the deleted
+    #: copy's for a delete.
+    reg: Registration
+    #: Why: "new", "replace (delete first)", "replace (create first)", "pending delete",
+    #: "dependent of a delete-first replacement", "removed", "changed".
+    why: str
+
+
+@dataclass
+class State:
+    """The engine's snapshot: current resources by URN, and the copies pending delete."""
+
+    current: dict[str, Registration] = field(default_factory=dict)
+    pending: list[Registration] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, run: ProgramRun) -> "State":
+        return cls(current={r.urn: r for r in run.resources()})
+
+    def resources(self) -> list[Registration]:
+        return list(self.current.values())
+
+
+def _delete_first(reg: Registration, before: Registration, news: dict[str, Any]) -> bool:
+    """The engine's choice for a replacement: the resource's deleteBeforeReplace option when
+    set, else its provider's diff (only dynamic providers are asked here; pulumi-aws asks for
+    delete-first only for resources whose names must be unique, none of which the hosts'
+    path holds)."""
+    option = reg.options.get("deleteBeforeReplace")
+    if option:
+        return True
+    if reg.type.startswith(DYNAMIC_PREFIX):
+        blob = news.get("__provider")
+        if blob == UNKNOWN:
+            blob = before.outputs["__provider"]
+        provider = dill.loads(base64.b64decode(plain(blob)))
+        return bool(provider.diff(before.id, plain(before.outputs), news).delete_before_replace)
+    return False
+
+
+def _dependents_first(urns: set[str], graph: Mapping[str, Registration]) -> list[str]:
+    """``urns`` ordered so that each comes before everything it depends on (ScheduleDeletes:
+    a resource is deleted after everything that depends on it)."""
+    ordered: list[str] = []
+    seen: set[str] = set()
+
+    def visit(urn: str) -> None:
+        if urn in seen:
+            return
+        seen.add(urn)
+        for other in sorted(urns):
+            if other != urn and urn in graph[other].dependencies:
+                visit(other)
+        ordered.append(urn)
+
+    for urn in sorted(urns):
+        visit(urn)
+    return ordered
+
+
+def steps(state: State, new: ProgramRun, fresh: ProgramRun) -> list[Step]:
+    """The engine's steps for ``pulumi up`` of ``new`` from ``state``, in an order the engine
+    may run them in; created copies are ``fresh``'s registrations (their new ids and outputs).
+    """
+    result = plan(state, new)
+    out: list[Step] = []
+    deleted: set[int] = set()
+    pending_now: list[Registration] = []
+    graph = dict(state.current)
+
+    def delete(reg: Registration, why: str) -> None:
+        if id(reg) not in deleted:
+            deleted.add(id(reg))
+            out.append(Step("delete", reg.urn, reg, why))
+
+    for reg in new.resources():
+        urn = reg.urn
+        created = fresh.by_urn[urn]
+        if urn in result.created:
+            out.append(Step("create", urn, created, "new"))
+        elif urn in result.replaced:
+            before = state.current[urn]
+            if _delete_first(reg, before, plain(reg.inputs)):
+                # calculateDependentReplacements: the transitive dependents a new copy would
+                # replace go first, dependents before what they depend on.
+                dependents = {d for d in result.replaced
+                              if d != urn and d in graph and _depends_on(graph, d, urn)}
+                for d in _dependents_first(dependents, graph):
+                    delete(state.current[d], "dependent of a delete-first replacement")
+                delete(before, "replace (delete first)")
+                out.append(Step("create", urn, created, "replace (delete first)"))
+            else:
+                out.append(Step("create", urn, created, "replace (create first)"))
+                pending_now.append(before)
+        elif urn in result.updated:
+            out.append(Step("update", urn, created, "changed"))
+    # GenerateDeletes: pending deletes of earlier updates, this update's, and what is no longer
+    # registered, dependents first.
+    at_end = {**{r.urn: r for r in state.pending}}
+    ends = list(state.pending) + pending_now + [state.current[u] for u in result.deleted]
+    order = _dependents_first({r.urn for r in ends}, {**graph, **at_end})
+    for urn in order:
+        for reg in ends:
+            if reg.urn == urn:
+                delete(reg, "removed" if urn in result.deleted and reg is state.current.get(urn)
+                       else "pending delete")
+    return out
+
+
+def _depends_on(graph: Mapping[str, Registration], urn: str, target: str) -> bool:
+    todo, seen = list(graph[urn].dependencies), set()
+    while todo:
+        d = todo.pop()
+        if d == target:
+            return True
+        if d in seen or d not in graph:
+            continue
+        seen.add(d)
+        todo += graph[d].dependencies
+    return False
+
+
+def apply(state: State, done: list[Step]) -> State:
+    """The snapshot after ``done``, the steps that ran (all of an update's, or those before
+    the one that failed): a copy replaced create-first stays, pending delete, until its
+    delete runs."""
+    current = dict(state.current)
+    pending = list(state.pending)
+    for step in done:
+        if step.op == "delete":
+            if current.get(step.urn) is step.reg:
+                del current[step.urn]
+            pending = [r for r in pending if r is not step.reg]
+        else:
+            before = current.get(step.urn)
+            if step.why == "replace (create first)" and before is not None:
+                pending.append(before)
+            current[step.urn] = step.reg
+    return State(current=current, pending=pending)

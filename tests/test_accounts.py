@@ -333,7 +333,7 @@ def test_preflight_uses_the_stacks_profile_and_shows_the_account_it_sees(
     from ops.preflight import cli
     from ops.preflight.checks import _credentials
 
-    def credentials_and_account(session, needs, which, run, account):
+    def credentials_and_account(session, needs, which, run, now, account):
         # The rest would ask in-process moto for what it lacks (default service quotas).
         credentials, caller_arn = _credentials(session, needs.region)
         return [credentials, check_account(caller_arn, account)]

@@ -224,13 +224,16 @@ def test_create_is_pure_and_diff_replaces_only_on_identity(api, pki, provider, m
     props = props_for(api, pki)
     created = provider.create(props)
     assert created.id == f"node-objects-{CLUSTER}"
-    assert created.outs == props
+    # Without a token label there is no token: it selects by its labels alone.
+    assert created.outs == {**props, "nodeSelector": SELECTOR}
     assert api.requests == []
 
     olds = {**props, "__provider": "code"}
-    # A new activation is another set of registrations (and so of nodes) to clean up.
+    # A new activation is another set of registrations (and so of nodes) to clean up; a new
+    # generation is another host.
     for key, value in [("clusterName", "other"), ("labelSelector", "a=b"),
-                       ("activationId", OTHER_ACTIVATION)]:
+                       ("activationId", OTHER_ACTIVATION), ("generation", "ba9876543210"),
+                       ("tokenLabel", "example.com/cleanup")]:
         diff = provider.diff(created.id, olds, {**olds, key: value})
         assert diff.changes and diff.replaces == [key]
     for key, value in [("endpoint", "https://example.invalid"), ("certificateAuthority", "Q0E="),
@@ -242,7 +245,55 @@ def test_create_is_pure_and_diff_replaces_only_on_identity(api, pki, provider, m
     assert provider.diff(created.id, olds, {**olds, "__provider": "new code"}).changes
 
     news = {**props, "endpoint": "https://new.example.invalid"}
-    assert provider.update(created.id, props, news).outs == news
+    assert provider.update(created.id, props, news).outs == {**news, "nodeSelector": SELECTOR}
+
+
+TOKEN_LABEL = "eks-hybrid-lab.io/cleanup"
+HOST_SELECTOR = f"{SELECTOR},eks-hybrid-lab.io/host=node-0"
+
+
+def tokened(api: FakeApiServer, pki: Pki) -> dict[str, str]:
+    return {**props_for(api, pki, selector=HOST_SELECTOR), "tokenLabel": TOKEN_LABEL,
+            "generation": "0123456789ab"}
+
+
+def test_each_create_mints_a_token_its_selector_requires(api, pki, provider, monkeypatch):
+    forbid_network(monkeypatch)
+    first, second = provider.create(tokened(api, pki)), provider.create(tokened(api, pki))
+    # The same inputs twice (a generation that comes back): two tokens, never the same.
+    assert first.outs["token"] != second.outs["token"]
+    assert len(first.outs["token"]) == 32 and first.outs["token"].isalnum()
+    assert first.outs["nodeSelector"] == f"{HOST_SELECTOR},{TOKEN_LABEL}={first.outs['token']}"
+    # A token is made by create alone: the diff ignores the outputs it adds, and an update
+    # (new provider code, a new endpoint) keeps it, since the host carries it.
+    olds = {**first.outs, "__provider": "code"}
+    news = {**tokened(api, pki), "__provider": "new code", "endpoint": "https://new.invalid"}
+    diff = provider.diff(first.id, olds, news)
+    assert diff.changes and diff.replaces == []
+    updated = provider.update(first.id, olds, news).outs
+    assert (updated["token"], updated["nodeSelector"]) == (first.outs["token"],
+                                                            first.outs["nodeSelector"])
+
+
+def test_delete_selects_only_the_node_carrying_its_token(api, pki, provider):
+    created = provider.create(tokened(api, pki)).outs
+    host = {**HYBRID, **OURS, "eks-hybrid-lab.io/host": "node-0"}
+    # The host it came with, and the same host of the same generation created again with
+    # another cleanup (a reverted change): same labels but for the token.
+    api.plant("mi-0aaa", **host, **{TOKEN_LABEL: created["token"]})
+    api.plant("mi-0bbb", **host, **{TOKEN_LABEL: "f" * 32})
+    api.plant("mi-0ccc", **host)
+    provider.delete("x", created)
+    assert api.deleted == ["mi-0aaa"] and sorted(api.nodes) == ["mi-0bbb", "mi-0ccc"]
+
+
+def test_a_cleanup_stored_before_tokens_selects_by_its_labels(api, pki, provider):
+    # Its outputs have neither token nor nodeSelector; its hosts carry no token either.
+    old = props_for(api, pki, selector=OLD_SELECTOR)
+    api.plant(MI_OLD, **HYBRID, **OURS, **GEN_OLD)
+    api.plant(MI_NEW, **HYBRID, **OURS, **GEN_NEW)
+    provider.delete("x", old)
+    assert api.deleted == [MI_OLD]
 
 
 def test_pickled_provider_deletes_in_a_fresh_process(api, pki, provider):

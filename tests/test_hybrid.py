@@ -237,7 +237,10 @@ def test_hosts_depend_on_routes_egress_access_and_the_cleanups(dev_run):
     }
     for host in hosts(dev_run).values():
         names = {dev_run.by_urn[u].name for u in host.explicit_dependencies}
-        assert required | {f"{host.name}-node"} <= names, required - names
+        assert required <= names, required - names
+        # Its Node cleanup: through the token in its user data (so deleted after the host).
+        cleanup = dev_run.named(f"{host.name}-node")
+        assert host.property_dependencies["userData"].count(cleanup.urn) == 1
 
 
 def test_ssm_cleanup_is_scoped_to_the_activation_and_runs_before_it_goes(dev_run):
@@ -263,27 +266,29 @@ def test_each_host_has_a_node_cleanup_selecting_exactly_its_node(lab):
         # Its SSM registration is deregistered only if it joined through this activation.
         assert cleanup.inputs["activationId"] == activation.id
         assert cleanup.inputs["region"] == "ap-northeast-2"
-        selector = dict(term.split("=") for term in cleanup.inputs["labelSelector"].split(","))
-        # This stack, this host, this host generation: a replaced host's Node goes with the old
-        # generation's cleanup, and the new host's Node is not selected by it. (This asserted
-        # an activation label before; the generation covers the activation id.)
-        generation = selector.pop("eks-hybrid-lab.io/generation")
-        assert selector == {"eks-hybrid-lab.io/stack": "eks-hybrid-lab.dev",
+        identity = dict(term.split("=") for term in cleanup.inputs["labelSelector"].split(","))
+        assert identity == {"eks-hybrid-lab.io/stack": "eks-hybrid-lab.dev",
                             "eks-hybrid-lab.io/host": name.removeprefix("hybrid-hosts-")}
+        # What its delete selects: this stack, this host, and the token it minted, which only
+        # the Node of the host created with it carries.
+        token = cleanup.outputs["token"]
+        assert len(token) == 32
+        selector = dict(term.split("=") for term in cleanup.outputs["nodeSelector"].split(","))
+        assert selector == {**identity, "eks-hybrid-lab.io/cleanup": token}
         script = host.inputs["userData"].value
         flags = script.split("--node-labels=", 1)[1].split("\n", 1)[0]
         node_labels = dict(term.split("=") for term in flags.split(","))
-        assert {**selector, "eks-hybrid-lab.io/generation": generation}.items() <= \
-            node_labels.items(), "the host must carry what selects it"
-        # The generation is what the host boots with: its user data without the activation
-        # code and without the generation label itself, and its subnet.
-        booted = script.replace(f",eks-hybrid-lab.io/generation={generation}", "").replace(
+        assert selector.items() <= node_labels.items(), "the host must carry what selects it"
+        # The generation, which replaces the cleanup with its host, is what the host boots
+        # with: its user data without the activation code and the token, and its subnet.
+        generation = cleanup.inputs["generation"]
+        booted = script.replace(f",eks-hybrid-lab.io/cleanup={token}", "").replace(
             f"activationCode: {activation.outputs['activationCode']}", "activationCode: ''")
         digest = hashlib.sha256(booted.encode())
         digest.update(f"\0subnet_id={lan.id}".encode())
         assert generation == digest.hexdigest()[:12]
         generations.add(generation)
-        assert cleanup.urn in host.explicit_dependencies
+        assert cleanup.urn in host.dependencies
     assert len(generations) == len(hosts(run))
     assert run.outputs["hybridNodeSelector"] == "eks-hybrid-lab.io/stack=eks-hybrid-lab.dev"
 
@@ -451,4 +456,4 @@ def test_lowering_below_hybrid_deletes_node_objects_while_the_cluster_stays(lab)
         cleanup = full.named(f"{name}-node")
         assert cleanup.urn not in lowered.by_urn and host.urn not in lowered.by_urn
         assert eks.urn in cleanup.dependencies
-        assert cleanup.urn in host.explicit_dependencies
+        assert cleanup.urn in host.dependencies

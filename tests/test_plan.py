@@ -18,6 +18,7 @@ import resource
 import pytest
 import yaml
 
+from components.nodeadm import NODEADM_VERSION
 from offline import plan as offline_plan
 from stacks.config import AVAILABLE_LAYERS
 from tests.conftest import PROJECT_DIR, main_in_process
@@ -87,6 +88,7 @@ def test_plan_of_the_dev_stack(dev_run):
         assert type_ in out
     assert " -> ".join(reversed(AVAILABLE_LAYERS)) in out
     assert "Destroy order" in out
+    assert f"\n  nodeadm {NODEADM_VERSION} on 2 hosts (hybrid-hosts-node-0, hybrid-hosts-node-1): " in out
     # The dev stack leaves adminCidrs empty and pins no account (it cannot know yours): the
     # open endpoint and the unpinned account are its two warnings.
     warnings = out.split("\nWarnings\n", 1)[1].strip().splitlines()

@@ -29,6 +29,8 @@ from ops.preflight.checks import (FAIL, PASS, SKIP, SPOT_ROLE, WARN, CommandResu
                            check_admin_roles, check_aws_cli, check_names_free,
                            check_pulumi_cli, check_spot_role, vcpu_quota_class)
 from ops.preflight.cli import lab_needs, main
+from ops.preflight.nodeadm_key import NAME as NODEADM_KEY, check_nodeadm_ssm_key, utc_now
+from tests.test_nodeadm_pin import EXPIRES as NODEADM_KEY_EXPIRES, DAY, far_from_expiry
 from tests.test_cleanup_gateway_routes import moto_server  # noqa: F401 (fixture)
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -286,13 +288,14 @@ def plant_instances(count: int, instance_type: str) -> None:
 
 
 def preflight(tmp_path, capsys, quotas=None, tools=None, session=None, cli_region=None,
-              **settings):
+              now=far_from_expiry, **settings):
     """Runs the command on the dev stack with ``settings`` changed (and ``--region cli_region``).
     Returns (exit code, the report's lines, {check name: line}).
 
     The run of the dev stack as it is (no argument but the fixtures) is made once for the
     tests that read it, while the account they share is unchanged."""
-    default = (quotas, tools, session, cli_region, settings) == (None, None, None, None, {})
+    default = ((quotas, tools, session, cli_region, now, settings)
+               == (None, None, None, None, far_from_expiry, {}))
     if default and _ACCOUNT.default_run is not None and not _ACCOUNT.changed:
         code, lines, by_name = _ACCOUNT.default_run
         return code, list(lines), dict(by_name)
@@ -305,7 +308,7 @@ def preflight(tmp_path, capsys, quotas=None, tools=None, session=None, cli_regio
     which, run = tools or fake_tools()
     argv = ["--stack-file", str(stack_file(tmp_path, **settings))]
     code = main(argv + (["--region", cli_region] if cli_region else []),
-                session=session, which=which, run=run)
+                session=session, which=which, run=run, now=now)
     if stubber:
         stubber.assert_no_pending_responses()
     lines = capsys.readouterr().out.splitlines()
@@ -333,8 +336,9 @@ DEFAULT_CHECKS = [
     f"quota VPCs per Region ({VPCS})", f"quota NAT gateways per Availability Zone ({NATS})",
     f"quota EC2-VPC Elastic IPs ({EIPS})",
     f"quota Running On-Demand Standard instances vCPUs ({STANDARD})",
+    f"quota Running On-Demand Standard instances vCPUs ({STANDARD}) during an upgrade",
     "names in the region", "spot service-linked role", "admin access entries",
-    "aws CLI", "pulumi CLI",
+    "aws CLI", "pulumi CLI", NODEADM_KEY,
 ]
 
 
@@ -383,7 +387,7 @@ def test_too_few_zones_names_the_setting_and_the_zones(aws, tmp_path, capsys):
     assert "it has 2: us-west-1a, us-west-1b" in line
     assert "pulumi config set availabilityZoneCount 2" in fix_of(lines, line)
     assert checks["instance types"].startswith("SKIP  ")
-    assert lines[-1] == "preflight: 12 passed, 0 warnings, 1 failed (1 skipped)"
+    assert lines[-1] == "preflight: 14 passed, 0 warnings, 1 failed (1 skipped)"
 
 
 def test_zones_eks_does_not_support_are_left_out(aws, tmp_path, capsys):
@@ -432,6 +436,22 @@ def test_quota_exhausted_fails(aws, tmp_path, capsys):
     assert lines[-1].endswith("2 failed")
 
 
+def test_an_upgrades_surge_beyond_the_quota_warns(aws, tmp_path, capsys):
+    # The stack's 16 vCPUs and a burst of 8 fit in 31. A change that rolls the node groups may
+    # add up to two nodes per zone of each (the EKS User Guide's scale-up phase): 2 system
+    # nodes' group in 2 zones and the gateway group in 2, so 4 + 4 m6i.large = 16 more; 32 > 31.
+    # The hybrid hosts add nothing: they are replaced delete-first (tests/test_replacement.py).
+    code, lines, checks = preflight(tmp_path, capsys, quotas={**ROOMY, STANDARD: 31},
+                                    burstCpuLimit=8)
+    assert code == 0
+    assert checks[f"quota Running On-Demand Standard instances vCPUs ({STANDARD})"].startswith(
+        "PASS  ")
+    line = checks[f"quota Running On-Demand Standard instances vCPUs ({STANDARD}) during an upgrade"]
+    assert line.startswith("WARN  ") and "the lab adds 16 (a host is replaced delete-first" in line
+    assert "(+ up to 16 while a change rolls the node groups" in line and "32 > 31" in line
+    assert "--quota-code L-1216C47A --desired-value 32" in fix_of(lines, line)
+
+
 def test_burst_beyond_the_quota_warns(aws, tmp_path, capsys):
     # 192 + 16 fits in 220; with the burst's 32 more it does not.
     plant_instances(2, "m5.24xlarge")
@@ -448,11 +468,11 @@ def test_quota_lookups_denied_warn(aws, tmp_path, capsys):
     code, lines, checks = preflight(tmp_path, capsys, quotas=denied)
     assert code == 0
     quota_lines = [line for name, line in checks.items() if name.startswith("quota ")]
-    assert len(quota_lines) == 4
+    assert len(quota_lines) == 5
     for line in quota_lines:
         assert line.startswith("WARN  ") and "quota lookup not permitted" in line
         assert "servicequotas:GetServiceQuota" in fix_of(lines, line)
-    assert lines[-1] == "preflight: 13 passed, 4 warnings, 0 failed"
+    assert lines[-1] == "preflight: 14 passed, 5 warnings, 0 failed"
 
 
 def test_quota_without_an_applied_value_uses_the_aws_default(aws, tmp_path, capsys):
@@ -494,6 +514,18 @@ def test_missing_clis_fail_the_run(aws, tmp_path, capsys):
     assert "install the Pulumi CLI" in fix_of(lines, checks["pulumi CLI"])
 
 
+def test_the_pinned_nodeadm_key_warns_then_fails_as_its_expiry_nears_and_passes(aws, tmp_path,
+                                                                                capsys):
+    """On a fixed clock: a WARN (exit 0) within the window before the pinned nodeadm's SSM key
+    expires, a FAIL (exit 1) once it has, each with the fix (the rule: test_nodeadm_pin.py)."""
+    for now, code_wanted, status in ((NODEADM_KEY_EXPIRES - 10 * DAY, 0, WARN),
+                                     (NODEADM_KEY_EXPIRES + DAY, 1, FAIL)):
+        code, lines, checks = preflight(tmp_path, capsys, now=lambda: now)
+        assert code == code_wanted
+        assert checks[NODEADM_KEY].startswith(f"{status}  {NODEADM_KEY}: nodeadm v")
+        assert "raise NODEADM_VERSION in components/nodeadm.py" in fix_of(lines, checks[NODEADM_KEY])
+
+
 def test_no_credentials_fails_and_skips_the_aws_checks(monkeypatch, tmp_path, capsys):
     # No moto: the call stops at signing. The endpoint is a closed loopback port regardless.
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
@@ -510,7 +542,7 @@ def test_no_credentials_fails_and_skips_the_aws_checks(monkeypatch, tmp_path, ca
         assert checks[name] == (f"SKIP  {name}: not checked: no working AWS credentials "
                                 "(see credentials)")
     assert checks["aws CLI"].startswith("PASS  ") and checks["pulumi CLI"].startswith("PASS  ")
-    assert lines[-1] == "preflight: 2 passed, 0 warnings, 1 failed (7 skipped)"
+    assert lines[-1] == "preflight: 3 passed, 0 warnings, 1 failed (7 skipped)"
 
 
 def test_refused_credentials_fail(aws, tmp_path, capsys):
@@ -543,9 +575,12 @@ def test_gpu_enabled_adds_the_gpu_checks(aws, tmp_path, capsys):
                                     gpuEnabled=True)
     gpu_type = checks["instance type for GPU host"]
     assert gpu_type == "PASS  instance type for GPU host: g6.xlarge (1 instance) is offered in ap-northeast-2a"
-    # A new account's G and VT quota is often 0: the GPU host's 4 vCPUs do not fit.
+    # A new account's G and VT quota is often 0: the GPU host's 4 vCPUs do not fit. One
+    # host's worth is enough, also to replace it (tests/test_replacement.py).
     gvt = checks[f"quota Running On-Demand G and VT instances vCPUs ({GVT})"]
-    assert gvt.startswith("FAIL  ") and "the lab adds 4: 4 > 0" in gvt
+    assert gvt.startswith("FAIL  ") and gvt.endswith(
+        "the lab adds 4 (a host is replaced delete-first: replacing it needs no more): 4 > 0")
+    assert "--quota-code L-DB2E81BA --desired-value 4" in fix_of(lines, gvt)
     assert code == 1
     # The GPU host does not count against the standard quota.
     assert "the lab adds 16 " in checks[f"quota Running On-Demand Standard instances vCPUs ({STANDARD})"]
@@ -600,7 +635,10 @@ def test_command_against_a_moto_server(tmp_path, monkeypatch, fresh_account, mot
     result = subprocess.run(
         [sys.executable, "-m", "ops.preflight", "--stack-file", str(stack_file(tmp_path))],
         cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stdout + result.stderr
+    # The pinned nodeadm's key is checked against today, as the command does (the check's own
+    # tests fix the clock: tests/test_nodeadm_pin.py).
+    key = check_nodeadm_ssm_key(utc_now()).status
+    assert result.returncode == (1 if key == FAIL else 0), result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     reported = [line for line in result.stdout.splitlines() if not line.startswith("      fix:")]
     assert reported[0] == ("eks-hybrid-lab preflight for stack 'dev' in ap-northeast-2 "
@@ -611,8 +649,10 @@ def test_command_against_a_moto_server(tmp_path, monkeypatch, fresh_account, mot
                 for line in reported[2:-1]]
     # A fresh account: no Spot service-linked role yet.
     assert statuses == [
+        (key, name) if name == NODEADM_KEY else
         (PASS, name) if name not in (f"quota EC2-VPC Elastic IPs ({EIPS})",
                                      f"quota Running On-Demand Standard instances vCPUs ({STANDARD})",
+                                     f"quota Running On-Demand Standard instances vCPUs ({STANDARD}) during an upgrade",
                                      "spot service-linked role")
         else (WARN, name)
         for name in DEFAULT_CHECKS
@@ -620,7 +660,9 @@ def test_command_against_a_moto_server(tmp_path, monkeypatch, fresh_account, mot
     assert f"PASS  aws CLI: aws-cli/2.17.0 at {bin_dir}/aws" in reported
     assert any(line.startswith(f"WARN  quota EC2-VPC Elastic IPs ({EIPS}): could not read the quota")
                for line in reported)
-    assert reported[-1] == f"preflight: {len(DEFAULT_CHECKS) - 3} passed, 3 warnings, 0 failed"
+    tally = [[s for s, _ in statuses].count(s) for s in (PASS, WARN, FAIL)]
+    assert tally == [len(DEFAULT_CHECKS) - 4 - (key != PASS), 4 + (key == WARN), key == FAIL]
+    assert reported[-1] == f"preflight: {tally[0]} passed, {tally[1]} warnings, {tally[2]} failed"
 
 
 # --- names the stack takes in the region -------------------------------------------------------

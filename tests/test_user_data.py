@@ -3,6 +3,7 @@ and its NodeConfig parsed and checked field by field."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -12,7 +13,8 @@ import sys
 import pytest
 import yaml
 
-from components.hybrid_user_data import HostBootstrap, node_config, render_user_data
+from components.hybrid_user_data import TEMPLATES, HostBootstrap, node_config, render_user_data
+from components.nodeadm import NODEADM_VERSION, SSM_KEY_EXPIRES, nodeadm_url
 
 BASE = HostBootstrap(
     cluster_name="hybrid-lab",
@@ -83,14 +85,14 @@ def test_the_join_steps_in_order():
     script = render_user_data(BASE)
     steps = [
         "block_imds\n",
-        "curl -fsSL --retry 5 --connect-timeout 10 -o /usr/local/bin/nodeadm \"$NODEADM_URL\"",
+        "retry 10 fetch_nodeadm\n",
         'retry 5 nodeadm install "$KUBERNETES_VERSION" --credential-provider ssm',
         "<<'NODECONFIG'",
         'retry 8 nodeadm init -c "file://$NODE_CONFIG"',
     ]
     positions = [script.index(step) for step in steps]
     assert positions == sorted(positions)
-    assert "NODEADM_URL='https://hybrid-assets.eks.amazonaws.com/releases/latest/bin/linux/amd64/nodeadm'" in script
+    assert f"NODEADM_URL='{nodeadm_url(NODEADM_VERSION, 'amd64')}'" in script
     assert "KUBERNETES_VERSION='1.35'" in script
     assert "set -euo pipefail" in script
     # The activation code is root-only on disk.
@@ -108,6 +110,80 @@ def test_imds_is_blocked_for_the_host_and_its_pods_and_stays_blocked():
 def test_arm_hosts_download_the_arm_nodeadm():
     script = render_user_data(HostBootstrap(**{**BASE.__dict__, "architecture": "arm64"}))
     assert "/bin/linux/arm64/nodeadm" in script
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.removeprefix("v").split("."))
+
+
+def test_hosts_install_the_pinned_nodeadm_release():
+    """releases/latest would make what joins depend on the day of the deploy: the URL names the
+    pinned release, one that carries the SSM installer's current key (1.0.18 and older cannot
+    install with SSM since 2026-07-15: docs/hybrid-nodes.md#nodeadm)."""
+    for host, arch in ((BASE, "amd64"), (HostBootstrap(**{**BASE.__dict__, "architecture": "arm64"}), "arm64")):
+        [url] = re.findall(r"^NODEADM_URL='(.*)'$", render_user_data(host), re.M)
+        assert url == f"https://hybrid-assets.eks.amazonaws.com/releases/{NODEADM_VERSION}/bin/linux/{arch}/nodeadm"
+    assert re.fullmatch(r"v\d+\.\d+\.\d+", NODEADM_VERSION)
+    assert _release(NODEADM_VERSION) >= (1, 0, 19)
+    # The pin's key is the newer one: its expiry is known, and later than the old key's.
+    assert SSM_KEY_EXPIRES[NODEADM_VERSION] > SSM_KEY_EXPIRES["v1.0.18"]
+    with pytest.raises(ValueError):
+        nodeadm_url("latest", "amd64")
+
+
+def _run_fetch(tmp_path, served: bytes, checksum_of: bytes, attempts: int = 1, damaged_first: int = 0):
+    """Runs the script's own fetch_nodeadm (through its retry) with curl replaced by a function
+    that serves ``served`` as nodeadm and sha256sum's line for ``checksum_of`` as nodeadm.sha256
+    (the first ``damaged_first`` downloads of nodeadm are cut short). Returns (exit status, the
+    URLs fetched, the installed file or None)."""
+    script = render_user_data(BASE)
+    functions = "".join(re.search(rf"^{name}\(\) \{{.*?^\}}\n", script, re.S | re.M).group(0)
+                        for name in ("retry", "fetch_nodeadm"))
+    [url_line] = re.findall(r"^NODEADM_URL=.*$", script, re.M)
+    (tmp_path / "served").write_bytes(served)
+    (tmp_path / "sum").write_text(f"{hashlib.sha256(checksum_of).hexdigest()}  nodeadm\n")
+    installed = tmp_path / "bin" / "nodeadm"
+    installed.parent.mkdir()
+    probe = tmp_path / "probe.sh"
+    probe.write_text(
+        "set -euo pipefail\nlog() { :; }\nsleep() { :; }\n" + url_line + "\n"
+        f"NODEADM_BIN={installed}\nSERVED={tmp_path}/served\nSUM={tmp_path}/sum\n"
+        f"URLS={tmp_path}/urls\ndamaged={damaged_first}\n"
+        'curl() {\n'
+        '  local out="" url=""\n'
+        '  while [ $# -gt 0 ]; do\n'
+        '    case $1 in -o) out=$2; shift 2 ;; -*) shift ;; *) url=$1; shift ;; esac\n'
+        '  done\n'
+        '  echo "$url" >> "$URLS"\n'
+        '  case $url in\n'
+        '    *.sha256) cp "$SUM" "$out" ;;\n'
+        '    *) if [ "$damaged" -gt 0 ]; then damaged=$((damaged - 1)); head -c 3 "$SERVED" > "$out";\n'
+        '       else cp "$SERVED" "$out"; fi ;;\n'
+        '  esac\n'
+        '}\n' + functions + f"retry {attempts} fetch_nodeadm\n")
+    done = subprocess.run(["bash", str(probe)], capture_output=True, text=True)
+    urls = (tmp_path / "urls").read_text().split() if (tmp_path / "urls").exists() else []
+    return done.returncode, urls, (installed.read_bytes() if installed.exists() else None)
+
+
+def test_the_nodeadm_download_is_checked_against_the_release_checksum(tmp_path):
+    url = nodeadm_url(NODEADM_VERSION, "amd64")
+    status, urls, installed = _run_fetch(tmp_path, b"nodeadm-binary", b"nodeadm-binary")
+    assert status == 0 and installed == b"nodeadm-binary"
+    assert urls == [url, url + ".sha256"]
+    assert os.stat(tmp_path / "bin" / "nodeadm").st_mode & 0o777 == 0o755
+
+
+def test_a_damaged_nodeadm_download_is_not_installed(tmp_path):
+    status, _, installed = _run_fetch(tmp_path, b"tampered", b"nodeadm-binary")
+    assert status != 0 and installed is None
+
+
+def test_a_cut_short_nodeadm_download_is_fetched_again(tmp_path):
+    status, urls, installed = _run_fetch(tmp_path, b"nodeadm-binary", b"nodeadm-binary",
+                                         attempts=3, damaged_first=1)
+    assert status == 0 and installed == b"nodeadm-binary"
+    assert len(urls) == 4  # binary and checksum, twice
 
 
 def test_retry_helper_retries_then_gives_up(tmp_path):
@@ -184,13 +260,152 @@ def test_gpu_driver_and_toolkit_are_installed_before_the_join_and_the_runtime_af
     lines = commands(render_user_data(GPU))
     nodeadm_install = _first(lines, r'retry \d+ nodeadm install .*')
     driver = _first(lines, r"retry \d+ ubuntu-drivers install --gpgpu")
+    utils = _first(lines, r'retry \d+ apt-get install -y --no-install-recommends "nvidia-utils-\$branch"')
+    driver_call = _first(lines, r"install_nvidia_driver")
     toolkit = _first(lines, r"retry \d+ apt-get install -y nvidia-container-toolkit")
     init = _first(lines, r'retry \d+ nodeadm init -c "file://\$NODE_CONFIG"')
     runtime = _first(lines, r"nvidia-ctk runtime configure --runtime=containerd --set-as-default")
     restart = _first(lines, r"systemctl restart containerd")
     reboot_check = _first(lines, r"if ! nvidia-smi; then")
-    assert nodeadm_install < driver < toolkit < init < runtime < restart < reboot_check
+    assert nodeadm_install < driver < utils < driver_call < toolkit < init < runtime < restart < reboot_check
     # One refresh before nodeadm install, one for the toolkit's new repository: no other.
     updates = [i for i, line in enumerate(lines) if re.fullmatch(r"retry \d+ apt-get update", line)]
     repository = _first(lines, r"sed .*nvidia-container-toolkit-keyring\.gpg.*")
     assert len(updates) == 2 and updates[0] < nodeadm_install and repository < updates[1] < toolkit
+
+
+# --- the GPU host's driver, as a host runs it -----------------------------------------------------
+#
+# A stand-in Ubuntu 24.04 for the driver part of the GPU script. Its rules are ported from their
+# sources (docs/hybrid-nodes.md#the-simulated-on-premises-hosts):
+# - ubuntu-drivers-common (noble, 0.9.7.6ubuntu3.3) `ubuntu-drivers install --gpgpu`
+#   (install_gpgpu): for the branch it picks it installs nvidia-headless-no-dkms-<flavour> and
+#   linux-modules-nvidia-<flavour>-<kernel flavour>, dropping nvidia-driver-<flavour> when the
+#   modules package exists; it finds no driver with status 0.
+# - Ubuntu's nvidia-graphics-drivers-580-server (noble) debian/control: what the headless
+#   metapackage depends on (no nvidia-utils), and nvidia-utils-580-server, which installs
+#   /usr/bin/nvidia-smi (nvidia-utils-580-server.install). The -open flavour shares the same
+#   utilities and libraries; only the kernel source differs.
+
+def _archive(branch: str) -> dict[str, list[str]]:
+    """Package -> its Depends, for one driver branch (``580-server``, ``580``)."""
+    libs = [f"nvidia-kernel-common-{branch}", f"libnvidia-compute-{branch}",
+            f"nvidia-compute-utils-{branch}", f"libnvidia-cfg1-{branch}"]
+    return {
+        f"nvidia-headless-no-dkms-{branch}": [f"nvidia-kernel-source-{branch}", *libs],
+        f"nvidia-headless-no-dkms-{branch}-open": [f"nvidia-kernel-source-{branch}-open", *libs],
+        f"linux-modules-nvidia-{branch}-aws": [],
+        f"linux-modules-nvidia-{branch}-open-aws": [],
+        f"nvidia-utils-{branch}": [f"nvidia-kernel-common-{branch}"],
+        **{name: [] for name in libs},
+        f"nvidia-kernel-source-{branch}": [],
+        f"nvidia-kernel-source-{branch}-open": [],
+    }
+
+
+_FAKE_UBUNTU = r'''
+log() { echo "log: $*"; }
+sleep() { :; }
+installed() { grep -qx "$1" "$DB" 2>/dev/null; }
+add() {
+  local pkg=$1 dep
+  installed "$pkg" && return 0
+  if ! grep -q "^$pkg:" "$ARCHIVE"; then
+    echo "E: Unable to locate package $pkg" >&2
+    return 100
+  fi
+  echo "$pkg" >> "$DB"
+  for dep in $(grep "^$pkg:" "$ARCHIVE" | cut -d: -f2); do add "$dep" || return; done
+  case $pkg in nvidia-utils-*)
+    printf '#!/bin/sh\necho nvidia-smi >> "%s"\nexit "$SMI_STATUS"\n' "$CALLS" > "$FAKEBIN/nvidia-smi"
+    chmod +x "$FAKEBIN/nvidia-smi" ;;
+  esac
+}
+apt-get() {
+  [ "$1" = install ] || { echo "unexpected apt-get $*" >&2; return 2; }
+  shift
+  while [ $# -gt 0 ]; do
+    case $1 in -o) shift 2 ;; -*) shift ;; *) add "$1" || return; shift ;; esac
+  done
+}
+ubuntu-drivers() {
+  [ "$*" = "install --gpgpu" ] || { echo "unexpected ubuntu-drivers $*" >&2; return 2; }
+  if [ -z "$FLAVOUR" ]; then echo "No drivers found for installation."; return 0; fi
+  apt-get install -o DPkg::options::=--force-confnew --no-install-recommends -y \
+    "nvidia-headless-no-dkms-$FLAVOUR" "linux-modules-nvidia-$FLAVOUR-aws"
+}
+dpkg-query() {
+  [ "$1" = -W ] && [ "$2" = -f ] || { echo "unexpected dpkg-query $*" >&2; return 2; }
+  local format=$3 pattern=$4 pkg line found=0
+  while read -r pkg; do
+    # shellcheck disable=SC2053
+    [[ $pkg == $pattern ]] || continue
+    line=${format//'${db:Status-Abbrev}'/'ii '}
+    line=${line//'${Package}'/$pkg}
+    [[ $line == *'${'* ]] && { echo "dpkg-query: field not modelled in $format" >&2; return 2; }
+    printf '%b' "$line"
+    found=1
+  done < <(cat "$DB" 2>/dev/null)
+  [ $found = 1 ] || { echo "dpkg-query: no packages found matching $pattern" >&2; return 1; }
+}
+nvidia-ctk() { echo "nvidia-ctk $*" >> "$CALLS"; }
+systemctl() { echo "systemctl $*" >> "$CALLS"; }
+'''
+
+
+def _gpu_host(tmp_path, flavour: str, branch: str, smi_status: int = 0):
+    """Runs the GPU script's driver install, then (if it passed) its part after the join, on
+    the stand-in Ubuntu. Returns (exit status, output, packages installed, calls made)."""
+    if shutil.which("nvidia-smi", path="/usr/bin:/bin:/usr/sbin:/sbin"):
+        pytest.skip("this machine has a real nvidia-smi")
+    script = render_user_data(GPU)
+    functions = "".join(re.search(rf"^{name}\(\) \{{.*?^\}}\n", script, re.S | re.M).group(0)
+                        for name in ("retry", "install_nvidia_driver"))
+    setup = (TEMPLATES / "hybrid-host-gpu.sh").read_text().rstrip()
+    assert setup in script
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    archive = tmp_path / "archive"
+    archive.write_text("".join(f"{name}:{' '.join(deps)}\n" for name, deps in _archive(branch).items()))
+    probe = tmp_path / "gpu.sh"
+    probe.write_text("set -euo pipefail\n" + _FAKE_UBUNTU + functions +
+                     "install_nvidia_driver\n" + setup + "\necho finished\n")
+    env = {"PATH": f"{fakebin}:/usr/bin:/bin", "DB": str(tmp_path / "db"), "ARCHIVE": str(archive),
+           "FAKEBIN": str(fakebin), "CALLS": str(tmp_path / "calls"), "FLAVOUR": flavour,
+           "SMI_STATUS": str(smi_status)}
+    done = subprocess.run(["bash", str(probe)], capture_output=True, text=True, env=env)
+    read = lambda name: (tmp_path / name).read_text().splitlines() if (tmp_path / name).exists() else []
+    return done.returncode, done.stdout + done.stderr, read("db"), read("calls")
+
+
+@pytest.mark.parametrize("flavour,branch", [("580-server", "580-server"),
+                                            ("580-server-open", "580-server"),
+                                            ("580", "580")])
+def test_the_gpu_host_gets_nvidia_smi_of_its_branch_and_does_not_reboot(tmp_path, flavour, branch):
+    """ubuntu-drivers --gpgpu leaves nvidia-utils out; without it the check after the join
+    finds no nvidia-smi and reboots every host. The script adds the utilities of the branch
+    installed (the -open flavour uses the same ones), and a driver that loads needs no reboot."""
+    status, output, packages, calls = _gpu_host(tmp_path, flavour, branch)
+    assert status == 0, output
+    # nvidia-smi ran, passed, and nothing rebooted.
+    assert calls == ["nvidia-ctk runtime configure --runtime=containerd --set-as-default",
+                     "systemctl restart containerd", "nvidia-smi"], output
+    assert f"nvidia-headless-no-dkms-{flavour}" in packages
+    assert f"nvidia-utils-{branch}" in packages
+    assert output.rstrip().endswith("finished")
+
+
+def test_a_driver_that_does_not_load_reboots_the_gpu_host_once(tmp_path):
+    """nvidia-smi fails when the kernel module does not match the running kernel: one reboot."""
+    status, output, _, calls = _gpu_host(tmp_path, "580-server", "580-server", smi_status=9)
+    assert status == 0, output
+    assert calls[-2:] == ["nvidia-smi", "systemctl reboot"]
+
+
+def test_no_nvidia_driver_installed_stops_before_the_join(tmp_path):
+    """ubuntu-drivers finding no NVIDIA device exits 0: the script says so and stops instead of
+    joining a GPU host without a driver (and rebooting it for nothing)."""
+    status, output, packages, calls = _gpu_host(tmp_path, "", "580-server")
+    assert status != 0
+    assert "expected one NVIDIA driver branch installed by ubuntu-drivers, found: none" in output
+    assert packages == [] and calls == []

@@ -8,17 +8,23 @@ Nothing in Pulumi owns those objects (the kubelet created them), so this dynamic
 them in its ``delete``. The hosts depend on it and it depends on the cluster and the access
 entries, so at destroy it runs after the hosts are gone and while the API server still answers.
 
-There is one per host *generation*: its selector holds the generation label (a hash of what the
-host boots with), so a replaced host replaces its cleanup too. Pulumi creates the new cleanup
-and the new host first and deletes the old host and then the old cleanup at the end of the
-update; by then the new host may have registered its Node, which carries the new generation's
-label and so is not selected. nodeadm names a Node after the host's SSM managed instance
-(``mi-…``); a replaced host leaves that registration behind too, still counting against the
-activation's registration limit, and the stack-wide SSM cleanup runs only when the activation
-goes. So before deleting a Node, ``delete`` deregisters the managed instance of the same name —
-only if SSM says it registered through this stack's activation. A host whose Node never
-registered (nodeadm failed after the SSM agent registered) leaves a registration this cleanup
-cannot find: the activation's own cleanup deregisters it at destroy.
+There is one per host *generation*: its ``generation`` input (a hash of what the host boots
+with) replaces it whenever the host is replaced for a change of what it boots with. Each cleanup
+mints a token when it is created (``create``: a random value, never made twice) and the host's
+user data labels its Node with it, so a cleanup selects only the Node of the host created with
+it. A selector made of the generation alone was not enough: reverting a change brings an old
+generation back, and an old cleanup still pending delete from an interrupted update (Pulumi
+deletes a replaced resource's old copy at the end of an update, or of the next one if this one
+fails) would then select the live host's Node and delete it. The host is replaced
+delete-before-create; the old cleanup is deleted at the end of the update, after the new host
+exists and may have joined — with its own token, so it is not selected. nodeadm names a Node
+after the host's SSM managed instance (``mi-…``); a replaced host leaves that registration
+behind too, still counting against the activation's registration limit, and the stack-wide SSM
+cleanup runs only when the activation goes. So before deleting a Node, ``delete`` deregisters
+the managed instance of the same name — only if SSM says it registered through this stack's
+activation. A host whose Node never registered (nodeadm failed after the SSM agent registered)
+leaves a registration this cleanup cannot find: the activation's own cleanup deregisters it at
+destroy.
 
 It acts only on nodes selected by this stack's label *and* labelled as hybrid compute: other
 stacks' hybrid nodes and the cloud nodes of the same cluster are never touched.
@@ -58,6 +64,14 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
     #: Nodes fetched per list page.
     page_size: int = 100
 
+    #: Where ``create`` reads a new token from; the offline plan's stand-in cloud swaps it for a
+    #: deterministic one, as it freezes the clock, so its runs repeat.
+    def new_token(self) -> str:
+        import uuid
+
+        # 122 random bits: no two cleanups, of this stack or any, ever mint the same token.
+        return uuid.uuid4().hex
+
     def check_props(self, props: dict[str, Any]) -> dict[str, str]:
         # An empty selector matches every node of the cluster: refuse it outright.
         keys = ("clusterName", "region", "endpoint", "certificateAuthority", "labelSelector",
@@ -70,19 +84,42 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
             raise ValueError("node-object cleanup needs non-empty " + ", ".join(missing) + why)
         if not props["endpoint"].startswith("https://"):
             raise ValueError(f"endpoint must be an https URL, got {props['endpoint']!r}")
-        return {**{key: props[key] for key in keys}, **self._account_props(props)}
+        outs = {key: props[key] for key in keys}
+        # Optional: the label the hosts carry this cleanup's token in, and what replaces it.
+        for key in ("tokenLabel", "generation"):
+            if props.get(key):
+                outs[key] = str(props[key])
+        outs.update(self._account_props(props))
+        return outs
+
+    def _with_token(self, outs: dict[str, str], token: str) -> dict[str, str]:
+        """``outs`` with the token and ``nodeSelector``, the selector ``delete`` uses: the
+        identity labels and, when the hosts carry it, the token."""
+        if token and outs.get("tokenLabel"):
+            return {**outs, "token": token,
+                    "nodeSelector": f"{outs['labelSelector']},{outs['tokenLabel']}={token}"}
+        return {**outs, "nodeSelector": outs["labelSelector"]}
+
+    def node_selector(self, outs: dict[str, Any]) -> str:
+        """The Nodes ``delete`` removes: what create stored; a cleanup stored before tokens
+        existed selects by its labels alone."""
+        return outs.get("nodeSelector") or outs["labelSelector"]
 
     def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
-        # Pure on purpose: the offline plan calls it under mocks, and there is nothing to make.
+        # Nothing to make in the cloud: the offline plan calls it under mocks.
         outs = self.check_props(props)
-        return pulumi.dynamic.CreateResult(f"node-objects-{outs['clusterName']}", outs)
+        token = self.new_token() if outs.get("tokenLabel") else ""
+        return pulumi.dynamic.CreateResult(f"node-objects-{outs['clusterName']}",
+                                           self._with_token(outs, token))
 
     def diff(self, _id: str, olds: dict[str, Any],
              news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
-        # A different cluster, selector or activation means a different set of nodes and
-        # registrations to clean up; the old resource's delete must still clean up the old set.
-        # The rest only says how to reach it.
-        replace_keys = ("clusterName", "labelSelector", "activationId")
+        # A different cluster, selector, activation or host generation means a different set
+        # of nodes and registrations to clean up; the old resource's delete must still clean up
+        # the old set (and a new token is minted for the new one). The rest only says how to
+        # reach it. The outputs create adds (token, nodeSelector) are never in ``news``.
+        replace_keys = ("clusterName", "labelSelector", "activationId", "generation",
+                        "tokenLabel")
         update_keys = ("endpoint", "certificateAuthority", "region", *self._account_keys)
         replaces = [key for key in replace_keys if olds.get(key) != news.get(key)]
         changed = [key for key in replace_keys + update_keys if olds.get(key) != news.get(key)]
@@ -92,15 +129,17 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
             changes=bool(changed) or code_changed, replaces=replaces,
             delete_before_replace=False)
 
-    def update(self, _id: str, _olds: dict[str, Any],
+    def update(self, _id: str, olds: dict[str, Any],
                news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
-        return pulumi.dynamic.UpdateResult(self.check_props(news))
+        # The token stays: the host carries it, and a new one would replace the host.
+        return pulumi.dynamic.UpdateResult(
+            self._with_token(self.check_props(news), olds.get("token") or ""))
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         import time
 
+        selector = self.node_selector(props)
         props = self.check_props(props)
-        selector = props["labelSelector"]
         left: Optional[list[str]] = None
         # Nodes whose registration is settled (deregistered, or not this activation's), and
         # those whose deregistration failed: their Node is kept, so that the retried delete (the
@@ -112,7 +151,7 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
             token = self._bearer_token(props["clusterName"], props["region"])
             opener = self._opener(props["certificateAuthority"])
             deadline = time.monotonic() + self.poll_seconds
-            left = self._list_hybrid_nodes(opener, props, token)
+            left = self._list_hybrid_nodes(opener, props, token, selector)
             while left:
                 for name in left:
                     if name not in settled and name not in registered:
@@ -123,7 +162,7 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
                             registered[name] = why
                     if name in settled:
                         self._delete_node(opener, props, token, name)
-                left = [n for n in self._list_hybrid_nodes(opener, props, token)
+                left = [n for n in self._list_hybrid_nodes(opener, props, token, selector)
                         if n not in registered]
                 if not left:
                     break
@@ -182,10 +221,10 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
                                   gone_codes=("InvalidInstanceId",))
         return None if error is None else f"deregistering failed ({error})"
 
-    def _list_hybrid_nodes(self, opener: Any, props: dict[str, str], token: str) -> list[str]:
+    def _list_hybrid_nodes(self, opener: Any, props: dict[str, str], token: str,
+                           selector: str) -> list[str]:
         import urllib.parse
 
-        selector = props["labelSelector"]
         names: list[str] = []
         cont = ""
         while True:
@@ -244,12 +283,21 @@ class NodeObjectCleanup(pulumi.dynamic.Resource, module="cleanup", name="HybridN
     #: The activation the selected Nodes' hosts registered through: only its managed instances
     #: are deregistered.
     activationId: pulumi.Output[str]
+    #: Minted when the cleanup is created, never twice: label the host's Node
+    #: ``<token_label>=<token>`` and this cleanup selects that Node and no other host's.
+    token: pulumi.Output[str]
+    #: The selector ``delete`` uses: ``label_selector`` and the token.
+    nodeSelector: pulumi.Output[str]
 
     def __init__(self, name: str, cluster_name: pulumi.Input[str], region: pulumi.Input[str],
                  endpoint: pulumi.Input[str], certificate_authority: pulumi.Input[str],
                  label_selector: pulumi.Input[str], activation_id: pulumi.Input[str],
+                 token_label: Optional[str] = None,
+                 generation: Optional[pulumi.Input[str]] = None,
                  account: Optional[AwsAccount] = None,
                  opts: Optional[pulumi.ResourceOptions] = None) -> None:
+        """``generation``: what the selected host boots with; a new value replaces the cleanup
+        (and so mints a new token), as it replaces the host."""
         super().__init__(NodeObjectCleanupProvider(), name, {
             "clusterName": cluster_name,
             "region": region,
@@ -257,5 +305,10 @@ class NodeObjectCleanup(pulumi.dynamic.Resource, module="cleanup", name="HybridN
             "certificateAuthority": public_certificate_authority(certificate_authority),
             "labelSelector": label_selector,
             "activationId": activation_id,
+            "tokenLabel": token_label,
+            "generation": generation,
+            # Outputs of create, declared so they are attributes.
+            "token": None,
+            "nodeSelector": None,
             **(account or AwsAccount()).cleanup_inputs(),
         }, opts)

@@ -7,7 +7,9 @@ exec > >(tee -a /var/log/eks-hybrid-lab-join.log) 2>&1
 
 CLUSTER_NAME='{{ cluster_name }}'
 KUBERNETES_VERSION='{{ kubernetes_version }}'
-NODEADM_URL='https://hybrid-assets.eks.amazonaws.com/releases/latest/bin/linux/{{ nodeadm_arch }}/nodeadm'
+# A pinned release (components/nodeadm.py): what joins does not change with the day of the deploy.
+NODEADM_URL='{{ nodeadm_url }}'
+NODEADM_BIN=/usr/local/bin/nodeadm
 NODE_CONFIG=/etc/eks-hybrid-lab/nodeconfig.yaml
 
 log() { echo "[eks-hybrid-lab] $(date -u +%FT%TZ) $*"; }
@@ -56,9 +58,22 @@ UNIT
 systemctl daemon-reload
 systemctl enable eks-hybrid-lab-block-imds.service
 
-log "installing nodeadm"
-retry 10 curl -fsSL --retry 5 --connect-timeout 10 -o /usr/local/bin/nodeadm "$NODEADM_URL"
-chmod 0755 /usr/local/bin/nodeadm
+# The release publishes each binary's SHA-256 beside it, as sha256sum's line for "nodeadm": a
+# truncated or damaged download fails the check, and is fetched again.
+fetch_nodeadm() {
+  local dir status
+  dir=$(mktemp -d) || return
+  curl -fsSL --retry 5 --connect-timeout 10 -o "$dir/nodeadm" "$NODEADM_URL" &&
+    curl -fsSL --retry 5 --connect-timeout 10 -o "$dir/nodeadm.sha256" "$NODEADM_URL.sha256" &&
+    (cd "$dir" && sha256sum --check --strict nodeadm.sha256) &&
+    install -m 0755 "$dir/nodeadm" "$NODEADM_BIN"
+  status=$?
+  rm -rf "$dir"
+  return "$status"
+}
+
+log "installing nodeadm from $NODEADM_URL"
+retry 10 fetch_nodeadm
 
 # nodeadm install runs `apt install containerd` without refreshing the package lists, and
 # cloud-init refreshes them only when told to (package_update): on a fresh image the install

@@ -55,6 +55,9 @@ class InstanceNeed:
     min_zones: int
     #: Why that placement, appended to "the first zone" in a FAIL (", which holds ...").
     placement_note: str = ""
+    #: Instances EKS may add for a while when a Kubernetes upgrade rolls them (a managed node
+    #: group: docs/capacity.md#quota-during-an-upgrade); 0 for instances replaced delete-first.
+    upgrade_surge: int = 0
 
 
 @dataclass(frozen=True)
@@ -438,12 +441,14 @@ def instance_vcpus(session: boto3.Session, region: str,
 
 def _quota_check(quota: Quota, read: QuotaValue, region: str, used: float, adds: float,
                  *, used_note: str = "", free_fix: str = "", later: float = 0,
-                 later_note: str = "", later_setting: str = "") -> Check:
+                 later_note: str = "", later_setting: str = "", adds_note: str = "",
+                 moment: str = "") -> Check:
     """PASS when what is used plus what the lab adds fits the quota, FAIL when it does not;
-    ``later`` is what the lab may add afterwards (the burst): a WARN when only that overflows."""
+    ``later`` is what the lab may add afterwards (the burst, an upgrade's surge): a WARN when
+    only that overflows. ``moment`` names the check of such a later moment."""
     service, code, _ = quota
-    name = quota.check_name
-    usage = f"in use {used:g}{used_note}, the lab adds {adds:g}"
+    name = quota.check_name + (f" {moment}" if moment else "")
+    usage = f"in use {used:g}{used_note}, the lab adds {adds:g}{adds_note}"
     if later:
         usage += f" (+ up to {later:g} {later_note})"
     ask = (f"request an increase: aws service-quotas request-service-quota-increase "
@@ -565,18 +570,34 @@ def _vcpu_checks(session: boto3.Session, needs: LabNeeds, ec2, sq) -> list[Check
             adds[cls] += need.count * vcpus[need.instance_type]
 
     note = " (an estimate from pending and running instances)"
+    # Hosts are replaced delete-first (components/hybrid_hosts.py): a replacement needs no more
+    # than the host it replaces. Managed node groups surge while an upgrade rolls them.
+    replaced = " (a host is replaced delete-first: replacing it needs no more)"
+    surge = sum(need.upgrade_surge * vcpus[need.instance_type] for need in needs.instances
+                if need.upgrade_surge and need.instance_type in vcpus
+                and vcpu_quota_class(need.instance_type) == "standard")
     burst_vcpus = (needs.burst_cpu_limit
                    if any(vcpu_quota_class(t) == "standard" for t in needs.burst_instance_types)
                    else 0)
-    checks.append(_quota_check(
-        STANDARD_VCPUS, read_quota(sq, STANDARD_VCPUS), region, used["standard"],
+    standard = read_quota(sq, STANDARD_VCPUS)
+    base = _quota_check(
+        STANDARD_VCPUS, standard, region, used["standard"],
         adds["standard"], used_note=note, free_fix="stop unused instances", later=burst_vcpus,
         later_note=f"when demo 2 bursts, capped by {needs.burst_cpu_setting}",
-        later_setting=needs.burst_cpu_setting))
+        later_setting=needs.burst_cpu_setting)
+    checks.append(base)
+    # Only when the stack itself fits: a FAIL above already asks for more.
+    if surge and base.status != FAIL:
+        checks.append(_quota_check(
+            STANDARD_VCPUS, standard, region, used["standard"],
+            adds["standard"], used_note=note, free_fix="stop unused instances", later=surge,
+            later_note="while a change rolls the node groups: EKS launches up to two nodes per "
+                       "zone of a group before it drains one",
+            adds_note=replaced, moment="during an upgrade"))
     if adds["gvt"]:
         checks.append(_quota_check(
             GVT_VCPUS, read_quota(sq, GVT_VCPUS), region, used["gvt"], adds["gvt"],
-            used_note=note, free_fix="stop unused G or VT instances"))
+            used_note=note, free_fix="stop unused G or VT instances", adds_note=replaced))
     return checks
 
 

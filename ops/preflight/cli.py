@@ -7,9 +7,10 @@ credentials (made as the program makes them: the stack's aws:profile and aws:ass
 they are for the account the stack is pinned to (aws:allowedAccountIds), the region, the availability zones, the instance types, the quota headroom, that
 the names the stack takes in the region (cluster, log group, interruption queue) are free or
 already its own, the account's Spot service-linked role, that adminRoleArns does not hold the
-deployer's own role, the AWS CLI v2 and the Pulumi CLI. Each line is PASS, WARN or FAIL (with the fix); SKIP marks an
-AWS check an earlier failure left nothing to run with. Exits 1 on any FAIL, 2 on bad usage or
-an invalid config.
+deployer's own role, the AWS CLI v2 and the Pulumi CLI, and that the pinned nodeadm's SSM
+signing key has not expired (a WARN from 60 days before). Each line is PASS, WARN or FAIL (with
+the fix); SKIP marks an AWS check an earlier failure left nothing to run with. Exits 1 on any
+FAIL, 2 on bad usage or an invalid config.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from components.zones import EKS_UNSUPPORTED_ZONE_IDS
 from ops.preflight.checks import (FAIL, PASS, SKIP, WARN, Check, InstanceNeed, LabNeeds, Run, Which,
                                   run_command)
+from ops.preflight.nodeadm_key import Clock, utc_now
 from ops.preflight.sequence import counts, run_preflight
 from offline.runner import config_from_stack_values, load_stack_config, stack_of_file
 from stacks.config import ConfigError, LabConfig, unknown_provider_keys
@@ -51,11 +53,15 @@ def lab_needs(cfg: LabConfig) -> LabNeeds:
     """What the stack launches and where (the placement the layers use)."""
     instances = [
         # The system node group spans every private subnet of the cloud VPC.
+        # Managed node groups: an upgrade adds up to twice their zones' count of nodes before it
+        # drains the old ones (maxUnavailable is 1).
         InstanceNeed("system nodes", cfg.system_node_instance_type, SYSTEM_NODE_COUNT,
-                     "systemNodeInstanceType", span=cfg.availability_zone_count, min_zones=2),
+                     "systemNodeInstanceType", span=cfg.availability_zone_count, min_zones=2,
+                     upgrade_surge=2 * cfg.availability_zone_count),
         # The gateway nodes use the first two private subnets, one node in each zone.
         InstanceNeed("gateway nodes", cfg.gateway_instance_type, GATEWAY_NODE_COUNT,
-                     "gatewayInstanceType", span=GATEWAY_NODE_COUNT, min_zones=GATEWAY_NODE_COUNT),
+                     "gatewayInstanceType", span=GATEWAY_NODE_COUNT, min_zones=GATEWAY_NODE_COUNT,
+                     upgrade_surge=2 * GATEWAY_NODE_COUNT),
         # The on-prem VPC has one server LAN subnet, in the first zone.
         InstanceNeed("hybrid hosts", cfg.hybrid_node_instance_type, cfg.hybrid_node_count,
                      "hybridNodeInstanceType", span=1, min_zones=1, placement_note=ON_PREM_NOTE),
@@ -91,7 +97,7 @@ def render(checks: list[Check], out: TextIO) -> None:
 
 
 def main(argv: Optional[list[str]] = None, *, session: Optional[boto3.Session] = None,
-         which: Which = shutil.which, run: Run = run_command) -> int:
+         which: Which = shutil.which, run: Run = run_command, now: Clock = utc_now) -> int:
     parser = argparse.ArgumentParser(prog="python -m ops.preflight", allow_abbrev=False,
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--stack",
@@ -135,7 +141,7 @@ def main(argv: Optional[list[str]] = None, *, session: Optional[boto3.Session] =
                       f"{source}")
                 for warning in unknown_provider_keys(raw)]
     checks = settings + run_preflight(session, lab_needs(cfg), which=which, run=run,
-                                      account=cfg.aws_account)
+                                      now=now, account=cfg.aws_account)
     render(checks, sys.stdout)
     return 1 if any(c.status == FAIL for c in checks) else 0
 

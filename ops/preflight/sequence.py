@@ -18,6 +18,7 @@ from ops.preflight.checks import (FAIL, PASS, SKIP, WARN, Check, LabNeeds, Run, 
                                   check_instance_types, check_names_free, check_pulumi_cli,
                                   check_quotas, check_region, check_spot_role, run_command,
                                   skipped)
+from ops.preflight.nodeadm_key import Clock, check_nodeadm_ssm_key, utc_now
 
 
 class _ClientPerService:
@@ -40,7 +41,8 @@ class _ClientPerService:
 
 
 def run_preflight(session: boto3.Session, needs: LabNeeds, *, which: Which = shutil.which,
-                  run: Run = run_command, account: AwsAccount = AwsAccount()) -> list[Check]:
+                  run: Run = run_command, now: Clock = utc_now,
+                  account: AwsAccount = AwsAccount()) -> list[Check]:
     """Every check, in order. An AWS check that cannot run because an earlier one failed
     (no credentials, another account than the stack's, a disabled region, too few zones) is
     reported as SKIP, not attempted. ``account``: the stack's account settings; ``session``
@@ -81,6 +83,8 @@ def run_preflight(session: boto3.Session, needs: LabNeeds, *, which: Which = shu
         checks.append(check_admin_roles(caller_arn, needs))
     checks.append(check_aws_cli(which, run))
     checks.append(check_pulumi_cli(which, run))
+    # Whatever the account: a host that cannot install nodeadm with SSM cannot join.
+    checks.append(check_nodeadm_ssm_key(now()))
     return checks
 
 

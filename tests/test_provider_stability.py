@@ -9,8 +9,10 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import dill
 
@@ -36,15 +38,16 @@ print(json.dumps({{cls.__name__: hashlib.sha256(serialize_provider(cls()).encode
 """
 
 
-def provider_digests(seeds: list[str]) -> list[dict[str, str]]:
+def provider_digests(seeds: list[str], project: Path = PROJECT_DIR,
+                     **env: str) -> list[dict[str, str]]:
     """Each dynamic provider class of the lab, pickled the way Pulumi stores it, in one fresh
     interpreter per seed."""
-    script = _PROGRAM.format(project=str(PROJECT_DIR))
+    script = _PROGRAM.format(project=str(project))
     processes = [subprocess.Popen(
-        [sys.executable, "-c", script], cwd=PROJECT_DIR, text=True,
+        [sys.executable, "-c", script], cwd=project, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env={**{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PULUMI_"))},
-             "PYTHONHASHSEED": seed}) for seed in seeds]
+             "PYTHONHASHSEED": seed, **env}) for seed in seeds]
     found = []
     for process in processes:
         out, err = process.communicate(timeout=120)
@@ -66,3 +69,24 @@ def test_every_dynamic_provider_pickles_the_same_in_every_process(lab):
 
 def _plain(value):
     return value.value if isinstance(value, Secret) else value
+
+
+def test_every_dynamic_provider_pickles_the_same_from_source_and_from_bytecode(tmp_path):
+    """After a fresh checkout the modules are compiled from source; later runs load their
+    ``.pyc`` files, each written by whichever process imported the module first (the first
+    preview, a test worker). The pickle must not tell the two apart: it showed which strings
+    are one object, and the names of comprehensions are one object across modules only when
+    compiled in the same process (components/cleanup/self_contained.py)."""
+    project = tmp_path / "project"
+    shutil.copytree(PROJECT_DIR / "components", project / "components",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = {"PYTHONDONTWRITEBYTECODE": "1"}
+    [from_source] = provider_digests(["1"], project, **env)
+    # Each module's bytecode written by a process of its own, as separate processes leave it.
+    for module in sorted((project / "components").rglob("*.py")):
+        subprocess.run([sys.executable, "-c", f"import py_compile; py_compile.compile({str(module)!r}, doraise=True)"],
+                       check=True, timeout=60)
+    assert list((project / "components" / "cleanup" / "__pycache__").glob("*.pyc"))
+    [from_bytecode] = provider_digests(["1"], project, **env)
+    changed = sorted(name for name in from_source if from_source[name] != from_bytecode.get(name))
+    assert changed == [], f"these providers pickle differently from bytecode: {changed}"

@@ -10,14 +10,32 @@ The rules that follow for a provider class:
 - keep all logic in its methods (a module-level helper would again be pickled by reference);
 - import boto3 and everything else inside the methods;
 - everything ``delete`` needs must be in the resource's outputs (``delete`` gets only those).
+
+The pickle must also be the same bytes for the same code in every process — the state stores
+it as an input, and a changed input is an update of the cleanup at every preview. pickle writes
+an object seen before in the same pickle as a reference to it, so which strings are one object
+shows in the bytes. The names of comprehensions and lambdas (``<listcomp>``, ``<genexpr>``,
+``<lambda>`` …) are one shared object when the compiler makes the code from source, and one
+object per module when it comes from a module's ``.pyc`` (marshal shares only within a file): a
+provider whose methods come from several modules pickled differently after a fresh checkout
+than later. The decorator makes each such name the interned string, the same in every process.
 """
 
 from __future__ import annotations
 
 import inspect
+import sys
+import types
 from typing import TypeVar
 
 T = TypeVar("T", bound=type)
+
+
+def _canonical(code: types.CodeType) -> types.CodeType:
+    """``code`` with its names, and those of the code objects it holds, interned."""
+    consts = tuple(_canonical(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return code.replace(co_name=sys.intern(code.co_name),
+                        co_qualname=sys.intern(code.co_qualname), co_consts=consts)
 
 
 def self_contained(cls: T) -> T:
@@ -27,4 +45,5 @@ def self_contained(cls: T) -> T:
         function = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
         if inspect.isfunction(function):
             function.__module__ = "__main__"
+            function.__code__ = _canonical(function.__code__)
     return cls

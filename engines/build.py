@@ -36,6 +36,8 @@ PROG = "engines/build.py"
 
 # Bump when the recipe below changes in a way the hash of the dict would not show.
 RECIPE_REVISION = 1
+# The pins' go.mod files use `tool` directives (Go 1.24+); a group may ask for a newer toolchain.
+MIN_GO = (1, 24)
 
 
 def _kubernetes_ldflags(version: str, tag_time: str) -> list[str]:
@@ -139,6 +141,11 @@ class Group:
             die(f"group {name!r} has no {gomod.relative_to(HERE.parent)}")
         text = gomod.read_text()
         self.version, self.go_min = parse_gomod(text, self.spec["module"])
+        # GOTOOLCHAIN for this group's go commands, when the local go is too old for it.
+        self.toolchain = None
+        if gotuple < self.go_min and self.spec.get("fetch_toolchain"):
+            self.toolchain = "go" + ".".join(map(str, self.go_min))
+            gover = self.toolchain  # what builds it
         gosum = self.dir / "go.sum"
         h = hashlib.sha256()
         for part in (text, gosum.read_text() if gosum.is_file() else "",
@@ -147,10 +154,6 @@ class Group:
             h.update(b"\0")
         self.hash = h.hexdigest()[:10]
         self.out = BIN / ".groups" / f"{name}-{self.version}-{self.hash}"
-        # GOTOOLCHAIN for this group's go commands, when the local go is too old for it.
-        self.toolchain = None
-        if gotuple < self.go_min and self.spec.get("fetch_toolchain"):
-            self.toolchain = "go" + ".".join(map(str, self.go_min))
 
     @property
     def tag(self) -> str:
@@ -185,7 +188,8 @@ class Group:
                 cmd += ["-tags", self.spec["tags"]]
             cmd.append(pkg)
             t1 = time.monotonic()
-            if subprocess.run(cmd, cwd=self.dir, env=env, stdout=sys.stderr).returncode != 0:
+            if (subprocess.run(cmd, cwd=self.dir, env=env, stdout=sys.stderr).returncode != 0
+                    or not (tmp / binary).is_file()):
                 shutil.rmtree(tmp, ignore_errors=True)
                 die(f"building {binary} ({pkg}) in {self.dir} failed (see go's output above)")
             say(f"  {binary}: {time.monotonic() - t1:.0f} s")
@@ -235,7 +239,7 @@ def main(argv: list[str]) -> int:
 
     gover, gotuple = go_version()
     groups = [Group(n, gover, gotuple) for n in names]
-    need = max((g.go_min for g in groups if not g.toolchain), default=(0,))
+    need = max([g.go_min for g in groups if not g.toolchain] + [MIN_GO])
     if gotuple < need:
         die(f"Go {'.'.join(map(str, need))} or newer is needed by the pins (found {gover})")
     if args.list:

@@ -3,12 +3,20 @@
 
     python3 engines/smoke.py                  # builds (or reuses) the core, then runs it
     python3 engines/smoke.py /abs/bin/folder  # runs the binaries of that folder
+    python3 engines/smoke.py --karpenter      # also Karpenter's kwok provider (build.py all),
+                                              # all of it inside a private network namespace
 
 etcd -> kube-apiserver (/readyz with a token) -> kube-controller-manager and kube-scheduler
 (/healthz on their own loopback ports) -> kwok with the stock node/pod stages: a fake Node
 becomes Ready, a Pod is scheduled onto it by kube-scheduler and set Running by kwok.
 Every process listens on 127.0.0.1 and a free port; everything lives in one temp dir, removed
 at the end. Needs openssl (service-account keys). Prints the time of each step to stderr.
+
+--karpenter: Karpenter binds its metrics and health ports on every interface (":<port>", no
+host option), so the whole run re-executes itself under `unshare -n` (root), where only a
+loopback interface exists. It applies Karpenter's CRDs from its module, starts karpenter-kwok,
+waits for /readyz, and checks that a Pod pinned to a NodePool gets a Karpenter node (created by
+the provider, made Ready by kwok) and runs there.
 """
 from __future__ import annotations
 
@@ -114,12 +122,85 @@ def wait_for(what: str, fn, procs: Procs, timeout: float = 120) -> object:
     raise RuntimeError(f"timed out waiting for {what} (last error: {last})")
 
 
+def smoke_karpenter(bindir: Path, procs: Procs, call, kubeconfig: Path, tmp: Path) -> None:
+    gomod = (HERE / "karpenter" / "go.mod").read_text()
+    version = next(l.split()[1] for l in gomod.splitlines()
+                   if l.strip().startswith("sigs.k8s.io/karpenter "))
+    modcache = subprocess.run(["go", "env", "GOMODCACHE"], check=True, capture_output=True,
+                              text=True).stdout.strip()
+    moddir = Path(modcache) / f"sigs.k8s.io/karpenter@{version}"
+    crds = sorted((moddir / "kwok/charts/crds").glob("*.yaml")) + [
+        moddir / "kwok/apis/crds/karpenter.kwok.sh_kwoknodeclasses.yaml"]
+    for crd in crds:
+        code, resp = call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                          raw=crd.read_bytes(), content_type="application/yaml")
+        assert code == 201, (crd.name, code, resp)
+
+    def established():
+        _, lst = call("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+        ok = [c for c in lst["items"] if any(x["type"] == "Established" and x["status"] == "True"
+                                             for x in c.get("status", {}).get("conditions", []))]
+        return len(ok) >= len(crds)
+    wait_for(f"{len(crds)} Karpenter CRDs Established", established, procs, 60)
+
+    hp, mp = free_port(), free_port()
+    procs.start("karpenter-kwok", [str(bindir / "karpenter-kwok")], env={
+        "KUBECONFIG": str(kubeconfig), "DISABLE_LEADER_ELECTION": "true",
+        "SYSTEM_NAMESPACE": "kube-system", "METRICS_PORT": str(mp), "HEALTH_PROBE_PORT": str(hp),
+        "LOG_LEVEL": "debug"})
+    wait_for("karpenter-kwok /readyz", lambda: urllib.request.urlopen(
+        f"http://127.0.0.1:{hp}/readyz", timeout=2).status == 200, procs, 90)
+
+    code, resp = call("POST", "/apis/karpenter.kwok.sh/v1alpha1/kwoknodeclasses", {
+        "apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass",
+        "metadata": {"name": "default"}})
+    assert code == 201, (code, resp)
+    code, resp = call("POST", "/apis/karpenter.sh/v1/nodepools", {
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+        "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
+            "requirements": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}],
+            "expireAfter": "Never"}},
+            "limits": {"cpu": "100"}}})
+    assert code == 201, (code, resp)
+    code, resp = call("POST", "/api/v1/namespaces/default/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "smoke-karpenter-pod"},
+        "spec": {"nodeSelector": {"karpenter.sh/nodepool": "default"},
+                 "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                                 "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}})
+    assert code == 201, (code, resp)
+
+    def pod_on_karpenter_node():
+        _, p = call("GET", "/api/v1/namespaces/default/pods/smoke-karpenter-pod")
+        node = p["spec"].get("nodeName")
+        if not node or p["status"].get("phase") != "Running":
+            return None
+        _, n = call("GET", f"/api/v1/nodes/{node}")
+        return (node, n["metadata"]["labels"].get("node.kubernetes.io/instance-type"))
+    node, itype = wait_for("karpenter + kwok: pod Running on a Karpenter node",
+                           pod_on_karpenter_node, procs, 120)
+    log(f"karpenter node {node} ({itype})")
+    for line in (tmp / "karpenter-kwok.log").read_text(errors="replace").splitlines():
+        if "discovered karpenter version" in line:
+            log("karpenter-kwok: " + json.loads(line).get("version", line))
+            break
+
+
 def main() -> int:
-    if len(sys.argv) > 1:
-        bindir = Path(sys.argv[1])
+    args = [a for a in sys.argv[1:] if a != "--karpenter"]
+    karpenter = "--karpenter" in sys.argv[1:]
+    private_netns = os.environ.get("ENGINES_SMOKE_NETNS") == "1"
+    if karpenter and not private_netns:
+        # Only a loopback interface in there: Karpenter's 0.0.0.0 listeners reach nothing else.
+        inner = f"ip link set lo up && exec {sys.executable} {Path(__file__).resolve()} " + " ".join(
+            sys.argv[1:])
+        return subprocess.run(["unshare", "-n", "--", "sh", "-c", inner],
+                              env=dict(os.environ, ENGINES_SMOKE_NETNS="1")).returncode
+    if args:
+        bindir = Path(args[0])
     else:
-        out = subprocess.run([sys.executable, str(HERE / "build.py")], check=True,
-                             stdout=subprocess.PIPE, text=True).stdout
+        out = subprocess.run([sys.executable, str(HERE / "build.py")] + (["all"] if karpenter else []),
+                             check=True, stdout=subprocess.PIPE, text=True).stdout
         bindir = Path(out.strip().splitlines()[-1])
     b = {n: str(bindir / n) for n in ("etcd", "kube-apiserver", "kube-controller-manager",
                                       "kube-scheduler", "kwok")}
@@ -172,11 +253,12 @@ def main() -> int:
         wait_for("apiserver cert", lambda: ca.exists() and ca.stat().st_size > 0, procs, 60)
         ctx = ssl.create_default_context(cafile=str(ca))
 
-        def call(method: str, path: str, body: dict | None = None) -> tuple[int, dict | str]:
-            req = urllib.request.Request(api + path, method=method,
-                                         data=json.dumps(body).encode() if body else None,
+        def call(method: str, path: str, body: dict | None = None, raw: bytes | None = None,
+                 content_type: str = "application/json") -> tuple[int, dict | str]:
+            data = raw if raw is not None else (json.dumps(body).encode() if body else None)
+            req = urllib.request.Request(api + path, method=method, data=data,
                                          headers={"Authorization": f"Bearer {TOKEN}",
-                                                  "Content-Type": "application/json"})
+                                                  "Content-Type": content_type})
             try:
                 with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
                     raw = r.read().decode()
@@ -258,12 +340,15 @@ def main() -> int:
             return (p["spec"].get("nodeName"), p["status"].get("phase")) == ("smoke-node", "Running")
         wait_for("kube-scheduler + kwok: smoke-pod Running on smoke-node", pod_running, procs, 60)
 
+        if karpenter:
+            smoke_karpenter(bindir, procs, call, kubeconfig, tmp)
+
         names = {p.pid: n for n, p in procs.procs}
         socks = listeners(list(names))
         for pid, addr in sorted(socks):
             log(f"listening: {names[pid]} {addr}")
-        bad = [(names[pid], a) for pid, a in socks
-               if not (a.startswith("127.") or a.startswith("::1:"))]
+        bad = [] if private_netns else [(names[pid], a) for pid, a in socks
+                                        if not (a.startswith("127.") or a.startswith("::1:"))]
         if bad:
             raise RuntimeError(f"listening beyond loopback: {bad}")
         ok = True

@@ -160,9 +160,6 @@ class Group:
         return f"{self.spec['short']}-{self.version}"
 
     def build(self) -> None:
-        tmp = self.out.with_name(f".tmp-{self.out.name}-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
         env = dict(os.environ, CGO_ENABLED="0")
         if self.toolchain:
             env["GOTOOLCHAIN"] = self.toolchain
@@ -181,6 +178,9 @@ class Group:
         say(f"building {self.name} {self.version} ({', '.join(self.spec['binaries'])}); "
             "a cold build takes minutes")
         t0 = time.monotonic()
+        tmp = self.out.with_name(f".tmp-{self.out.name}-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
         for binary, pkg in self.spec["binaries"].items():
             cmd = ["go", "build", "-mod=readonly", "-trimpath", "-buildvcs=false",
                    "-ldflags", " ".join(ldflags), "-o", str(tmp / binary)]

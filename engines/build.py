@@ -224,10 +224,15 @@ def assemble(groups: list[Group], gover: str) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    # allow_abbrev=False: a prefix such as --wh is refused, not taken for --where.
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                                 allow_abbrev=False)
     ap.add_argument("groups", nargs="*", metavar="GROUP",
                     help=f"any of {', '.join(GROUPS)}, or 'all' (default: {' '.join(DEFAULT)})")
     ap.add_argument("--list", action="store_true", help="show the groups and their pins; build nothing")
+    ap.add_argument("--where", action="store_true",
+                    help="print the folder if the groups are built (exit 0), else say what is "
+                         "missing (exit 1); build nothing")
     args = ap.parse_args(argv)
     names = args.groups or DEFAULT
     if "all" in names:
@@ -248,6 +253,13 @@ def main(argv: list[str]) -> int:
         return 0
 
     missing = [g for g in groups if not g.out.is_dir()]
+    if args.where:
+        if missing:
+            say(f"not built: {', '.join(g.name for g in missing)} (build with: python3 {PROG}"
+                f"{' ' + ' '.join(args.groups) if args.groups else ''})")
+            return 1
+        print(assemble(groups, gover))
+        return 0
     if missing:
         BIN.mkdir(parents=True, exist_ok=True)
         os.nice(19)  # the other tests share the cores; children inherit it

@@ -25,11 +25,12 @@ from tests.conftest import PROJECT_DIR, lab_config, run_lab
 # --- every parser refuses an option prefix -----------------------------------------------------
 
 
-def _bench_main(argv):
-    spec = importlib.util.spec_from_file_location("bench", PROJECT_DIR / "benchmarks" / "bench.py")
+def _script(relative: str):
+    """A script that is no package's module, loaded from its file."""
+    spec = importlib.util.spec_from_file_location(Path(relative).stem, PROJECT_DIR / relative)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.main(argv)
+    return module
 
 
 def _main_of(name):
@@ -44,7 +45,8 @@ PARSER_MAKERS = {
     "offline/chart_render.py": _main_of("offline.chart_render"),
     "ops/preflight/cli.py": _main_of("ops.preflight.cli"),
     "ops/leftovers/cli.py": _main_of("ops.leftovers.cli"),
-    "benchmarks/bench.py": _bench_main,
+    "benchmarks/bench.py": lambda argv: _script("benchmarks/bench.py").main(argv),
+    "engines/build.py": lambda argv: _script("engines/build.py").main(argv),
 }
 
 

@@ -1,0 +1,74 @@
+"""The real-engine tier: a real Kubernetes control plane (engines/control_plane.py) for the tests
+that ask what Kubernetes decides — admission, validation, placement.
+
+- ``control_plane`` (session): etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
+  kwok on free loopback ports in a temporary folder, started on first use by each test worker
+  and stopped, by PID, when the session ends (also on Ctrl-C; and the engines die with a
+  worker that is killed). Without the engines built, every test that asks for it is skipped,
+  naming the command that builds them.
+- ``namespace``: a namespace of the test's own, made with the labels it asks for.
+
+Import the fixtures into a test module: ``from tests.real_cluster import control_plane,
+namespace  # noqa: F401``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import pytest
+
+from tests.conftest import PROJECT_DIR
+
+sys.path.insert(0, str(PROJECT_DIR / "engines"))
+from control_plane import ControlPlane, Response, engines_folder  # noqa: E402
+
+BUILD = "python3 engines/build.py"
+_counter = itertools.count()
+
+
+def _missing_tools() -> list[str]:
+    return [tool for tool in ("go", "openssl") if shutil.which(tool) is None]
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory) -> Iterator[ControlPlane]:
+    missing = _missing_tools()
+    if missing:
+        pytest.skip(f"the real-engine tier needs {' and '.join(missing)} on PATH")
+    folder, why = engines_folder()
+    if folder is None:
+        pytest.skip(f"the real-engine tier needs the engines built ({why}): {BUILD}")
+    plane = ControlPlane.start(folder, tmp_path_factory.mktemp("control-plane"))
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane, request) -> Callable[..., str]:
+    """``namespace(labels=None)`` makes a namespace of this test's own and returns its name."""
+
+    def make(labels: Optional[dict[str, str]] = None, prefix: str = "t") -> str:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
+        name = f"{prefix}-{worker}-{next(_counter)}"[:63]
+        answer = control_plane.apply({"apiVersion": "v1", "kind": "Namespace",
+                                      "metadata": {"name": name, "labels": labels or {}}})
+        assert answer.status in (200, 201), answer.body
+        return name
+
+    return make
+
+
+def refused(answer: Response) -> str:
+    """The API server's own message for a refused request ('' when it was accepted)."""
+    if answer.status < 400:
+        return ""
+    body = answer.body
+    return body.get("message", str(body)) if isinstance(body, dict) else str(body)

@@ -83,3 +83,55 @@ def test_a_kwok_node_takes_a_pod_from_the_real_scheduler(control_plane, namespac
         return (body["spec"].get("nodeName"), body["status"].get("phase")) == (name, "Running")
 
     control_plane.wait_for("the pod Running on the kwok node", running, timeout=60)
+
+
+_INTERRUPTED = '''
+import os, time
+from tests.real_cluster import control_plane  # noqa: F401
+
+def test_waits(control_plane):
+    with open(os.environ["PIDS_FILE"], "w") as out:
+        out.write(" ".join(str(pid) for pid in control_plane.pids()))
+    time.sleep(120)
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGKILL"])
+def test_an_interrupted_run_leaves_no_engine_running(control_plane, tmp_path, signal_name):
+    """Ctrl-C (SIGINT) ends the run through pytest's teardown, which stops the engines by PID;
+    a run killed outright (SIGKILL) takes them with it (they die with their parent)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    test = PROJECT_DIR / "tests" / f"test_zz_interrupted_{os.getpid()}_{signal_name}.py"
+    test.write_text(_INTERRUPTED)
+    pids_file = tmp_path / "pids"
+    try:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+             str(test.relative_to(PROJECT_DIR))], cwd=PROJECT_DIR,
+            env={**os.environ, "PIDS_FILE": str(pids_file)},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        control_plane.wait_for("the inner run's engines", lambda: pids_file.exists() and
+                               pids_file.read_text(), timeout=120)
+        pids = [int(p) for p in pids_file.read_text().split()]
+        assert len(pids) == 5 and all(_alive(p) for p in pids)
+        run.send_signal(getattr(signal, signal_name))
+        run.wait(60)
+        deadline = time.monotonic() + 30
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [p for p in pids if _alive(p)] == [], run.stdout.read().decode()[-2000:]
+    finally:
+        test.unlink()

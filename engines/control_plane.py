@@ -306,8 +306,7 @@ def _die_with_parent() -> None:
 def _warning_text(header: str) -> str:
     # RFC 7234: 299 - "text", the text a quoted-string whose '"' and '\\' the API server
     # escapes with a backslash (apimachinery pkg/util/net/http.go, NewWarningHeader's
-    # makeQuotedString; its
-    # ParseWarningHeader undoes it the same way).
+    # makeQuotedString; its ParseWarningHeader undoes it the same way).
     code, _, rest = header.partition(" ")
     _, _, text = rest.partition(" ")
     text = text.strip()

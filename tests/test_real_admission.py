@@ -45,7 +45,7 @@ from offline import chart_render
 from tests.cluster_apply import Applied, apply_all, find, refusals, warnings
 from tests.conftest import run_lab
 from tests.helm_engine import needs_helm
-from tests.kube_checks import crd_problems
+from tests.kube_checks import CRD_FILES, core_problems, crd_problems, pod_problems, pod_spec_of
 from tests.kube_objects import LabObject, lab_objects, order_problems, registered_objects
 from tests.real_cluster import control_plane, namespace, refused  # noqa: F401 (fixtures)
 
@@ -172,6 +172,32 @@ def test_the_custom_resources_pass_their_crds_schema_and_cel_rules(judged, contr
         .startswith("release kyverno ")
 
 
+@pytest.mark.parametrize("config", CONFIGS)
+def test_the_stand_ins_agree_with_the_api_server(judged, config):
+    """kube_checks' stand-ins (kubernetes-validate for built-in kinds, the CRDs' schemas by
+    jsonschema, pod_problems' restricted controls) on the same objects: where the server
+    accepts, they find nothing either. (Where they cannot follow it — CEL rules — the planted
+    CEL defects below show the server refusing what they accept.)"""
+    run, applied = judged(config)
+    version = run.config["eks-hybrid-lab:kubernetesVersion"]
+    disagree = {}
+    for a in applied:
+        obj = a.item.obj
+        if a.item.kind == "Pod":
+            continue
+        found = (crd_problems(obj) if (obj["apiVersion"], a.item.kind) in CRD_FILES
+                 else core_problems(obj, version))
+        if bool(found) == a.accepted:
+            disagree[a.item.label] = (found, a.status, a.message)
+    for item in registered_objects(run):
+        if item.kind == "Deployment":
+            found = pod_problems(pod_spec_of(item.obj), item.label)
+            pod = find(applied, "Pod", f"{item.obj['metadata']['name']}-pod", source=item.source)
+            if bool(found) == (pod.accepted and not pod.warnings):
+                disagree[f"pod of {item.label}"] = (found, pod.status, pod.message, pod.warnings)
+    assert disagree == {}
+
+
 # --- planted defects ----------------------------------------------------------------------------
 
 def _lab_object(judged, config: str, kind: str, name: str) -> LabObject:
@@ -185,7 +211,7 @@ def _judge(control_plane, item: LabObject, pods: bool = False) -> list[Applied]:
     return apply_all(control_plane, [item], pods=pods, all_dry_run=PLANTED)
 
 
-def test_a_demo_pod_that_breaks_restricted_is_refused_and_warned(judged, control_plane):
+def test_a_demo_pod_that_breaks_restricted_is_refused_and_warned(judged, control_plane, namespace):
     echo = _lab_object(judged, "dev", "Deployment", "echo-cloud")
     [container] = echo.obj["spec"]["template"]["spec"]["containers"]
     del container["securityContext"]["allowPrivilegeEscalation"]
@@ -199,6 +225,9 @@ def test_a_demo_pod_that_breaks_restricted_is_refused_and_warned(judged, control
     found = warnings(applied)  # the Deployment: warn
     assert any(w.startswith("Deployment demo-gateway/echo-cloud") and
                'would violate PodSecurity "restricted:latest"' in w for w in found), found
+    # The namespace's labels are what judge: without them the same Pod is admitted.
+    echo.obj["metadata"]["namespace"] = namespace()
+    assert refusals(_judge(control_plane, echo, pods=True)) == []
 
 
 def _refusal(applied: list[Applied]) -> str:

@@ -85,7 +85,8 @@ def apply_all(plane, items: Iterable[LabObject], *, pods: bool = True,
         if item.kind == "CustomResourceDefinition":
             service = crd_calls_a_service(item.obj)
             if service:
-                done.append(apply_one(plane, item, f"its conversion webhook ({service}) does not run"))
+                done.append(apply_one(plane, item,
+                                      f"its conversion webhook ({service}) does not run"))
                 served = copy.deepcopy(item.obj)
                 served["spec"].pop("conversion")
                 item = LabObject(served, item.source + " (conversion stanza removed)", item.hook)

@@ -12,6 +12,7 @@ after the release's manifests. ``order_problems`` says where a list breaks that.
 
 from __future__ import annotations
 
+import json
 import re
 import tarfile
 from dataclasses import dataclass
@@ -79,7 +80,6 @@ def _chart_crds(archive: str) -> list[tuple[str, str]]:
 def release_objects(reg) -> list[LabObject]:
     """What Helm installs for a registered Release: Helm's own render (unmasked: the Secrets
     carry the certificates the chart generates), hooks but those of ``helm test``."""
-    import json
 
     release = chart_render.Release.of(reg)
     archive = chart_render._archive(release)
@@ -101,7 +101,8 @@ def release_objects(reg) -> list[LabObject]:
             continue
         for doc in _documents(rendered[path]):
             meta = doc.setdefault("metadata", {})
-            hooks = {h.strip() for h in ((meta.get("annotations") or {}).get("helm.sh/hook") or "").split(",") if h.strip()}
+            hook = (meta.get("annotations") or {}).get("helm.sh/hook") or ""
+            hooks = {h.strip() for h in hook.split(",") if h.strip()}
             if hooks & TEST_HOOKS:
                 continue
             if not meta.get("namespace") and doc["kind"] not in CLUSTER_SCOPED:
@@ -143,7 +144,8 @@ def _rank(item: LabObject) -> tuple:
         group = 3
     else:
         group = 2
-    known = HELM_INSTALL_ORDER.index(kind) if kind in HELM_INSTALL_ORDER else len(HELM_INSTALL_ORDER)
+    known = (HELM_INSTALL_ORDER.index(kind) if kind in HELM_INSTALL_ORDER
+             else len(HELM_INSTALL_ORDER))
     return group, known
 
 
@@ -164,7 +166,8 @@ def order_problems(items: list[LabObject]) -> list[str]:
             crds[(spec["group"], spec["names"]["kind"])] = i
         elif item.kind == "Namespace":
             namespaces[item.obj["metadata"]["name"]] = i
-    last_plain = max((i for i, it in enumerate(items) if it.kind not in CALLS_A_SERVICE), default=-1)
+    last_plain = max((i for i, it in enumerate(items) if it.kind not in CALLS_A_SERVICE),
+                     default=-1)
     for i, item in enumerate(items):
         group = item.obj["apiVersion"].split("/")[0] if "/" in item.obj["apiVersion"] else ""
         at = crds.get((group, item.kind))
@@ -185,4 +188,6 @@ def crd_calls_a_service(obj: dict) -> Optional[str]:
         return None
     client = (conversion.get("webhook") or {}).get("clientConfig") or {}
     service = client.get("service") or {}
-    return f"{service.get('namespace')}/{service.get('name')}" if service else client.get("url", "?")
+    if service:
+        return f"{service.get('namespace')}/{service.get('name')}"
+    return client.get("url", "?")

@@ -89,7 +89,7 @@ def test_the_judged_stacks_cover_every_kind_the_lab_registers():
             "kubernetes:kyverno.io/v1:ClusterPolicy"} <= judged_kinds
 
 
-# --- order -----------------------------------------------------------------------------------------
+# --- order ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("config", CONFIGS)
 def test_objects_come_after_the_crds_and_namespaces_they_need(config):
@@ -105,7 +105,8 @@ def test_a_custom_resource_before_its_crd_is_caught():
     [pool] = [i for i in items if i.kind == "NodePool"]
     [gateway_ns] = [i for i in items if i.kind == "Namespace"
                     and i.obj["metadata"]["name"] == "demo-gateway"]
-    [echo] = [i for i in items if i.kind == "Deployment" and i.obj["metadata"]["name"] == "echo-cloud"]
+    [echo] = [i for i in items
+              if i.kind == "Deployment" and i.obj["metadata"]["name"] == "echo-cloud"]
     planted = [pool, echo] + [i for i in items if i not in (pool, echo)]
     problems = order_problems(planted)
     assert any(p.startswith("NodePool cloud-burst") and "before its CRD" in p for p in problems)
@@ -114,7 +115,7 @@ def test_a_custom_resource_before_its_crd_is_caught():
     assert gateway_ns in planted
 
 
-# --- what the API server says of the lab's objects -------------------------------------------------
+# --- what the API server says of the lab's objects -----------------------------------------------
 
 @pytest.mark.parametrize("config", CONFIGS)
 def test_the_api_server_accepts_every_object_without_a_warning(judged, config):

@@ -80,7 +80,6 @@ def _chart_crds(archive: str) -> list[tuple[str, str]]:
 def release_objects(reg) -> list[LabObject]:
     """What Helm installs for a registered Release: Helm's own render (unmasked: the Secrets
     carry the certificates the chart generates), hooks but those of ``helm test``."""
-
     release = chart_render.Release.of(reg)
     archive = chart_render._archive(release)
     rendered = chart_render._loaded(archive).render(json.loads(chart_render.canonical_json(

@@ -127,3 +127,24 @@ def find(applied: Iterable[Applied], kind: str, name: str,
     if len(found) != 1:
         raise LookupError(f"{len(found)} applied {kind} named {name}")
     return found[0]
+
+
+def controller_verdict(plane, namespace: str, name: str, timeout: float = 60) -> str:
+    """What the Deployment's controllers met making its pods: "" once its ReplicaSet has made
+    them all, else the ReplicaFailure condition's message (the API server's refusal of the
+    pod, as the ReplicaSet controller relays it)."""
+    path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
+
+    def settled():
+        body = plane.call("GET", path).body
+        status = body.get("status") or {}
+        for condition in status.get("conditions") or []:
+            if condition.get("type") == "ReplicaFailure" and condition.get("status") == "True":
+                return ("refused", condition.get("message", ""))
+        wanted = body["spec"].get("replicas", 1)
+        if (status.get("observedGeneration", 0) >= body["metadata"]["generation"]
+                and status.get("replicas", 0) >= wanted):
+            return ("made", "")
+        return None
+
+    return plane.wait_for(f"the pods of Deployment {namespace}/{name}", settled, timeout)[1]

@@ -13,7 +13,8 @@ Established), then Namespaces, then the rest in Helm's install order.
   kube-system none (as in EKS): the namespaces' labels decide, as they will in the cluster. A
   Pod of every workload's template — the Pod its controller would create — is judged by a
   server-side dry run, where PodSecurity's enforce mode refuses; the workloads themselves draw
-  its warn mode's warnings. Any Warning header on any object fails the test.
+  its warn mode's warnings. Any Warning header on any object fails the test. And the real
+  path: each demo Deployment's ReplicaSet (kube-controller-manager) makes all its pods there.
 - Custom resources: the Karpenter NodePool and EC2NodeClass and the Kyverno ClusterPolicy are
   judged by the CRDs the charts install (the karpenter-crd release, Kyverno's chart), their
   OpenAPI schemas and their CEL rules (x-kubernetes-validations) alike.
@@ -42,7 +43,8 @@ import copy
 import pytest
 
 from offline import chart_render
-from tests.cluster_apply import Applied, apply_all, find, refusals, warnings
+from tests.cluster_apply import (Applied, apply_all, controller_verdict, find, refusals,
+                                 warnings)
 from tests.conftest import run_lab
 from tests.helm_engine import needs_helm
 from tests.kube_checks import CRD_FILES, core_problems, crd_problems, pod_problems, pod_spec_of
@@ -156,6 +158,18 @@ def test_every_demo_pod_is_judged_under_restricted(judged, control_plane, config
 
 
 @pytest.mark.parametrize("config", CONFIGS)
+def test_the_controllers_make_every_demo_pod(judged, control_plane, config):
+    """The real path too: each demo Deployment's ReplicaSet makes all its pods in the restricted
+    namespace (PodSecurity enforce would leave a ReplicaFailure with its refusal)."""
+    run, _ = judged(config)
+    verdicts = {f"{i.obj['metadata']['namespace']}/{i.obj['metadata']['name']}":
+                controller_verdict(control_plane, i.obj["metadata"]["namespace"],
+                                   i.obj["metadata"]["name"])
+                for i in registered_objects(run) if i.kind == "Deployment"}
+    assert {k: v for k, v in verdicts.items() if v} == {}
+
+
+@pytest.mark.parametrize("config", CONFIGS)
 def test_the_custom_resources_pass_their_crds_schema_and_cel_rules(judged, control_plane, config):
     run, applied = judged(config)
     kinds = {"NodePool", "EC2NodeClass"} | ({"ClusterPolicy"} if "C" in config else set())
@@ -226,6 +240,11 @@ def test_a_demo_pod_that_breaks_restricted_is_refused_and_warned(judged, control
     found = warnings(applied)  # the Deployment: warn
     assert any(w.startswith("Deployment demo-gateway/echo-cloud") and
                'would violate PodSecurity "restricted:latest"' in w for w in found), found
+    # Created for real in a namespace with the lab's labels, its ReplicaSet is refused the pods.
+    echo.obj["metadata"]["namespace"] = namespace(RESTRICTED)
+    assert control_plane.apply(echo.obj).status in (200, 201)
+    refusal = controller_verdict(control_plane, echo.obj["metadata"]["namespace"], "echo-cloud")
+    assert 'is forbidden: violates PodSecurity "restricted:latest"' in refusal, refusal
     # The namespace's labels are what judge: without them the same Pod is admitted.
     echo.obj["metadata"]["namespace"] = namespace()
     assert refusals(_judge(control_plane, echo, pods=True)) == []

@@ -5,7 +5,9 @@ server-side apply, and reading its verdicts: what it refused (its own message), 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+import hashlib
+import json
+from dataclasses import dataclass, replace
 from typing import Iterable, Optional
 
 from tests.kube_objects import CALLS_A_SERVICE, LabObject, crd_calls_a_service
@@ -34,6 +36,23 @@ def _message(response) -> str:
     return body.get("message", str(body)) if isinstance(body, dict) else str(body)
 
 
+def _memo_apply(plane, item: LabObject, dry_run: str = "",
+                judged_before: Optional[dict[str, Applied]] = None) -> Applied:
+    """Applies one object; with ``judged_before`` (a memo kept per API server), an object
+    identical to one this server has already judged the same way gets that verdict again
+    without a second request: re-applying it would change nothing (an unchanged object is a
+    no-op for server-side apply), and the three stacks share most of their objects."""
+    key = ""
+    if judged_before is not None:
+        key = hashlib.sha256(json.dumps([item.obj, dry_run], sort_keys=True).encode()).hexdigest()
+        if key in judged_before:
+            return replace(judged_before[key], item=item)
+    answer = apply_one(plane, item, dry_run)
+    if judged_before is not None:
+        judged_before[key] = answer
+    return answer
+
+
 def apply_one(plane, item: LabObject, dry_run: str = "") -> Applied:
     try:
         response = plane.apply(item.obj, dry_run=bool(dry_run))
@@ -59,8 +78,8 @@ def pod_of(workload: dict) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}
 
 
-def apply_all(plane, items: Iterable[LabObject], *, pods: bool = True,
-              all_dry_run: str = "") -> list[Applied]:
+def apply_all(plane, items: Iterable[LabObject], *, pods: bool = True, all_dry_run: str = "",
+              judged_before: Optional[dict[str, Applied]] = None) -> list[Applied]:
     """Applies ``items`` in their order. CRDs are waited for (Established) before the objects
     after them. Webhook configurations and APIServices are a dry run only (their services do not
     run here; created, they would make the API server call them). A CRD whose conversion calls
@@ -68,7 +87,11 @@ def apply_all(plane, items: Iterable[LabObject], *, pods: bool = True,
     its custom resources can be judged. With ``pods``, each workload's Pod — as its controller
     would create it — is judged by a dry run: that is where PodSecurity's enforce mode refuses.
     With ``all_dry_run`` (why), every object is a dry run: the planted defects leave the
-    cluster's objects as the lab made them."""
+    cluster's objects as the lab made them. ``judged_before``: see ``_memo_apply``."""
+
+    def judge(item: LabObject, dry_run: str = "") -> Applied:
+        return _memo_apply(plane, item, dry_run, judged_before)
+
     done: list[Applied] = []
     crds: list[str] = []
     items = list(items)
@@ -80,22 +103,21 @@ def apply_all(plane, items: Iterable[LabObject], *, pods: bool = True,
             plane.forget_discovery()
             crds = []
         if item.kind in CALLS_A_SERVICE:
-            done.append(apply_one(plane, item, f"{item.kind} calls a service that does not run"))
+            done.append(judge(item, f"{item.kind} calls a service that does not run"))
             continue
         if item.kind == "CustomResourceDefinition":
             service = crd_calls_a_service(item.obj)
             if service:
-                done.append(apply_one(plane, item,
-                                      f"its conversion webhook ({service}) does not run"))
+                done.append(judge(item, f"its conversion webhook ({service}) does not run"))
                 served = copy.deepcopy(item.obj)
                 served["spec"].pop("conversion")
                 item = LabObject(served, item.source + " (conversion stanza removed)", item.hook)
-            answer = apply_one(plane, item, all_dry_run)
+            answer = judge(item, all_dry_run)
             done.append(answer)
             if answer.accepted and not all_dry_run:
                 crds.append(item.obj["metadata"]["name"])
             continue
-        done.append(apply_one(plane, item, all_dry_run))
+        done.append(judge(item, all_dry_run))
     if pods:
         for item in items:
             if item.kind in WORKLOAD_KINDS + ("CronJob",):
@@ -107,8 +129,8 @@ def apply_all(plane, items: Iterable[LabObject], *, pods: bool = True,
                 plane.wait_for(f"ServiceAccount {ns}/{account}", lambda: plane.call(
                     "GET", f"/api/v1/namespaces/{ns}/serviceaccounts/{account}").status == 200,
                     timeout=30)
-                done.append(apply_one(plane, LabObject(pod, f"pod of {item.label}"),
-                                      "a Pod of the workload's template, as its controller makes"))
+                done.append(judge(LabObject(pod, f"pod of {item.label}"),
+                                  "a Pod of the workload's template, as its controller makes"))
     return done
 
 

@@ -12,6 +12,7 @@ after the release's manifests. ``order_problems`` says where a list breaks that.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import tarfile
@@ -79,22 +80,32 @@ def _chart_crds(archive: str) -> list[tuple[str, str]]:
 
 def release_objects(reg) -> list[LabObject]:
     """What Helm installs for a registered Release: Helm's own render (unmasked: the Secrets
-    carry the certificates the chart generates), hooks but those of ``helm test``."""
+    carry the certificates the chart generates), hooks but those of ``helm test``. Rendered
+    and parsed once per worker for given inputs (Kyverno's 3.5 MB of CRDs take a second to
+    parse): the objects are shared, and callers copy one before changing it."""
     release = chart_render.Release.of(reg)
-    archive = chart_render._archive(release)
-    rendered = chart_render._loaded(archive).render(json.loads(chart_render.canonical_json(
-        release.values)), name=release.name, namespace=release.namespace)
+    return list(_release_objects(
+        chart_render._archive(release), chart_render.canonical_json(release.values),
+        release.name, release.namespace, bool(reg.inputs.get("skipCrds")),
+        bool(reg.inputs.get("createNamespace"))))
+
+
+@functools.lru_cache(maxsize=64)
+def _release_objects(archive: str, values_json: str, name: str, namespace: str,
+                     skip_crds: bool, create_namespace: bool) -> tuple[LabObject, ...]:
+    rendered = chart_render._loaded(archive).render(json.loads(values_json), name=name,
+                                                    namespace=namespace)
     found: list[LabObject] = []
-    if reg.inputs.get("createNamespace"):
+    if create_namespace:
         # Helm's install makes it with this one label (helm v3 pkg/action/install.go,
         # Install.RunWithContext): no Pod Security labels, so PodSecurity's default
         # (privileged) judges the chart's pods there.
         found.append(LabObject({"apiVersion": "v1", "kind": "Namespace", "metadata": {
-            "name": release.namespace, "labels": {"name": release.namespace}}},
-            f"release {release.name} createNamespace"))
-    if not reg.inputs.get("skipCrds"):
+            "name": namespace, "labels": {"name": namespace}}},
+            f"release {name} createNamespace"))
+    if not skip_crds:
         for path, text in _chart_crds(archive):
-            found += [LabObject(d, f"release {release.name} {path}") for d in _documents(text)]
+            found += [LabObject(d, f"release {name} {path}") for d in _documents(text)]
     for path in sorted(rendered):
         if not path.endswith((".yaml", ".yml")):
             continue
@@ -105,9 +116,9 @@ def release_objects(reg) -> list[LabObject]:
             if hooks & TEST_HOOKS:
                 continue
             if not meta.get("namespace") and doc["kind"] not in CLUSTER_SCOPED:
-                meta["namespace"] = release.namespace
-            found.append(LabObject(doc, f"release {release.name} {path}", ",".join(sorted(hooks))))
-    return found
+                meta["namespace"] = namespace
+            found.append(LabObject(doc, f"release {name} {path}", ",".join(sorted(hooks))))
+    return tuple(found)
 
 
 #: Cluster-scoped kinds among those the lab's charts render (the rest get the release's

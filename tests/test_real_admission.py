@@ -69,11 +69,13 @@ PLANTED = "a planted defect: judged, never created"
 def judged(control_plane):
     """``judged(config) -> (run, applied)``: the config's objects applied (once per worker)."""
     done: dict[str, tuple] = {}
+    judged_before: dict = {}  # what this worker's API server has judged (cluster_apply)
 
     def get(config: str):
         if config not in done:
             run = run_lab(**CONFIGS[config])
-            done[config] = (run, apply_all(control_plane, lab_objects(run)))
+            done[config] = (run, apply_all(control_plane, lab_objects(run),
+                                           judged_before=judged_before))
         return done[config]
 
     return get

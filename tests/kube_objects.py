@@ -23,7 +23,7 @@ import yaml
 
 from offline import chart_render
 from offline.runner import ProgramRun
-from tests.kube_checks import as_object
+from tests.kube_checks import _integral
 
 RELEASE = chart_render.RELEASE
 #: helm v3 pkg/releaseutil/kind_sorter.go, InstallOrder.
@@ -130,7 +130,11 @@ CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "Clust
 
 
 def registered_objects(run: ProgramRun) -> list[LabObject]:
-    return [LabObject(as_object(reg), f"registered {reg.name}") for reg in run.registrations
+    """The registered ``kubernetes:*`` resources as manifests: a resource's inputs are its
+    object's fields, all of them (kube_checks.as_object keeps only apiVersion, kind, metadata,
+    spec and data; a ClusterRole's rules or a Secret's stringData would be lost)."""
+    return [LabObject(_integral(dict(reg.inputs)), f"registered {reg.name}")
+            for reg in run.registrations
             if reg.custom and reg.type.startswith("kubernetes:") and reg.type != RELEASE]
 
 

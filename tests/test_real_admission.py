@@ -25,6 +25,9 @@ Established), then Namespaces, then the rest in Helm's install order.
   nothing), the karpenter-crd chart renders no conversion webhook, Karpenter 1.x has no
   webhooks — and a test keeps that list (empty) current. The Pods of workloads are dry runs too,
   so the only pods are the ones the controllers make.
+- Helm hooks: those Pulumi's Helm runs (Kyverno's post-upgrade migrate-resources, its pre-delete
+  rm-webhooks and scale-to-zero) are created and judged like the rest, after their release's
+  manifests; ``helm test`` Pods are not (Pulumi never runs ``helm test``).
 
 Every check is shown failing on a planted defect: a demo pod that breaks ``restricted``, a
 NodePool field the schema refuses, a NodePool that breaks a CEL rule, an EC2NodeClass without a
@@ -102,6 +105,15 @@ def test_objects_come_after_the_crds_and_namespaces_they_need(config):
     kinds = [i.kind for i in items]
     assert kinds.index("Namespace") > max(i for i, k in enumerate(kinds)
                                           if k == "CustomResourceDefinition")
+
+
+def test_helms_hooks_are_judged_but_not_helm_tests():
+    items = lab_objects(run_lab())
+    hooks = {(i.kind, i.obj["metadata"]["name"]): i.hook for i in items if i.hook}
+    assert hooks[("Job", "kyverno-migrate-resources")] == "post-upgrade"
+    assert hooks[("Job", "kyverno-rm-webhooks")] == "pre-delete"
+    assert [i.label for i in items if i.kind == "Pod"] == []  # Kyverno's five test Pods
+    assert order_problems(items) == [] and items[-1].hook
 
 
 def test_a_custom_resource_before_its_crd_is_caught():

@@ -22,14 +22,15 @@ Established), then Namespaces, then the rest in Helm's install order.
   (webhook configurations, APIServices) and a CRD's conversion webhook (tests/cluster_apply.py).
   The lab's charts render none of them today — Kyverno's admission controller registers its
   webhook configurations itself at run time (no Kyverno runs here, so the ClusterPolicy mutates
-  nothing), the karpenter-crd chart renders no conversion webhook, Karpenter 1.x has no
-  webhooks — and a test keeps that list (empty) current. The Pods of workloads are dry runs too,
+  nothing), the karpenter-crd chart renders no conversion webhook and the karpenter chart no
+  webhook configuration — and a test keeps that list (empty) current. The Pods of workloads are dry runs too,
   so the only pods are the ones the controllers make.
 - Helm hooks: those Pulumi's Helm runs (Kyverno's post-upgrade migrate-resources, its pre-delete
   rm-webhooks and scale-to-zero) are created and judged like the rest, after their release's
   manifests; ``helm test`` Pods are not (Pulumi never runs ``helm test``).
 
-Every check is shown failing on a planted defect: a demo pod that breaks ``restricted``, a
+Every check is shown failing on a planted defect: a demo pod that breaks ``restricted`` (refused
+as a Pod, warned as a Deployment, and refused to its ReplicaSet when created for real), a
 NodePool field the schema refuses, a NodePool that breaks a CEL rule, an EC2NodeClass without a
 required field and one that breaks its CEL rule, a ClusterPolicy rule without ``match``, an
 order with a custom resource before its CRD.
@@ -59,7 +60,7 @@ pytestmark = needs_helm
 #: The stacks judged: dev, GPU, and GPU in scenario C (Kyverno's policy; Karpenter's gate).
 CONFIGS = {"dev": {}, "gpu": {"gpuEnabled": True},
            "gpu-scenario-C": {"gpuEnabled": True, "burstScenario": "C"}}
-#: Configs whose registered kinds the judged ones must cover (chart_render's recorded ones: every
+#: Configs whose kinds of object the judged ones must cover (chart_render's recorded ones: every
 #: scenario, one to three hybrid nodes, with and without the GPU host).
 OTHER_CONFIGS = [dict(c) for c in chart_render.RECORDED_CONFIGS]
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -32,19 +31,15 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from control_plane import ControlPlane, free_port
+
 HERE = Path(__file__).resolve().parent
-TOKEN = "smoke-admin-token"
 T0 = time.monotonic()
 
 
 def log(msg: str) -> None:
     print(f"[{time.monotonic() - T0:6.1f} s] {msg}", file=sys.stderr, flush=True)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Procs:
@@ -202,118 +197,27 @@ def main() -> int:
         out = subprocess.run([sys.executable, str(HERE / "build.py")] + (["all"] if karpenter else []),
                              check=True, stdout=subprocess.PIPE, text=True).stdout
         bindir = Path(out.strip().splitlines()[-1])
-    b = {n: str(bindir / n) for n in ("etcd", "kube-apiserver", "kube-controller-manager",
-                                      "kube-scheduler", "kwok")}
     tmp = Path(tempfile.mkdtemp(prefix="engines-smoke-"))
     procs = Procs(tmp)
+    plane = None
     ok = False
     try:
-        for n, path in b.items():
-            v = subprocess.run([path, "--version"], capture_output=True, text=True)
+        for n in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
+            v = subprocess.run([str(bindir / n), "--version"], capture_output=True, text=True)
             log(f"{n} --version: {(v.stdout or v.stderr).strip().splitlines()[0]}")
-
-        # --- keys, token file ---
-        subprocess.run(["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt",
-                        "rsa_keygen_bits:2048", "-out", str(tmp / "sa.key")],
-                       check=True, capture_output=True)
-        subprocess.run(["openssl", "pkey", "-in", str(tmp / "sa.key"), "-pubout",
-                        "-out", str(tmp / "sa.pub")], check=True, capture_output=True)
-        (tmp / "tokens.csv").write_text(f'{TOKEN},smoke-admin,smoke-admin-uid,"system:masters"\n')
-
-        # --- etcd ---
-        ec, ep = free_port(), free_port()
-        etcd_url = f"http://127.0.0.1:{ec}"
-        procs.start("etcd", [
-            b["etcd"], "--name", "smoke", "--data-dir", str(tmp / "etcd"),
-            "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
-            "--listen-peer-urls", f"http://127.0.0.1:{ep}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{ep}",
-            "--initial-cluster", f"smoke=http://127.0.0.1:{ep}",
-            "--unsafe-no-fsync", "--log-level", "warn"])
-        wait_for("etcd /health", lambda: json.loads(
-            urllib.request.urlopen(f"{etcd_url}/health", timeout=2).read()).get("health") == "true",
-            procs)
-
-        # --- kube-apiserver ---
-        ap = free_port()
-        api = f"https://127.0.0.1:{ap}"
-        certdir = tmp / "apiserver-certs"
-        procs.start("kube-apiserver", [
-            b["kube-apiserver"], "--etcd-servers", etcd_url,
-            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
-            "--secure-port", str(ap), "--cert-dir", str(certdir),
-            "--token-auth-file", str(tmp / "tokens.csv"),
-            "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
-            "--service-account-key-file", str(tmp / "sa.pub"),
-            "--service-account-signing-key-file", str(tmp / "sa.key"),
-            "--service-cluster-ip-range", "10.0.0.0/24",
-            "--authorization-mode", "Node,RBAC", "--allow-privileged=true",
-            "--endpoint-reconciler-type", "none"])
-        ca = certdir / "apiserver.crt"
-        wait_for("apiserver cert", lambda: ca.exists() and ca.stat().st_size > 0, procs, 60)
-        ctx = ssl.create_default_context(cafile=str(ca))
+        # The control plane the tests use (control_plane.py): etcd, kube-apiserver (token,
+        # Node+RBAC), kube-controller-manager, kube-scheduler, kwok with the stock stages.
+        plane = ControlPlane.start(bindir, tmp / "plane", log=log)
+        procs.procs = list(plane.processes)
+        log(f"/version: {plane.call('GET', '/version').body['gitVersion']}")
 
         def call(method: str, path: str, body: dict | None = None, raw: bytes | None = None,
                  content_type: str = "application/json") -> tuple[int, dict | str]:
-            data = raw if raw is not None else (json.dumps(body).encode() if body else None)
-            req = urllib.request.Request(api + path, method=method, data=data,
-                                         headers={"Authorization": f"Bearer {TOKEN}",
-                                                  "Content-Type": content_type})
-            try:
-                with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
-                    raw = r.read().decode()
-                    code = r.status
-            except urllib.error.HTTPError as e:
-                raw, code = e.read().decode(), e.code
-            try:
-                return code, json.loads(raw)
-            except ValueError:
-                return code, raw
+            answer = plane.call(method, path, raw if raw is not None else body,
+                                content_type=content_type)
+            return answer.status, answer.body
 
-        wait_for("kube-apiserver /readyz (token, CA from --cert-dir)",
-                 lambda: call("GET", "/readyz") == (200, "ok"), procs, 180)
-        log(f"/version: {call('GET', '/version')[1]['gitVersion']}")
-
-        # --- kubeconfig for the controllers and kwok ---
-        kubeconfig = tmp / "kubeconfig"
-        kubeconfig.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "smoke",
-            "clusters": [{"name": "smoke", "cluster": {"server": api,
-                                                       "certificate-authority": str(ca)}}],
-            "users": [{"name": "smoke-admin", "user": {"token": TOKEN}}],
-            "contexts": [{"name": "smoke", "context": {"cluster": "smoke", "user": "smoke-admin"}}],
-        }))
-
-        # --- kube-controller-manager, kube-scheduler ---
-        cm, sp = free_port(), free_port()
-        procs.start("kube-controller-manager", [
-            b["kube-controller-manager"], "--kubeconfig", str(kubeconfig),
-            "--bind-address", "127.0.0.1", "--secure-port", str(cm),
-            "--cert-dir", str(tmp / "kcm-certs"), "--leader-elect=false",
-            "--service-account-private-key-file", str(tmp / "sa.key"),
-            "--root-ca-file", str(ca), "--use-service-account-credentials=true"])
-        procs.start("kube-scheduler", [
-            b["kube-scheduler"], "--kubeconfig", str(kubeconfig),
-            "--bind-address", "127.0.0.1", "--secure-port", str(sp),
-            "--cert-dir", str(tmp / "scheduler-certs"), "--leader-elect=false"])
-        insecure = ssl._create_unverified_context()  # their self-signed serving certs
-        for name, port in (("kube-controller-manager", cm), ("kube-scheduler", sp)):
-            wait_for(f"{name} /healthz", lambda port=port: urllib.request.urlopen(
-                f"https://127.0.0.1:{port}/healthz", context=insecure, timeout=2).read() == b"ok",
-                procs)
-
-        # --- kwok with the stock stages from its module ---
-        kwok_dir = Path(subprocess.run(
-            ["go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"], cwd=HERE / "kwok",
-            check=True, capture_output=True, text=True).stdout.strip())
-        stages = ["node/fast/node-initialize.yaml", "node/heartbeat/node-heartbeat.yaml",
-                  "pod/fast/pod-ready.yaml", "pod/fast/pod-complete.yaml", "pod/fast/pod-delete.yaml"]
-        (tmp / "kwok.yaml").write_text("\n---\n".join(
-            (kwok_dir / "kustomize/stage" / s).read_text() for s in stages))
-        procs.start("kwok", [
-            b["kwok"], "--kubeconfig", str(kubeconfig), "--config", str(tmp / "kwok.yaml"),
-            "--manage-nodes-with-annotation-selector", "kwok.x-k8s.io/node=fake"])
-
+        kubeconfig = plane.kubeconfig
         code, resp = call("POST", "/api/v1/nodes", {
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": "smoke-node", "annotations": {"kwok.x-k8s.io/node": "fake"},
@@ -327,9 +231,6 @@ def main() -> int:
             return any(c["type"] == "Ready" and c["status"] == "True"
                        for c in n.get("status", {}).get("conditions", []))
         wait_for("kwok: smoke-node Ready", node_ready, procs, 60)
-        wait_for("kube-controller-manager: default/default ServiceAccount",
-                 lambda: call("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
-                 procs, 60)
         code, resp = call("POST", "/api/v1/namespaces/default/pods", {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "smoke-pod"},
             "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}})
@@ -358,6 +259,8 @@ def main() -> int:
             print(f"--- {name}.log (tail) ---\n{procs.tail(name)}", file=sys.stderr)
     finally:
         procs.stop_all()
+        if plane is not None:
+            plane.stop()
         if ok:
             subprocess.run(["rm", "-rf", str(tmp)])
         else:

@@ -19,7 +19,8 @@ A small, explicit model of the kube-scheduler and the DaemonSet controller, over
   everything; NoSchedule and NoExecute taints filter), the tolerations the DaemonSet controller
   and the DefaultTolerationSeconds admission plugin add by themselves, required pod
   anti-affinity on the hostname, DoNotSchedule zone spread, requests against allocatable (a
-  pod's request is the larger of its containers' sum and its largest init container), then
+  pod's request is the larger of its containers' sum and its largest init container) and the
+  node's pod limit, then
   preferred node affinity and the least-allocated node to choose among the nodes that fit.
 - **Bootstrap**: a node is NotReady — tainted ``node.kubernetes.io/not-ready`` — until its CNI
   runs, so the CNI, and what it waits for (Cilium's operator hands out the pod CIDRs), must
@@ -157,6 +158,9 @@ class Node:
     allocatable: Request
     #: True for a node type Karpenter may launch (one stands for as many as needed).
     elastic: bool = False
+    #: The kubelet's pod limit (allocatable ``pods``): the VPC CNI's ENI arithmetic on EC2,
+    #: the kubelet's default on hybrid hosts.
+    max_pods: int = HYBRID_MAX_PODS
 
     @property
     def zone(self) -> str:
@@ -182,6 +186,11 @@ class Workload:
     #: Where it comes from: "lab", "chart cilium 1.18.8-1", "EKS add-on vpc-cni".
     source: str
     topology_spread: tuple[Mapping[str, Any], ...] = ()
+    #: Where its pods are created ("" for the add-ons' pods, which EKS puts in kube-system).
+    namespace: str = ""
+    #: The pod template it was read from (None for the add-ons, modelled from their defaults):
+    #: what tests/test_real_placement.py hands the real scheduler.
+    template: Optional[Mapping[str, Any]] = field(default=None, compare=False, repr=False)
 
     @property
     def spreads_by_host(self) -> bool:
@@ -323,7 +332,8 @@ def _node_group_nodes(run: ProgramRun, reg: Registration) -> list[Node]:
     zones = _subnet_zones(run)
     subnets = inputs["subnetIds"]
     # VPC CNI: max pods from the ENI limits; the m/c/r large and xlarge sizes allow 29 and 58.
-    size = _allocatable(instance_type, max_pods=29 if instance_type.endswith(".large") else 58)
+    max_pods = 29 if instance_type.endswith(".large") else 58
+    size = _allocatable(instance_type, max_pods)
     nodes = []
     for index in range(int(inputs["scalingConfig"]["desiredSize"])):
         name = f"{reg.name}-{index}"
@@ -334,7 +344,7 @@ def _node_group_nodes(run: ProgramRun, reg: Registration) -> list[Node]:
             labels={**_ec2_labels(name, instance_type, zone), **labels,
                     "eks.amazonaws.com/nodegroup": reg.name,
                     "eks.amazonaws.com/capacityType": "ON_DEMAND"},
-            taints=taints, allocatable=size))
+            taints=taints, allocatable=size, max_pods=max_pods))
     return nodes
 
 
@@ -387,7 +397,8 @@ def _burst_nodes(reg: Registration) -> list[Node]:
             labels={**_ec2_labels(name, instance_type, ""),
                     **(template.get("metadata") or {}).get("labels", {}),
                     "karpenter.sh/nodepool": pool, "karpenter.sh/capacity-type": "on-demand"},
-            taints=taints, allocatable=_allocatable(instance_type, max_pods=58), elastic=True))
+            taints=taints, allocatable=_allocatable(instance_type, max_pods=58), elastic=True,
+            max_pods=58))
     return nodes
 
 
@@ -442,7 +453,7 @@ EKS_ADDONS: dict[str, Workload] = {
 }
 
 
-def _pod_workload(obj: Mapping[str, Any], source: str) -> Workload:
+def _pod_workload(obj: Mapping[str, Any], source: str, namespace: str = "") -> Workload:
     """A workload from a rendered (or registered) DaemonSet or Deployment: what its pod template
     says, and the replicas Kubernetes defaults to (one) when the spec gives none."""
     spec = obj["spec"]
@@ -454,7 +465,8 @@ def _pod_workload(obj: Mapping[str, Any], source: str) -> Workload:
         request=pod_request(pod.get("containers") or [], pod.get("initContainers") or []),
         node_selector=pod.get("nodeSelector") or {}, affinity=pod.get("affinity") or {},
         tolerations=tuple(pod.get("tolerations") or ()), host_network=bool(pod.get("hostNetwork")),
-        source=source, topology_spread=tuple(pod.get("topologySpreadConstraints") or ()))
+        source=source, topology_spread=tuple(pod.get("topologySpreadConstraints") or ()),
+        namespace=obj["metadata"].get("namespace") or namespace, template=spec["template"])
 
 
 def release_renders(run: ProgramRun) -> list[chart_render.Rendered]:
@@ -467,7 +479,7 @@ def release_renders(run: ProgramRun) -> list[chart_render.Rendered]:
 def _release_workloads(rendered: chart_render.Rendered) -> list[Workload]:
     release = rendered.release
     source = f"chart {release.chart.rsplit('/', 1)[-1]} {release.version}"
-    return [_pod_workload(obj, source) for obj in rendered.workloads]
+    return [_pod_workload(obj, source, release.namespace) for obj in rendered.workloads]
 
 
 def _deployment_workload(reg: Registration, replicas: Optional[int] = None) -> Workload:
@@ -545,15 +557,17 @@ def schedule(nodes: Sequence[Node], workloads: Sequence[Workload]) -> Schedule:
     fixed = [n for n in nodes if not n.elastic]
     elastic = [n for n in nodes if n.elastic]
     used: dict[str, Request] = {n.name: Request() for n in nodes}
+    pods: Counter = Counter()
     placements = []
     for w in sorted(workloads, key=lambda w: w.kind != "DaemonSet"):
         placement = Placement(w)
         placements.append(placement)
         if w.kind == "DaemonSet":
             for node in nodes:
-                if placement_problem(w, node) is None:
+                if placement_problem(w, node) is None and pods[node.name] < node.max_pods:
                     placement.nodes[node.name] += 1
                     used[node.name] = used[node.name] + w.request
+                    pods[node.name] += 1
             continue
         for _ in range(w.replicas):
             candidates = []
@@ -561,6 +575,8 @@ def schedule(nodes: Sequence[Node], workloads: Sequence[Workload]) -> Schedule:
                 if placement_problem(w, node) is not None:
                     continue
                 if not w.request.fits(node.allocatable - used[node.name]):
+                    continue
+                if pods[node.name] >= node.max_pods:
                     continue
                 if w.spreads_by_host and placement.nodes[node.name]:
                     continue
@@ -573,6 +589,7 @@ def schedule(nodes: Sequence[Node], workloads: Sequence[Workload]) -> Schedule:
                 node = min(candidates)[-1]
                 placement.nodes[node.name] += 1
                 used[node.name] = used[node.name] + w.request
+                pods[node.name] += 1
                 continue
             if any(placement_problem(w, n) is None and
                    w.request.fits(n.allocatable - used[n.name]) for n in elastic):

@@ -1,0 +1,259 @@
+"""Placement on the real scheduler: the lab's nodes as kwok Nodes (the scheduling model's own node
+facts: the system and gateway node groups, the hybrid hosts from their user data, the GPU host;
+labels, taints, allocatable CPU, memory, pods and GPUs as components/capacity.py computes them)
+and the lab's workloads (its Deployments, the charts' DaemonSets and Deployments as Helm renders
+them, the EKS add-ons' pods), placed by kube-scheduler and the DaemonSet controller
+(tests/real_placement.py), compared pod by pod with offline/scheduling.py for the dev and GPU
+stacks. Where they disagree the engine is right, and the model is fixed.
+
+The comparison rule (``real_placement.disagreements``), and why it is sound: the model chooses
+among the nodes that admit and fit a pod by preference, then the most free CPU; the real
+scheduler by its score plugins (balanced allocation, default spreading, image locality...),
+which the model does not claim to reproduce. So the test compares only what does not depend on
+that choice:
+
+- a DaemonSet's exact node set (the controller creates one pod per admitting node; no score);
+- for a Deployment, how many pods stay Pending, how many land on each node role (system,
+  gateway, hybrid, gpu, burst), and that none lands on a node the model says cannot take it
+  (labels, affinity, taints) — where a role has one admitting node, the node is exact.
+
+Counts per role and Pending counts do not depend on the choice among equally admitting nodes
+here: the one contested room is the hybrid nodes', and the model's ``burst_capacity`` finds the
+same number of burst pods (8) for every placement of their other pods; the system nodes keep
+room for every arrangement of theirs (asserted below, so a lab change that makes the choice
+matter fails loudly instead of comparing noise).
+
+Scenarios run in the model's order: the fixed nodes Ready, every workload but ``burst``
+settled, ``burst`` at its demo peak (15) — with no Karpenter node, so the pods the model hands
+Karpenter must stay Pending — then one kwok node of each instance type the burst NodePool may
+launch, where those pods, and only those, must go. Each scenario's nodes and pods are isolated
+from the rest of the control plane by a label and taint of its own (tests/real_placement.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import pytest
+
+from offline import scheduling
+from tests import real_placement, worker_share
+from tests.conftest import run_lab
+from tests.helm_engine import needs_helm, with_registration
+from tests.real_cluster import control_plane, namespace  # noqa: F401 (fixtures)
+from tests.test_scheduling import HYBRID_TOLERATION, MEANT_FOR
+
+pytestmark = needs_helm
+
+STACKS = {"dev": {}, "gpu": {"gpuEnabled": True}}
+_serial = itertools.count()
+
+
+# --- the planted defects -------------------------------------------------------------------------
+
+def _drop_hybrid_toleration(inputs):
+    """Defect: echo-hybrid loses its toleration of the hybrid taint."""
+    pod = inputs["spec"]["template"]["spec"]
+    pod["tolerations"] = [t for t in pod["tolerations"] if t != HYBRID_TOLERATION]
+
+
+def _selector_typo(inputs):
+    """Defect: prober-hybrid's required node affinity asks for compute-type 'hybird'."""
+    term = inputs["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    term["matchExpressions"][0]["values"] = ["hybird"]
+
+
+def _request_past_the_hybrid_room(inputs):
+    """Defect: burst asks 1000m: (3920m - 200m of daemons - demo 1's 60m) / 1000m = 3 a node."""
+    inputs["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1000m"
+
+
+def planted_run():
+    run = run_lab()
+    run = with_registration(run, "demo-echo-hybrid", _drop_hybrid_toleration)
+    run = with_registration(run, "demo-prober-hybrid", _selector_typo)
+    return with_registration(run, "demo-burst", _request_past_the_hybrid_room)
+
+
+# --- scenarios -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def scenario(request):
+    """``scenario(key)``: (model, real placement without Karpenter nodes, with them) for the
+    stack ``key`` (or "planted": the dev stack with the three defects above, without Karpenter
+    nodes). One worker runs each scenario on its control plane and leaves the observations for
+    the other (tests/worker_share.py); the model is evaluated here."""
+    cache: dict = {}
+
+    def get(key: str):
+        if key not in cache:
+            run = planted_run() if key == "planted" else run_lab(**STACKS[key])
+            model = scheduling.evaluate(run)
+
+            def observe():
+                plane = request.getfixturevalue("control_plane")
+                found = real_placement.run_scenario(plane, model, f"{key}-{next(_serial)}",
+                                                    karpenter_nodes=key != "planted")
+                return found.fixed, found.burst
+
+            folder = worker_share.directory("real-placement")
+            fixed, burst = (observe() if folder is None else
+                            worker_share.once(folder, key, observe))
+            cache[key] = (model, fixed, burst)
+        return cache[key]
+
+    return get
+
+
+# --- the checks ----------------------------------------------------------------------------------
+
+def placement_problems(model: scheduling.SchedulingModel, seen: real_placement.Observed, *,
+                       karpenter_nodes: bool) -> list[str]:
+    """What the real scheduler did that the lab does not mean: a pod on a node role it is not
+    meant for (tests/test_scheduling.py MEANT_FOR), a DaemonSet missing from a node it is meant
+    for, a pod left Pending (but ``burst``'s overflow while Karpenter has launched nothing)."""
+    found = []
+    roles = {n.name: n.role for n in model.nodes}
+    present = {n.role for n in model.nodes if karpenter_nodes or not n.elastic}
+    for w in model.workloads:
+        meant = MEANT_FOR[w.name] & present
+        on = seen.on(w.name)
+        wrong = sorted({roles[n] for n in on} - meant)
+        if wrong:
+            found.append(f"{w.name} runs on {wrong} nodes, meant for {sorted(meant)}")
+        if w.kind == "DaemonSet":
+            missing = sorted(n.name for n in model.nodes if n.role in meant
+                             and (karpenter_nodes or not n.elastic) and not on[n.name])
+            if missing:
+                found.append(f"{w.name} (DaemonSet) is missing from {missing}")
+        elif w.name != scheduling.BURST or karpenter_nodes:
+            if seen.pending(w.name):
+                found.append(f"{w.name}: {seen.pending(w.name)} of {w.replicas} pods Pending: "
+                             + "; ".join(sorted(seen.messages.get(w.name, ()))))
+    return found
+
+
+def demo_two_problems(model: scheduling.SchedulingModel, fixed: real_placement.Observed,
+                      burst: real_placement.Observed | None) -> list[str]:
+    """Demo 2's sizing on the real scheduler: at the peak, 4 burst pods on each of the two
+    hybrid nodes and the rest Pending for Karpenter; once Karpenter's nodes are there, the rest
+    on them and nowhere else."""
+    found = []
+    hybrid = sorted(n.name for n in model.nodes if n.role == "hybrid")
+    on = fixed.on(scheduling.BURST)
+    per_node = {n: on[n] for n in hybrid}
+    if set(per_node.values()) != {4} or len(hybrid) != 2:
+        found.append(f"burst pods on the hybrid nodes: {per_node}, demo 2 wants 4 on each of 2")
+    rest = scheduling.BURST_PEAK - 8
+    if fixed.pending(scheduling.BURST) != rest or sum(on.values()) != 8:
+        found.append(f"{sum(on.values())} burst pods placed and {fixed.pending(scheduling.BURST)}"
+                     f" Pending without Karpenter nodes; demo 2 wants 8 and {rest}")
+    if burst is not None:
+        roles = Counter({n.role: 0 for n in model.nodes})
+        by_name = {n.name: n for n in model.nodes}
+        for node, count in burst.on(scheduling.BURST).items():
+            roles[by_name[node].role] += count
+        if (roles["hybrid"], roles["burst"], burst.pending(scheduling.BURST)) != (8, rest, 0) \
+                or sum(roles.values()) != scheduling.BURST_PEAK:
+            found.append(f"with Karpenter's nodes, burst pods by role {dict(+roles)}, "
+                         f"{burst.pending(scheduling.BURST)} Pending; demo 2 wants 8 hybrid, "
+                         f"{rest} burst")
+    return found
+
+
+# --- the lab on the real scheduler ---------------------------------------------------------------
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_real_scheduler_places_every_pod_as_the_model_predicts(scenario, stack):
+    model, fixed, burst = scenario(stack)
+    assert fixed.strangers == [] and burst.strangers == []
+    assert real_placement.disagreements(model, fixed, with_karpenter_nodes=False) == []
+    assert real_placement.disagreements(model, burst, with_karpenter_nodes=True) == []
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_pod_runs_where_it_is_meant_to_on_the_real_scheduler(scenario, stack):
+    model, fixed, burst = scenario(stack)
+    assert placement_problems(model, fixed, karpenter_nodes=False) == []
+    assert placement_problems(model, burst, karpenter_nodes=True) == []
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_demo_two_holds_on_the_real_scheduler(scenario, stack):
+    """8 burst pods on the two hybrid nodes at the peak of 15, the other 7 Pending until
+    Karpenter's nodes come, then on those nodes only."""
+    model, fixed, burst = scenario(stack)
+    assert demo_two_problems(model, fixed, burst) == []
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_compared_counts_do_not_depend_on_the_schedulers_choice(scenario, stack):
+    """The soundness condition of the comparison rule (module docstring): the hybrid room for
+    burst is the same for every placement of the hybrid nodes' other pods, and the system nodes
+    hold all the pods that may land on them whichever node each picks (their largest total on
+    one node, under the spread rules, fits its allocatable)."""
+    model, _, _ = scenario(stack)
+    assert model.burst.fewest == model.burst.most == 8
+    for role in ("system", "gateway"):
+        nodes = [n for n in model.nodes if n.role == role]
+        daemons = {n.name: sum(p.workload.request.cpu_m for p in model.result.placements
+                               if p.workload.kind == "DaemonSet" and p.nodes[n.name])
+                   for n in nodes}
+        for node in nodes:
+            # Every replica that admits this node on it (one a node for host anti-affinity).
+            worst = sum((1 if p.workload.spreads_by_host else p.workload.replicas)
+                        * p.workload.request.cpu_m
+                        for p in model.result.placements
+                        if p.workload.kind == "Deployment" and p.workload.name != scheduling.BURST
+                        and scheduling.placement_problem(p.workload, node) is None)
+            assert daemons[node.name] + worst <= node.allocatable.cpu_m, (role, node.name)
+
+
+# --- each check fails on its defect --------------------------------------------------------------
+
+def test_the_comparison_catches_a_model_that_gets_notin_wrong(scenario, monkeypatch):
+    """A planted model defect — NotIn refusing a node without the label (Kubernetes admits it)
+    — and the real scheduler's placement of the dev stack shows it."""
+    model, fixed, _ = scenario("dev")
+    holds = scheduling._expression_holds
+
+    def notin_needs_the_label(labels, e):
+        if e["operator"] == "NotIn" and e["key"] not in labels:
+            return False
+        return holds(labels, e)
+
+    monkeypatch.setattr(scheduling, "_expression_holds", notin_needs_the_label)
+    broken = scheduling.evaluate(run_lab())
+    found = real_placement.disagreements(broken, fixed, with_karpenter_nodes=False)
+    assert any(f.startswith("echo-cloud: 0 Pending, model 2") for f in found), found
+    assert any(f.startswith("aws-node: DaemonSet on") for f in found), found
+
+
+def test_a_hybrid_workload_without_its_toleration_stays_pending_on_the_real_scheduler(scenario):
+    model, fixed, _ = scenario("planted")
+    problems = placement_problems(model, fixed, karpenter_nodes=False)
+    assert any(p.startswith("echo-hybrid: 2 of 2 pods Pending") and "untolerated taint" in p
+               for p in problems), problems
+    # The model foresaw it, and agrees with the engine.
+    assert any(u.startswith("echo-hybrid (lab): 2 of 2") for u in model.unschedulable)
+    assert real_placement.disagreements(model, fixed, with_karpenter_nodes=False) == []
+
+
+def test_a_node_affinity_typo_stays_pending_on_the_real_scheduler(scenario):
+    model, fixed, _ = scenario("planted")
+    problems = placement_problems(model, fixed, karpenter_nodes=False)
+    assert any(p.startswith("prober-hybrid: 1 of 1 pods Pending") and "affinity" in p
+               for p in problems), problems
+    assert any(u.startswith("prober-hybrid (lab): 1 of 1") for u in model.unschedulable)
+
+
+def test_a_burst_request_past_the_hybrid_room_breaks_demo_two_on_the_real_scheduler(scenario):
+    model, fixed, _ = scenario("planted")
+    problems = demo_two_problems(model, fixed, None)
+    assert problems and "demo 2 wants 4 on each of 2" in problems[0], problems
+    assert fixed.on(scheduling.BURST) == Counter({"hybrid-hosts-node-0": 3,
+                                                  "hybrid-hosts-node-1": 3})
+    assert model.burst.fewest == model.burst.most == 6
+    assert real_placement.disagreements(model, fixed, with_karpenter_nodes=False) == []

@@ -266,8 +266,8 @@ def _terms(affinity: Mapping[str, Any]) -> Optional[list]:
     return required.get("nodeSelectorTerms")
 
 
-def placement_problem(w: Workload, node: Node, *, bootstrapping: bool = False) -> Optional[str]:
-    """Why ``w`` cannot run on ``node`` (labels, affinity, taints), or None if it can."""
+def _selector_problem(w: Workload, node: Node) -> Optional[str]:
+    """Why ``w``'s nodeSelector or required node affinity refuses ``node``, or None."""
     for key, value in w.node_selector.items():
         if node.labels.get(key) != str(value):
             return f"nodeSelector {key}={value}"
@@ -275,11 +275,20 @@ def placement_problem(w: Workload, node: Node, *, bootstrapping: bool = False) -
     if terms and not any(all(_expression_holds(node.labels, e)
                               for e in term.get("matchExpressions") or []) for term in terms):
         return "required node affinity"
+    return None
+
+
+def _taint_problem(w: Workload, node: Node, bootstrapping: bool = False) -> Optional[str]:
     tolerations = effective_tolerations(w)
     for taint in (node.bootstrap_taints() if bootstrapping else node.taints):
         if taint.effect in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
             return f"taint {taint}"
     return None
+
+
+def placement_problem(w: Workload, node: Node, *, bootstrapping: bool = False) -> Optional[str]:
+    """Why ``w`` cannot run on ``node`` (labels, affinity, taints), or None if it can."""
+    return _selector_problem(w, node) or _taint_problem(w, node, bootstrapping)
 
 
 def _preference(w: Workload, node: Node) -> int:
@@ -601,16 +610,33 @@ def schedule(nodes: Sequence[Node], workloads: Sequence[Workload]) -> Schedule:
     return Schedule(list(nodes), placements, used)
 
 
+def _spread_domain(w: Workload, node: Node, constraint: Mapping[str, Any]) -> bool:
+    """Whether ``node`` counts as a domain of a spread constraint: by default, when the pod's
+    nodeSelector and required node affinity admit it, whatever its taints — the constraint's
+    ``nodeAffinityPolicy`` defaults to Honor, its ``nodeTaintsPolicy`` to Ignore (kubernetes
+    ``pkg/scheduler/framework/plugins/podtopologyspread/common.go``,
+    ``topologySpreadConstraint.matchNodeInclusionPolicies``). A zone whose only nodes the pod
+    does not tolerate is still a domain, with no pods, and holds the others' skew down."""
+    if constraint.get("nodeAffinityPolicy", "Honor") == "Honor" and \
+            _selector_problem(w, node) is not None:
+        return False
+    if constraint.get("nodeTaintsPolicy", "Ignore") == "Honor" and \
+            _taint_problem(w, node) is not None:
+        return False
+    return True
+
+
 def _spread_allows(w: Workload, node: Node, placement: Placement, fixed: Sequence[Node]) -> bool:
     """DoNotSchedule zone spread: after placing on ``node``, no zone may hold more than
-    ``maxSkew`` pods over the emptiest zone among the nodes the pod's affinity admits."""
+    ``maxSkew`` pods over the emptiest zone among the constraint's domains
+    (``_spread_domain``)."""
     by_name = {n.name: n for n in fixed}
     for constraint in w.topology_spread:
         if constraint.get("whenUnsatisfiable") != "DoNotSchedule":
             continue
         key = constraint["topologyKey"]
         domains = {n.labels.get(key) for n in fixed
-                   if placement_problem(w, n) is None and n.labels.get(key)}
+                   if _spread_domain(w, n, constraint) and n.labels.get(key)}
         counts = Counter({d: 0 for d in domains})
         for name, count in placement.nodes.items():
             counts[by_name[name].labels.get(key)] += count

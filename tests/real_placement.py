@@ -354,3 +354,26 @@ def _roles(model: scheduling.SchedulingModel, counts: Counter) -> Counter:
     for node, count in counts.items():
         roles[_role(model, node)] += count
     return roles
+
+
+def spread_case() -> tuple[list[scheduling.Node], scheduling.Workload]:
+    """Three zones, the third's only node tainted against the pod; four replicas spread by zone
+    (maxSkew 1, DoNotSchedule)."""
+    def node(name, zone, taints=()):
+        return scheduling.Node(name, "system", "m6i.large",
+                               {"kubernetes.io/os": "linux", scheduling.HOSTNAME: name,
+                                scheduling.ZONE: zone, "role": "system"},
+                               tuple(taints), scheduling.Request(1930, 7000), max_pods=29)
+
+    nodes = [node("a", "za"), node("b", "zb"),
+             node("c", "zc", [scheduling.Taint("dedicated", "other", "NoSchedule")])]
+    template = {"metadata": {"labels": {"app": "spread"}}, "spec": {
+        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": "100m"}}}],
+        "topologySpreadConstraints": [{
+            "maxSkew": 1, "topologyKey": scheduling.ZONE, "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "spread"}}}]}}
+    workload = scheduling._pod_workload(
+        {"kind": "Deployment", "metadata": {"name": "spread", "namespace": "spread"},
+         "spec": {"replicas": 4, "template": template}}, "test")
+    return nodes, workload

@@ -257,3 +257,25 @@ def test_a_burst_request_past_the_hybrid_room_breaks_demo_two_on_the_real_schedu
                                                   "hybrid-hosts-node-1": 3})
     assert model.burst.fewest == model.burst.most == 6
     assert real_placement.disagreements(model, fixed, with_karpenter_nodes=False) == []
+
+
+# --- what the engine taught the model ------------------------------------------------------------
+
+def test_a_zone_the_pod_cannot_tolerate_still_counts_for_its_spread(control_plane):
+    """Found by this comparison: the model counted only the zones of nodes a pod tolerates as
+    its spread domains; kube-scheduler counts every node its selector and affinity admit
+    (nodeTaintsPolicy defaults to Ignore), so an untolerated zone holds the skew at 0 and two of
+    four replicas stay Pending. The model had placed all four."""
+    nodes, workload = real_placement.spread_case()
+    scenario = real_placement.Scenario(control_plane, f"spread-{next(_serial)}")
+    try:
+        scenario.add_nodes(nodes)
+        scenario.add_workloads([workload])
+        seen = scenario.observe()
+    finally:
+        scenario.delete()
+    assert (sorted(seen.on("spread").items()), seen.pending("spread")) == \
+        ([("a", 1), ("b", 1)], 2)
+    assert any("topology spread" in m for m in seen.messages["spread"])
+    placed = scheduling.schedule(nodes, [workload]).of("spread")
+    assert (sorted(placed.nodes.items()), placed.pending) == ([("a", 1), ("b", 1)], 2)

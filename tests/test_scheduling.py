@@ -296,3 +296,19 @@ def test_burst_nodes_bootstrap_with_karpenters_own_taint(dev_run):
     assert scheduling.KARPENTER_UNREGISTERED in burst.bootstrap_taints()
     aws_node = scheduling.EKS_ADDONS["vpc-cni"]
     assert scheduling.placement_problem(aws_node, burst, bootstrapping=True) is None
+
+
+def test_a_spread_domain_is_every_zone_the_selector_admits_whatever_its_taints():
+    """kube-scheduler's nodeTaintsPolicy defaults to Ignore (tests/test_real_placement.py shows
+    it on the real scheduler): a zone whose only node the pod does not tolerate is a domain
+    with no pods, so four replicas with maxSkew 1 over three zones place two; with
+    nodeTaintsPolicy Honor, the zone drops out and all four place."""
+    from tests.real_placement import spread_case
+
+    nodes, workload = spread_case()
+    placed = scheduling.schedule(nodes, [workload]).of("spread")
+    assert (sum(placed.nodes.values()), placed.pending) == (2, 2)
+    [constraint] = workload.topology_spread
+    honoring = replace(workload, topology_spread=({**constraint, "nodeTaintsPolicy": "Honor"},))
+    placed = scheduling.schedule(nodes, [honoring]).of("spread")
+    assert (dict(placed.nodes), placed.pending) == ({"a": 2, "b": 2}, 0)

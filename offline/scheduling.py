@@ -19,7 +19,8 @@ A small, explicit model of the kube-scheduler and the DaemonSet controller, over
   everything; NoSchedule and NoExecute taints filter), the tolerations the DaemonSet controller
   and the DefaultTolerationSeconds admission plugin add by themselves, required pod
   anti-affinity on the hostname, DoNotSchedule zone spread, requests against allocatable (a
-  pod's request is the larger of its containers' sum and its largest init container) and the
+  pod's request is its containers' and sidecars' sum, or its largest init container with the
+  sidecars started before it if more; or its pod-level requests) and the
   node's pod limit, then
   preferred node affinity and the least-allocated node to choose among the nodes that fit.
 - **Bootstrap**: a node is NotReady — tainted ``node.kubernetes.io/not-ready`` — until its CNI
@@ -45,6 +46,7 @@ import yaml
 from components.instance_types import architecture
 from offline import chart_render
 from components.capacity import HYBRID_MAX_PODS, allocatable
+from offline.pod_requests import Request, cpu_millis, memory_mib, pod_request  # noqa: F401
 from offline.runner import ProgramRun, Registration, Secret
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
@@ -61,67 +63,6 @@ ZONE = "topology.kubernetes.io/zone"
 #: 3 -> 15 -> 12 -> 10 -> 3).
 BURST_PEAK = 15
 BURST = "burst"
-
-# --- quantities ---------------------------------------------------------------------------------
-
-_MEMORY_UNITS = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 ** 2,
-                 "K": 1000 / 1024 ** 2, "M": 1000 ** 2 / 1024 ** 2, "G": 1000 ** 3 / 1024 ** 2}
-
-
-def cpu_millis(quantity: Any) -> int:
-    text = str(quantity)
-    if text.endswith("m"):
-        return int(float(text[:-1]))
-    return int(round(float(text) * 1000))
-
-
-def memory_mib(quantity: Any) -> int:
-    text = str(quantity)
-    match = re.fullmatch(r"([\d.]+)([A-Za-z]*)", text)
-    if not match:
-        raise ValueError(f"not a memory quantity: {quantity!r}")
-    number, unit = float(match.group(1)), match.group(2)
-    return int(number / 1024 ** 2) if not unit else int(number * _MEMORY_UNITS[unit])
-
-
-@dataclass(frozen=True)
-class Request:
-    cpu_m: int = 0
-    memory_mib: int = 0
-    gpus: int = 0
-
-    def __add__(self, other: "Request") -> "Request":
-        return Request(self.cpu_m + other.cpu_m, self.memory_mib + other.memory_mib,
-                       self.gpus + other.gpus)
-
-    def fits(self, free: "Request") -> bool:
-        return (self.cpu_m <= free.cpu_m and self.memory_mib <= free.memory_mib
-                and self.gpus <= free.gpus)
-
-    def __sub__(self, other: "Request") -> "Request":
-        return Request(self.cpu_m - other.cpu_m, self.memory_mib - other.memory_mib,
-                       self.gpus - other.gpus)
-
-
-def _container_request(container: Mapping) -> Request:
-    requests = ((container.get("resources") or {}).get("requests") or {})
-    return Request(cpu_millis(requests.get("cpu", 0)),
-                   memory_mib(requests.get("memory", 0)),
-                   int(float(requests.get("nvidia.com/gpu", 0))))
-
-
-def pod_request(containers: Sequence[Mapping], init_containers: Sequence[Mapping] = ()) -> Request:
-    """What the scheduler counts for a pod: per resource, the larger of its containers' sum and
-    its largest (sequential) init container."""
-    total = Request()
-    for c in containers:
-        total = total + _container_request(c)
-    for c in init_containers:
-        r = _container_request(c)
-        total = Request(max(total.cpu_m, r.cpu_m), max(total.memory_mib, r.memory_mib),
-                        max(total.gpus, r.gpus))
-    return total
-
 
 # --- nodes and pods -----------------------------------------------------------------------------
 
@@ -471,7 +412,8 @@ def _pod_workload(obj: Mapping[str, Any], source: str, namespace: str = "") -> W
     return Workload(
         name=obj["metadata"]["name"], kind="DaemonSet" if kind == "DaemonSet" else "Deployment",
         replicas=1 if kind == "DaemonSet" else int(spec.get("replicas") or 1),
-        request=pod_request(pod.get("containers") or [], pod.get("initContainers") or []),
+        request=pod_request(pod.get("containers") or [], pod.get("initContainers") or [],
+                            pod.get("resources")),
         node_selector=pod.get("nodeSelector") or {}, affinity=pod.get("affinity") or {},
         tolerations=tuple(pod.get("tolerations") or ()), host_network=bool(pod.get("hostNetwork")),
         source=source, topology_spread=tuple(pod.get("topologySpreadConstraints") or ()),

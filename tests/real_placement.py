@@ -377,3 +377,33 @@ def spread_case() -> tuple[list[scheduling.Node], scheduling.Workload]:
         {"kind": "Deployment", "metadata": {"name": "spread", "namespace": "spread"},
          "spec": {"replicas": 4, "template": template}}, "test")
     return nodes, workload
+
+
+def small_node(name: str, cpu_m: int) -> scheduling.Node:
+    return scheduling.Node(name, "system", "m6i.large",
+                           {"kubernetes.io/os": "linux", scheduling.HOSTNAME: name, "probe": name},
+                           (), scheduling.Request(cpu_m, 4096), max_pods=29)
+
+
+def requests_case() -> tuple[list[scheduling.Node], list[scheduling.Workload]]:
+    """One 1000m node per workload; two replicas each of: a pod with a 400m container, a 400m
+    sidecar (an init container with restartPolicy Always) and a 500m init container after it
+    (the scheduler counts 900m); a pod with a 100m container and pod-level requests of 600m
+    (the scheduler counts 600m). One replica of each fits; the other stays Pending."""
+    def container(name, cpu, **extra):
+        return {"name": name, "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": cpu}}, **extra}
+
+    sidecar = {"containers": [container("main", "400m")],
+               "initContainers": [container("sidecar", "400m", restartPolicy="Always"),
+                                  container("setup", "500m")],
+               "nodeSelector": {"probe": "sidecar-node"}}
+    pod_level = {"containers": [container("main", "100m")],
+                 "resources": {"requests": {"cpu": "600m"}},
+                 "nodeSelector": {"probe": "pod-level-node"}}
+    workloads = [scheduling._pod_workload(
+        {"kind": "Deployment", "metadata": {"name": name, "namespace": "requests"},
+         "spec": {"replicas": 2, "template": {"metadata": {"labels": {"app": name}},
+                                              "spec": spec}}}, "test")
+        for name, spec in (("sidecar", sidecar), ("pod-level", pod_level))]
+    return [small_node("sidecar-node", 1000), small_node("pod-level-node", 1000)], workloads

@@ -279,3 +279,32 @@ def test_a_zone_the_pod_cannot_tolerate_still_counts_for_its_spread(control_plan
     assert any("topology spread" in m for m in seen.messages["spread"])
     placed = scheduling.schedule(nodes, [workload]).of("spread")
     assert (sorted(placed.nodes.items()), placed.pending) == ([("a", 1), ("b", 1)], 2)
+
+
+def _probe(plane, name, nodes, workloads) -> real_placement.Observed:
+    scenario = real_placement.Scenario(plane, f"{name}-{next(_serial)}")
+    try:
+        scenario.add_nodes(nodes)
+        scenario.add_workloads(workloads)
+        return scenario.observe()
+    finally:
+        scenario.delete()
+
+
+def test_sidecars_and_pod_level_requests_count_as_the_scheduler_counts_them(control_plane):
+    """Found by this comparison: the model took a pod's request as the larger of its
+    containers' sum and its largest init container, so a sidecar (an init container with
+    restartPolicy Always, which keeps running) counted only as an init container, and
+    pod-level requests not at all. The scheduler adds the sidecars to the containers, counts
+    each later init container with the sidecars before it, and lets pod-level requests replace
+    the containers' CPU and memory: one replica of each probe fits where the model had put
+    two."""
+    nodes, workloads = real_placement.requests_case()
+    seen = _probe(control_plane, "requests", nodes, workloads)
+    model = scheduling.schedule(nodes, workloads)
+    for w in workloads:
+        assert (sum(seen.on(w.name).values()), seen.pending(w.name)) == (1, 1), w.name
+        assert any("Insufficient cpu" in m for m in seen.messages[w.name]), w.name
+        placed = model.of(w.name)
+        assert (sum(placed.nodes.values()), placed.pending) == (1, 1), w.name
+    assert [w.request.cpu_m for w in workloads] == [900, 600]

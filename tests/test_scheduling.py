@@ -312,3 +312,19 @@ def test_a_spread_domain_is_every_zone_the_selector_admits_whatever_its_taints()
     honoring = replace(workload, topology_spread=({**constraint, "nodeTaintsPolicy": "Honor"},))
     placed = scheduling.schedule(nodes, [honoring]).of("spread")
     assert (dict(placed.nodes), placed.pending) == ({"a": 2, "b": 2}, 0)
+
+
+def test_sidecars_add_to_a_pods_request_and_pod_level_requests_replace_it():
+    """kube-scheduler's count (tests/test_real_placement.py shows it on the real scheduler):
+    sidecars (init containers with restartPolicy Always) run beside the containers; a later
+    init container runs beside the sidecars started before it; pod-level requests win."""
+    def c(cpu, **extra):
+        return {"resources": {"requests": {"cpu": cpu}}, **extra}
+
+    assert scheduling.pod_request([c("400m")], [c("400m", restartPolicy="Always"),
+                                                c("500m")]).cpu_m == 900
+    assert scheduling.pod_request([c("400m")], [c("500m"),
+                                                c("400m", restartPolicy="Always")]).cpu_m == 800
+    assert scheduling.pod_request([c("100m")], [], {"requests": {"cpu": "600m"}}).cpu_m == 600
+    # Plain init containers still only set a floor.
+    assert scheduling.pod_request([c("400m")], [c("300m")]).cpu_m == 400

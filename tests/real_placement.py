@@ -252,6 +252,20 @@ class Scenario:
             and (p["metadata"].get("labels") or {}).get(SCENARIO) != self.prefix)
         return seen
 
+    def remove_workload(self, w: scheduling.Workload) -> None:
+        """Deletes the workload and waits until none of its pods is left (kwok finishes the
+        ones on its nodes)."""
+        ns = self.namespace(w.namespace or "kube-system")
+        kind = "deployments" if w.kind == "Deployment" else "daemonsets"
+        answer = self.plane.call("DELETE", f"/apis/apps/v1/namespaces/{ns}/{kind}/{w.name}",
+                                 {"kind": "DeleteOptions", "apiVersion": "v1",
+                                  "propagationPolicy": "Background"})
+        assert answer.status in (200, 202), answer.body
+        self.workloads.remove(w)
+        selector = f"{SCENARIO}={self.prefix},{WORKLOAD}={w.name}"
+        self.plane.wait_for(f"{w.name}'s pods gone", lambda: not self.plane.call(
+            "GET", "/api/v1/pods", params={"labelSelector": selector}).body["items"], timeout=60)
+
     # --- removing -------------------------------------------------------------------------
 
     def delete(self) -> None:
@@ -265,10 +279,13 @@ class Scenario:
 class Run:
     """What a scenario saw: ``fixed`` with the lab's fixed nodes only (Karpenter's pods wait,
     Pending), ``burst`` after one node of each instance type the burst NodePool may launch
-    joined (None when the lab has none, or it was not asked for)."""
+    joined, ``warm`` after ``burst`` was deleted and made again with those nodes still there
+    (a demo run that starts before Karpenter has removed the last one's nodes); None when the
+    lab has no NodePool, or they were not asked for."""
     model: scheduling.SchedulingModel
     fixed: Observed
     burst: Optional[Observed]
+    warm: Optional[Observed] = None
 
 
 def run_scenario(plane, model: scheduling.SchedulingModel, prefix: str, *,
@@ -276,7 +293,7 @@ def run_scenario(plane, model: scheduling.SchedulingModel, prefix: str, *,
     """The model's nodes and workloads on the real control plane, in the model's order: the
     fixed nodes Ready, then every workload but ``burst`` settled, then ``burst`` at its demo
     peak; then (``karpenter_nodes``) one node of each burst instance type, standing for what
-    Karpenter would launch."""
+    Karpenter would launch, and ``burst`` made again with them there."""
     scenario = Scenario(plane, prefix)
     try:
         scenario.add_nodes([n for n in model.nodes if not n.elastic])
@@ -284,13 +301,17 @@ def run_scenario(plane, model: scheduling.SchedulingModel, prefix: str, *,
         scenario.add_workloads([w for w in workloads if w.name != scheduling.BURST])
         scenario.add_workloads([w for w in workloads if w.name == scheduling.BURST])
         fixed = scenario.observe()
-        burst = None
+        burst = warm = None
         elastic = [n for n in model.nodes if n.elastic]
         if karpenter_nodes and elastic:
             scenario.add_nodes(elastic)
             scenario.settle()
             burst = scenario.observe()
-        return Run(model, fixed, burst)
+            [demo] = [w for w in workloads if w.name == scheduling.BURST]
+            scenario.remove_workload(demo)
+            scenario.add_workloads([demo])
+            warm = scenario.observe()
+        return Run(model, fixed, burst, warm)
     finally:
         scenario.delete()
 

@@ -81,7 +81,8 @@ def planted_run():
 
 @pytest.fixture(scope="module")
 def scenario(request):
-    """``scenario(key)``: (model, real placement without Karpenter nodes, with them) for the
+    """``scenario(key)``: (model, real placement without Karpenter nodes, with them, and with
+    ``burst`` made again while they are there — ``real_placement.Run``) for the
     stack ``key`` (or "planted": the dev stack with the three defects above, without Karpenter
     nodes). One worker runs each scenario on its control plane and leaves the observations for
     the other (tests/worker_share.py); the model is evaluated here."""
@@ -96,12 +97,11 @@ def scenario(request):
                 plane = request.getfixturevalue("control_plane")
                 found = real_placement.run_scenario(plane, model, f"{key}-{next(_serial)}",
                                                     karpenter_nodes=key != "planted")
-                return found.fixed, found.burst
+                return found.fixed, found.burst, found.warm
 
             folder = worker_share.directory("real-placement")
-            fixed, burst = (observe() if folder is None else
-                            worker_share.once(folder, key, observe))
-            cache[key] = (model, fixed, burst)
+            cache[key] = (model, *(observe() if folder is None else
+                                   worker_share.once(folder, key, observe)))
         return cache[key]
 
     return get
@@ -167,25 +167,32 @@ def demo_two_problems(model: scheduling.SchedulingModel, fixed: real_placement.O
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_the_real_scheduler_places_every_pod_as_the_model_predicts(scenario, stack):
-    model, fixed, burst = scenario(stack)
-    assert fixed.strangers == [] and burst.strangers == []
+    model, fixed, burst, warm = scenario(stack)
+    assert fixed.strangers == burst.strangers == warm.strangers == []
     assert real_placement.disagreements(model, fixed, with_karpenter_nodes=False) == []
     assert real_placement.disagreements(model, burst, with_karpenter_nodes=True) == []
+    # The model sends a pod to Karpenter only when no fixed node fits it; with Karpenter's
+    # nodes already there, burst's preference for hybrid must still fill the hybrid nodes first.
+    assert real_placement.disagreements(model, warm, with_karpenter_nodes=True) == []
 
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_pod_runs_where_it_is_meant_to_on_the_real_scheduler(scenario, stack):
-    model, fixed, burst = scenario(stack)
+    model, fixed, burst, warm = scenario(stack)
     assert placement_problems(model, fixed, karpenter_nodes=False) == []
     assert placement_problems(model, burst, karpenter_nodes=True) == []
+    assert placement_problems(model, warm, karpenter_nodes=True) == []
 
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_demo_two_holds_on_the_real_scheduler(scenario, stack):
     """8 burst pods on the two hybrid nodes at the peak of 15, the other 7 Pending until
-    Karpenter's nodes come, then on those nodes only."""
-    model, fixed, burst = scenario(stack)
+    Karpenter's nodes come, then on those nodes only; and the same 8 and 7 when the demo runs
+    again while Karpenter's nodes are still there (its preference for hybrid, not the
+    absence of other nodes, keeps the hybrid nodes first)."""
+    model, fixed, burst, warm = scenario(stack)
     assert demo_two_problems(model, fixed, burst) == []
+    assert demo_two_problems(model, fixed, warm) == []
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -194,7 +201,7 @@ def test_the_compared_counts_do_not_depend_on_the_schedulers_choice(scenario, st
     burst is the same for every placement of the hybrid nodes' other pods, and the system nodes
     hold all the pods that may land on them whichever node each picks (their largest total on
     one node, under the spread rules, fits its allocatable)."""
-    model, _, _ = scenario(stack)
+    model, *_ = scenario(stack)
     assert model.burst.fewest == model.burst.most == 8
     for role in ("system", "gateway"):
         nodes = [n for n in model.nodes if n.role == role]
@@ -216,7 +223,7 @@ def test_the_compared_counts_do_not_depend_on_the_schedulers_choice(scenario, st
 def test_the_comparison_catches_a_model_that_gets_notin_wrong(scenario, monkeypatch):
     """A planted model defect — NotIn refusing a node without the label (Kubernetes admits it)
     — and the real scheduler's placement of the dev stack shows it."""
-    model, fixed, _ = scenario("dev")
+    model, fixed, *_ = scenario("dev")
     holds = scheduling._expression_holds
 
     def notin_needs_the_label(labels, e):
@@ -232,7 +239,7 @@ def test_the_comparison_catches_a_model_that_gets_notin_wrong(scenario, monkeypa
 
 
 def test_a_hybrid_workload_without_its_toleration_stays_pending_on_the_real_scheduler(scenario):
-    model, fixed, _ = scenario("planted")
+    model, fixed, *_ = scenario("planted")
     problems = placement_problems(model, fixed, karpenter_nodes=False)
     assert any(p.startswith("echo-hybrid: 2 of 2 pods Pending") and "untolerated taint" in p
                for p in problems), problems
@@ -242,7 +249,7 @@ def test_a_hybrid_workload_without_its_toleration_stays_pending_on_the_real_sche
 
 
 def test_a_node_affinity_typo_stays_pending_on_the_real_scheduler(scenario):
-    model, fixed, _ = scenario("planted")
+    model, fixed, *_ = scenario("planted")
     problems = placement_problems(model, fixed, karpenter_nodes=False)
     assert any(p.startswith("prober-hybrid: 1 of 1 pods Pending") and "affinity" in p
                for p in problems), problems
@@ -250,7 +257,7 @@ def test_a_node_affinity_typo_stays_pending_on_the_real_scheduler(scenario):
 
 
 def test_a_burst_request_past_the_hybrid_room_breaks_demo_two_on_the_real_scheduler(scenario):
-    model, fixed, _ = scenario("planted")
+    model, fixed, *_ = scenario("planted")
     problems = demo_two_problems(model, fixed, None)
     assert problems and "demo 2 wants 4 on each of 2" in problems[0], problems
     assert fixed.on(scheduling.BURST) == Counter({"hybrid-hosts-node-0": 3,

@@ -18,7 +18,9 @@ A small, explicit model of the kube-scheduler and the DaemonSet controller, over
   Exists, DoesNotExist, Gt, Lt), taints against tolerations (an empty key with Exists tolerates
   everything; NoSchedule and NoExecute taints filter), the tolerations the DaemonSet controller
   and the DefaultTolerationSeconds admission plugin add by themselves, required pod
-  anti-affinity on the hostname, DoNotSchedule zone spread, requests against allocatable (a
+  anti-affinity (``offline/pod_affinity.py``: by the terms' selectors and namespaces, both
+  ways), DoNotSchedule zone spread (over every zone the pod's selector and affinity admit,
+  tainted or not), requests against allocatable (a
   pod's request is its containers' and sidecars' sum, or its largest init container with the
   sidecars started before it if more; or its pod-level requests) and the
   node's pod limit, then
@@ -46,6 +48,7 @@ import yaml
 from components.instance_types import architecture
 from offline import chart_render
 from components.capacity import HYBRID_MAX_PODS, allocatable
+from offline.pod_affinity import PodFacts, refused_by_anti_affinity
 from offline.pod_requests import Request, cpu_millis, memory_mib, pod_request  # noqa: F401
 from offline.runner import ProgramRun, Registration, Secret
 
@@ -132,6 +135,12 @@ class Workload:
     #: The pod template it was read from (None for the add-ons, modelled from their defaults):
     #: what tests/test_real_placement.py hands the real scheduler.
     template: Optional[Mapping[str, Any]] = field(default=None, compare=False, repr=False)
+
+    @property
+    def pod_facts(self) -> PodFacts:
+        """Its pods' labels, namespace and affinity, for the pod anti-affinity rule."""
+        labels = ((self.template or {}).get("metadata") or {}).get("labels") or {}
+        return PodFacts(labels, self.namespace or "kube-system", self.affinity)
 
     @property
     def spreads_by_host(self) -> bool:
@@ -509,6 +518,8 @@ def schedule(nodes: Sequence[Node], workloads: Sequence[Workload]) -> Schedule:
     elastic = [n for n in nodes if n.elastic]
     used: dict[str, Request] = {n.name: Request() for n in nodes}
     pods: Counter = Counter()
+    #: Each workload's pods on each fixed node, once: what pod anti-affinity reads.
+    placed: dict[tuple[int, str], tuple[PodFacts, Mapping[str, str]]] = {}
     placements = []
     for w in sorted(workloads, key=lambda w: w.kind != "DaemonSet"):
         placement = Placement(w)
@@ -519,6 +530,7 @@ def schedule(nodes: Sequence[Node], workloads: Sequence[Workload]) -> Schedule:
                     placement.nodes[node.name] += 1
                     used[node.name] = used[node.name] + w.request
                     pods[node.name] += 1
+                    placed[id(w), node.name] = (w.pod_facts, node.labels)
             continue
         for _ in range(w.replicas):
             candidates = []
@@ -529,7 +541,7 @@ def schedule(nodes: Sequence[Node], workloads: Sequence[Workload]) -> Schedule:
                     continue
                 if pods[node.name] >= node.max_pods:
                     continue
-                if w.spreads_by_host and placement.nodes[node.name]:
+                if refused_by_anti_affinity(w.pod_facts, node.labels, placed.values()):
                     continue
                 if not _spread_allows(w, node, placement, fixed):
                     continue
@@ -541,6 +553,7 @@ def schedule(nodes: Sequence[Node], workloads: Sequence[Workload]) -> Schedule:
                 placement.nodes[node.name] += 1
                 used[node.name] = used[node.name] + w.request
                 pods[node.name] += 1
+                placed[id(w), node.name] = (w.pod_facts, node.labels)
                 continue
             if any(placement_problem(w, n) is None and
                    w.request.fits(n.allocatable - used[n.name]) for n in elastic):

@@ -428,3 +428,26 @@ def requests_case() -> tuple[list[scheduling.Node], list[scheduling.Workload]]:
                                               "spec": spec}}}, "test")
         for name, spec in (("sidecar", sidecar), ("pod-level", pod_level))]
     return [small_node("sidecar-node", 1000), small_node("pod-level-node", 1000)], workloads
+
+
+def anti_affinity_case() -> tuple[list[scheduling.Node], list[list[scheduling.Workload]]]:
+    """Two nodes; created in three steps: ``y`` (app=y) pinned to node a; ``x``, two replicas
+    whose required anti-affinity on the hostname selects app In (x, y); ``v`` (app=y) pinned to
+    node b. The scheduler keeps x off a (y is there) and v off b (x's term selects it): one x
+    runs, and neither the second x nor v."""
+    def workload(name, labels, replicas, spec):
+        template = {"metadata": {"labels": labels}, "spec": {
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}], **spec}}
+        return scheduling._pod_workload(
+            {"kind": "Deployment", "metadata": {"name": name, "namespace": "anti"},
+             "spec": {"replicas": replicas, "template": template}}, "test")
+
+    term = {"labelSelector": {"matchExpressions": [
+        {"key": "app", "operator": "In", "values": ["x", "y"]}]},
+        "topologyKey": scheduling.HOSTNAME}
+    steps = [[workload("y", {"app": "y"}, 1, {"nodeSelector": {"probe": "a"}})],
+             [workload("x", {"app": "x"}, 2,
+                       {"affinity": {"podAntiAffinity": {
+                           "requiredDuringSchedulingIgnoredDuringExecution": [term]}}})],
+             [workload("v", {"app": "y"}, 1, {"nodeSelector": {"probe": "b"}})]]
+    return [small_node("a", 1000), small_node("b", 1000)], steps

@@ -315,3 +315,25 @@ def test_sidecars_and_pod_level_requests_count_as_the_scheduler_counts_them(cont
         placed = model.of(w.name)
         assert (sum(placed.nodes.values()), placed.pending) == (1, 1), w.name
     assert [w.request.cpu_m for w in workloads] == [900, 600]
+
+
+def test_pod_anti_affinity_follows_its_selector_both_ways(control_plane):
+    """Found by this comparison: the model read a required hostname anti-affinity term as
+    "one replica of this workload a node", whatever its selector; the scheduler keeps the pod
+    off any node holding a pod the term selects (in the term's namespaces), and keeps any pod
+    the term selects off the node holding it. (The chart pods' labels, which the selectors
+    match, were missing from the model's view of the charts until this comparison needed
+    them: without them the real scheduler honoured no chart's anti-affinity.)"""
+    nodes, steps = real_placement.anti_affinity_case()
+    scenario = real_placement.Scenario(control_plane, f"anti-{next(_serial)}")
+    try:
+        scenario.add_nodes(nodes)
+        for step in steps:
+            scenario.add_workloads(step)
+        seen = scenario.observe()
+    finally:
+        scenario.delete()
+    real = {w: (dict(seen.on(w)), seen.pending(w)) for w in ("y", "x", "v")}
+    assert real == {"y": ({"a": 1}, 0), "x": ({"b": 1}, 1), "v": ({}, 1)}
+    model = scheduling.schedule(nodes, [w for step in steps for w in step])
+    assert {w: (dict(+model.of(w).nodes), model.of(w).pending) for w in real} == real

@@ -328,3 +328,24 @@ def test_sidecars_add_to_a_pods_request_and_pod_level_requests_replace_it():
     assert scheduling.pod_request([c("100m")], [], {"requests": {"cpu": "600m"}}).cpu_m == 600
     # Plain init containers still only set a floor.
     assert scheduling.pod_request([c("400m")], [c("300m")]).cpu_m == 400
+
+
+def test_pod_anti_affinity_reads_its_selector_both_ways():
+    """The scheduler's InterPodAffinity filter (tests/test_real_placement.py shows it on the
+    real scheduler): a term keeps its pod off nodes with any pod it selects, and keeps the pods
+    it selects off its pod's node."""
+    from tests.real_placement import anti_affinity_case
+
+    nodes, steps = anti_affinity_case()
+    model = scheduling.schedule(nodes, [w for step in steps for w in step])
+    assert {w: (dict(+model.of(w).nodes), model.of(w).pending) for w in ("y", "x", "v")} == \
+        {"y": ({"a": 1}, 0), "x": ({"b": 1}, 1), "v": ({}, 1)}
+
+
+@needs_helm
+def test_the_models_chart_pods_carry_their_labels(dev_run):
+    """The charts' pod labels are in the model's view (their anti-affinity selectors match
+    them), and the chart's own anti-affinity keeps one operator a node by them."""
+    operator = next(w for w in scheduling.evaluate(dev_run).workloads
+                    if w.name == "cilium-operator")
+    assert operator.pod_facts.labels.get("io.cilium/app") == "operator"

@@ -18,8 +18,8 @@ A small, explicit model of the kube-scheduler and the DaemonSet controller, over
   Exists, DoesNotExist, Gt, Lt), taints against tolerations (an empty key with Exists tolerates
   everything; NoSchedule and NoExecute taints filter), the tolerations the DaemonSet controller
   and the DefaultTolerationSeconds admission plugin add by themselves, required pod
-  anti-affinity (``offline/pod_affinity.py``: by the terms' selectors and namespaces, both
-  ways), DoNotSchedule zone spread (over every zone the pod's selector and affinity admit,
+  anti-affinity (``offline/pod_conflicts.py``: by the terms' selectors and namespaces, both
+  ways) and host ports, DoNotSchedule zone spread (over every zone the pod's selector and affinity admit,
   tainted or not), requests against allocatable (a
   pod's request is its containers' and sidecars' sum, or its largest init container with the
   sidecars started before it if more; or its pod-level requests) and the
@@ -48,7 +48,7 @@ import yaml
 from components.instance_types import architecture
 from offline import chart_render
 from components.capacity import HYBRID_MAX_PODS, allocatable
-from offline.pod_affinity import PodFacts, refused_by_anti_affinity
+from offline.pod_conflicts import PodFacts, host_port_taken, host_ports, refused_by_anti_affinity
 from offline.pod_requests import Request, cpu_millis, memory_mib, pod_request  # noqa: F401
 from offline.runner import ProgramRun, Registration, Secret
 
@@ -139,8 +139,10 @@ class Workload:
     @property
     def pod_facts(self) -> PodFacts:
         """Its pods' labels, namespace and affinity, for the pod anti-affinity rule."""
-        labels = ((self.template or {}).get("metadata") or {}).get("labels") or {}
-        return PodFacts(labels, self.namespace or "kube-system", self.affinity)
+        template = self.template or {}
+        labels = (template.get("metadata") or {}).get("labels") or {}
+        return PodFacts(labels, self.namespace or "kube-system", self.affinity,
+                        host_ports(template.get("spec") or {}))
 
     @property
     def spreads_by_host(self) -> bool:
@@ -542,6 +544,9 @@ def schedule(nodes: Sequence[Node], workloads: Sequence[Workload]) -> Schedule:
                 if pods[node.name] >= node.max_pods:
                     continue
                 if refused_by_anti_affinity(w.pod_facts, node.labels, placed.values()):
+                    continue
+                if host_port_taken(w.pod_facts, (facts for (_, on), (facts, _) in placed.items()
+                                                 if on == node.name)):
                     continue
                 if not _spread_allows(w, node, placement, fixed):
                     continue

@@ -451,3 +451,20 @@ def anti_affinity_case() -> tuple[list[scheduling.Node], list[list[scheduling.Wo
                            "requiredDuringSchedulingIgnoredDuringExecution": [term]}}})],
              [workload("v", {"app": "y"}, 1, {"nodeSelector": {"probe": "b"}})]]
     return [small_node("a", 1000), small_node("b", 1000)], steps
+
+
+def host_port_case() -> tuple[list[scheduling.Node], list[list[scheduling.Workload]]]:
+    """One node; first a host-network pod with container port 9963 (its host port too), then
+    a pod asking host port 9963/TCP (it cannot join) and one asking 9963/UDP (it can)."""
+    def workload(name, spec, ports):
+        template = {"metadata": {"labels": {"app": name}}, "spec": {
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                            "ports": ports}], **spec}}
+        return scheduling._pod_workload(
+            {"kind": "Deployment", "metadata": {"name": name, "namespace": "ports"},
+             "spec": {"replicas": 1, "template": template}}, "test")
+
+    steps = [[workload("host-network", {"hostNetwork": True}, [{"containerPort": 9963}])],
+             [workload("tcp", {}, [{"containerPort": 80, "hostPort": 9963}]),
+              workload("udp", {}, [{"containerPort": 80, "hostPort": 9963, "protocol": "UDP"}])]]
+    return [small_node("a", 1000)], steps

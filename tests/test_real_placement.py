@@ -337,3 +337,24 @@ def test_pod_anti_affinity_follows_its_selector_both_ways(control_plane):
     assert real == {"y": ({"a": 1}, 0), "x": ({"b": 1}, 1), "v": ({}, 1)}
     model = scheduling.schedule(nodes, [w for step in steps for w in step])
     assert {w: (dict(+model.of(w).nodes), model.of(w).pending) for w in real} == real
+
+
+def test_host_ports_keep_a_second_pod_off_the_node(control_plane):
+    """Found by this comparison: the model did not know host ports. The scheduler refuses a
+    pod a host port (and protocol) that a pod on the node binds — a host-network pod binds its
+    container ports."""
+    nodes, steps = real_placement.host_port_case()
+    scenario = real_placement.Scenario(control_plane, f"ports-{next(_serial)}")
+    try:
+        scenario.add_nodes(nodes)
+        for step in steps:
+            scenario.add_workloads(step)
+        seen = scenario.observe()
+    finally:
+        scenario.delete()
+    names = ("host-network", "tcp", "udp")
+    real = {w: (dict(seen.on(w)), seen.pending(w)) for w in names}
+    assert real == {"host-network": ({"a": 1}, 0), "tcp": ({}, 1), "udp": ({"a": 1}, 0)}
+    assert any("free ports" in m for m in seen.messages["tcp"]), seen.messages
+    model = scheduling.schedule(nodes, [w for step in steps for w in step])
+    assert {w: (dict(+model.of(w).nodes), model.of(w).pending) for w in names} == real

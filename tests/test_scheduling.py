@@ -349,3 +349,12 @@ def test_the_models_chart_pods_carry_their_labels(dev_run):
     operator = next(w for w in scheduling.evaluate(dev_run).workloads
                     if w.name == "cilium-operator")
     assert operator.pod_facts.labels.get("io.cilium/app") == "operator"
+
+
+def test_a_host_port_is_one_pods_on_a_node():
+    from tests.real_placement import host_port_case
+
+    nodes, steps = host_port_case()
+    model = scheduling.schedule(nodes, [w for step in steps for w in step])
+    assert [(w, model.of(w).pending) for w in ("host-network", "tcp", "udp")] == \
+        [("host-network", 0), ("tcp", 1), ("udp", 0)]

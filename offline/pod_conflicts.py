@@ -1,13 +1,19 @@
-"""Required pod anti-affinity as kube-scheduler's InterPodAffinity filter applies it
-(kubernetes ``pkg/scheduler/framework/plugins/interpodaffinity/filtering.go``): a pod may not
-join a topology domain (the nodes sharing the term's ``topologyKey`` value) that holds a pod its
-term's label selector matches in the term's namespaces — nor one that holds a pod whose own
-required anti-affinity term matches it (the rule is symmetric). A node without the topology
-label is no domain, and refuses no one.
+"""What the pods already on a node forbid another pod, as kube-scheduler's filters judge it:
 
-``offline/scheduling.py`` places pods by it; tests/test_real_placement.py holds it to the real
-scheduler. Required pod affinity (the opposite wish) is not modelled: no pod of the lab asks
-for it.
+- required pod anti-affinity (``pkg/scheduler/framework/plugins/interpodaffinity/
+  filtering.go``): a pod may not join a topology domain (the nodes sharing the term's
+  ``topologyKey`` value) that holds a pod its term's label selector matches in the term's
+  namespaces — nor one that holds a pod whose own required anti-affinity term matches it (the
+  rule is symmetric). A node without the topology label is no domain, and refuses no one.
+- host ports (``pkg/scheduler/framework/plugins/nodeports``, ``pkg/scheduler/util``
+  ``GetHostPorts``): two pods on one node may not bind the same host port and protocol. A
+  host-network pod's container ports are host ports (the API server defaults ``hostPort`` to
+  ``containerPort``); a sidecar's count, other init containers' do not. Every host IP is
+  taken as 0.0.0.0 (no pod of the lab names one), which conflicts with any.
+
+``offline/scheduling.py`` places pods by them; tests/test_real_placement.py holds them to the
+real scheduler. Required pod affinity (the opposite wish) is not modelled: no pod of the lab
+asks for it; nor a non-empty namespaceSelector (read as the term's namespaces alone).
 """
 
 from __future__ import annotations
@@ -18,10 +24,28 @@ from typing import Any, Iterable, Mapping, Sequence
 
 @dataclass(frozen=True)
 class PodFacts:
-    """What the rule reads of a pod: its labels, namespace and affinity."""
+    """What the rules read of a pod: its labels, namespace, affinity and host ports."""
     labels: Mapping[str, str]
     namespace: str
     affinity: Mapping[str, Any]
+    host_ports: frozenset[tuple[str, int]] = frozenset()
+
+
+def host_ports(pod: Mapping[str, Any]) -> frozenset[tuple[str, int]]:
+    """(protocol, port) of every host port a pod spec binds."""
+    containers = [*(c for c in pod.get("initContainers") or []
+                    if c.get("restartPolicy") == "Always"), *(pod.get("containers") or [])]
+    found = set()
+    for c in containers:
+        for p in c.get("ports") or []:
+            port = p.get("hostPort") or (p.get("containerPort") if pod.get("hostNetwork") else 0)
+            if port:
+                found.add((p.get("protocol") or "TCP", int(port)))
+    return frozenset(found)
+
+
+def host_port_taken(pod: PodFacts, on_node: Iterable[PodFacts]) -> bool:
+    return any(pod.host_ports & other.host_ports for other in on_node)
 
 
 def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:

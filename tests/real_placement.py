@@ -187,7 +187,9 @@ class Scenario:
             answer = self.plane.apply(obj)
             assert answer.status in (200, 201), (w.name, answer.body)
             self.workloads.append(w)
-        self.settle()
+        # A new DaemonSet's status is current once its observedGeneration is (the nodes were
+        # all there before it): a short quiet spell is enough.
+        self.settle(quiet=1.0)
 
     # --- reading --------------------------------------------------------------------------
 
@@ -221,8 +223,8 @@ class Scenario:
         return tuple(sorted(placed, key=str))
 
     def settle(self, quiet: float = 2.0, timeout: float = 120) -> None:
-        """Until every pod is decided and nothing changes for ``quiet`` seconds (the DaemonSet
-        controller's status can trail a node it has just seen)."""
+        """Until every pod is decided and nothing changes for ``quiet`` seconds (after nodes
+        join, the DaemonSet controller's status can trail a node it has just seen)."""
         deadline = time.monotonic() + timeout
         last, since = None, time.monotonic()
         while time.monotonic() < deadline:

@@ -17,6 +17,7 @@ import pulumi_aws as aws
 
 from components.aws_account import AwsAccount
 from components.cleanup.node_objects import NodeObjectCleanup
+from components.cleanup.stale_nodes import StaleNodeSweep
 from components.hybrid_user_data import (NODEADM_ARCH, HostBootstrap, boot_generation,
                                          render_user_data)
 from components.instance_types import architecture
@@ -72,6 +73,8 @@ class HybridHosts(pulumi.ComponentResource):
     #: it came with (hybrid nodes are billed per vCPU while it exists) and its SSM
     #: registration — also when only that host goes (the GPU host switched off) or is replaced.
     node_cleanups: dict[str, NodeObjectCleanup]
+    #: Per host: removes the Node an old host left when the host alone was re-created.
+    stale_node_sweeps: dict[str, StaleNodeSweep]
     #: Per host, its generation (boot_generation): a new one replaces the host and its cleanup.
     generations: dict[str, pulumi.Output[str]]
 
@@ -113,6 +116,7 @@ class HybridHosts(pulumi.ComponentResource):
         self.instances = {}
         self.node_cleanups = {}
         self.generations = {}
+        self.stale_node_sweeps = {}
         host_key, token_key = f"{args.label_prefix}host", f"{args.label_prefix}cleanup"
         for host in args.hosts:
             identity = {**args.identity_labels, host_key: host.name}
@@ -213,6 +217,17 @@ class HybridHosts(pulumi.ComponentResource):
                     aliases=[pulumi.Alias(name=f) for f in former],
                 ),
             )
+            # `pulumi up --replace` re-creates a host with the same user data, so the same
+            # token, and no cleanup is replaced: this sweep, which takes the instance's id,
+            # removes the Node the old host left (components/cleanup/stale_nodes.py).
+            self.stale_node_sweeps[host.name] = StaleNodeSweep(
+                f"{resource}-stale-nodes",
+                cluster_name=args.cluster_name, region=args.region,
+                endpoint=args.cluster_endpoint,
+                certificate_authority=args.cluster_certificate_authority,
+                label_selector=cleanup.nodeSelector, activation_id=args.activation_id,
+                instance_id=self.instances[host.name].id, account=args.account,
+                opts=pulumi.ResourceOptions(parent=self))
 
         self.register_outputs({
             "securityGroupId": sg_id,

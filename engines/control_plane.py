@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -303,7 +304,12 @@ def _die_with_parent() -> None:
 
 
 def _warning_text(header: str) -> str:
-    # RFC 7234: 299 - "text"; the API server escapes nothing else.
+    # RFC 7234: 299 - "text", the text a quoted-string whose '"' and '\\' the API server
+    # escapes with a backslash (apimachinery pkg/util/net/http.go, NewWarningHeader's
+    # makeQuotedString; its ParseWarningHeader undoes it the same way).
     code, _, rest = header.partition(" ")
     _, _, text = rest.partition(" ")
-    return text.strip().strip('"') if code == "299" else header
+    text = text.strip()
+    if code != "299" or len(text) < 2 or not (text[0] == text[-1] == '"'):
+        return header
+    return re.sub(r"\\(.)", r"\1", text[1:-1])

@@ -25,6 +25,8 @@ NOWHERE = "http://127.0.0.1:9"
 class FakeSsm:
     #: Managed instance id -> the activation it registered through.
     registrations: dict[str, str] = field(default_factory=dict)
+    #: Managed instance id -> when it registered (SSM's RegistrationDate), where a test says.
+    registered_at: dict[str, Any] = field(default_factory=dict)
     #: (operation, instance id) -> error code answered instead, once per entry in the list.
     failures: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     #: Every call as (operation, params, what ``watch`` returned then), in order.
@@ -59,7 +61,9 @@ class FakeSsm:
                              "ResponseMetadata": {"HTTPStatusCode": 400}}
             return 200, {}
         found = [{"InstanceId": iid, "ActivationId": activation, "ResourceType": "ManagedInstance",
-                  "PingStatus": "ConnectionLost"}
+                  "PingStatus": "ConnectionLost",
+                  **({"RegistrationDate": self.registered_at[iid]}
+                     if iid in self.registered_at else {})}
                  for iid, activation in self.registrations.items()
                  if (not wanted or iid in wanted)
                  and activation in filters.get("ActivationIds", [activation])]

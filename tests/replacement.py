@@ -133,9 +133,11 @@ def _changed(olds: Mapping[str, Any], news: Mapping[str, Any]) -> set[str]:
     return {k for k in set(olds) | set(news) if olds.get(k) != news.get(k)}
 
 
-def plan(old: "ProgramRun | State", new: ProgramRun) -> Plan:
+def plan(old: "ProgramRun | State", new: ProgramRun,
+         replace: frozenset[str] = frozenset()) -> Plan:
     """What ``pulumi up`` of ``new`` does to ``old`` (a run, or a ``State``: its current
-    resources, not its pending deletes)."""
+    resources, not its pending deletes); ``replace``: the URNs given to ``--replace``, which
+    the engine replaces whatever their diff (step_generator.go isTargetedReplace)."""
     result = Plan()
     olds = {r.urn: r for r in old.resources()}
     news = {r.urn: r for r in new.resources()}
@@ -158,6 +160,9 @@ def plan(old: "ProgramRun | State", new: ProgramRun) -> Plan:
                 inputs.pop(prop, None)
         changed = _changed(previous, inputs) - {"__provider"}
         provider_changed = previous.get("__provider") != inputs.get("__provider")
+        if reg.urn in replace:
+            result.replaced[reg.urn] = ["--replace"]
+            continue
         if not changed and not provider_changed:
             continue
         replace_on = set(reg.options.get("replaceOnChanges") or [])
@@ -297,11 +302,12 @@ def _dependents_first(urns: set[str], graph: Mapping[str, Registration]) -> list
     return ordered
 
 
-def steps(state: State, new: ProgramRun, fresh: ProgramRun) -> list[Step]:
-    """The engine's steps for ``pulumi up`` of ``new`` from ``state``, in an order the engine
-    may run them in; created copies are ``fresh``'s registrations (their new ids and outputs).
-    """
-    result = plan(state, new)
+def steps(state: State, new: ProgramRun, fresh: ProgramRun,
+          replace: frozenset[str] = frozenset()) -> list[Step]:
+    """The engine's steps for ``pulumi up`` of ``new`` from ``state`` (``--replace`` of the
+    URNs in ``replace``), in an order the engine may run them in; created and updated copies
+    are ``fresh``'s registrations (their new ids and outputs)."""
+    result = plan(state, new, replace)
     out: list[Step] = []
     deleted: set[int] = set()
     pending_now: list[Registration] = []

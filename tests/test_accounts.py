@@ -125,7 +125,8 @@ def test_without_settings_the_kubeconfig_and_the_cleanups_are_as_before(dev_run)
 #: Every destroy-time cleanup that calls AWS or mints an EKS token.
 CLEANUPS = {"gateway-gateway-route-cleanup", "karpenter-karpenter-leftovers",
             "hybrid-activation-registrations", "hybrid-hosts-node-0-node",
-            "hybrid-hosts-node-1-node", "demo-deletion-cost-ranks"}
+            "hybrid-hosts-node-1-node", "demo-deletion-cost-ranks",
+            "hybrid-hosts-node-0-stale-nodes", "hybrid-hosts-node-1-stale-nodes"}
 
 
 def test_every_cleanup_stores_the_account_settings_for_its_delete(pinned_run):

@@ -33,8 +33,13 @@ def providers(cls):
         yield sub
         yield from providers(sub)
 
+# In the order asked for: pickling one class must not change how another pickles (the lab
+# registers them in no fixed order).
+every = sorted(set(providers(pulumi.dynamic.ResourceProvider)), key=lambda c: c.__name__)
+if sys.argv[1:] == ["reversed"]:
+    every.reverse()
 print(json.dumps({{cls.__name__: hashlib.sha256(serialize_provider(cls()).encode()).hexdigest()
-                  for cls in set(providers(pulumi.dynamic.ResourceProvider))}}))
+                  for cls in every}}))
 """
 
 
@@ -43,11 +48,12 @@ def provider_digests(seeds: list[str], project: Path = PROJECT_DIR,
     """Each dynamic provider class of the lab, pickled the way Pulumi stores it, in one fresh
     interpreter per seed."""
     script = _PROGRAM.format(project=str(project))
+    # Every other process pickles the classes in the reverse order.
     processes = [subprocess.Popen(
-        [sys.executable, "-c", script], cwd=project, text=True,
+        [sys.executable, "-c", script, *(["reversed"] if i % 2 else [])], cwd=project, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env={**{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PULUMI_"))},
-             "PYTHONHASHSEED": seed, **env}) for seed in seeds]
+             "PYTHONHASHSEED": seed, **env}) for i, seed in enumerate(seeds)]
     found = []
     for process in processes:
         out, err = process.communicate(timeout=120)
@@ -81,12 +87,12 @@ def test_every_dynamic_provider_pickles_the_same_from_source_and_from_bytecode(t
     shutil.copytree(PROJECT_DIR / "components", project / "components",
                     ignore=shutil.ignore_patterns("__pycache__"))
     env = {"PYTHONDONTWRITEBYTECODE": "1"}
-    [from_source] = provider_digests(["1"], project, **env)
+    from_source, _ = provider_digests(["1", "1"], project, **env)
     # Each module's bytecode written by a process of its own, as separate processes leave it.
     for module in sorted((project / "components").rglob("*.py")):
         subprocess.run([sys.executable, "-c", f"import py_compile; py_compile.compile({str(module)!r}, doraise=True)"],
                        check=True, timeout=60)
     assert list((project / "components" / "cleanup" / "__pycache__").glob("*.pyc"))
-    [from_bytecode] = provider_digests(["1"], project, **env)
+    from_bytecode, _ = provider_digests(["1", "1"], project, **env)
     changed = sorted(name for name in from_source if from_source[name] != from_bytecode.get(name))
     assert changed == [], f"these providers pickle differently from bytecode: {changed}"

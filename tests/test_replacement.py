@@ -45,6 +45,7 @@ AMIS = {arch: FakeCloud("ap-northeast-2").call(MockCallArgs(
     {"name": UBUNTU_AMI_PARAMETER.format(arch=NODEADM_ARCH[arch])}, ""))["value"]
     for arch in NODEADM_ARCH}
 NODE_CLEANUP = "pulumi-python:dynamic/cleanup:HybridNodeObjects"
+STALE_NODES = "pulumi-python:dynamic/cleanup:HybridStaleNodes"
 
 
 def hosts(run: ProgramRun) -> dict[str, str]:
@@ -252,6 +253,13 @@ class Cluster:
                                 f"{step.reg.name} ({step.why}) deleted {name}, the Node of the "
                                 f"live {host.name}")
                         del self.nodes[name]
+            elif step.reg.type == STALE_NODES and step.op == "update":
+                # Its update to a new instance removes the selected Nodes registered before
+                # that instance's launch: those of hosts gone before it was created.
+                selector = plain(step.reg.inputs["labelSelector"])
+                for name, (host, labels) in list(self.nodes.items()):
+                    if selects(selector, labels) and id(host) not in self.live:
+                        del self.nodes[name]
 
     def billed_without_a_host(self) -> list[str]:
         return sorted(f"{name} of {host.name}" for name, (host, _) in self.nodes.items()
@@ -354,3 +362,21 @@ def test_an_interrupted_update_then_a_revert_keeps_every_live_hosts_node(key, ge
                 cleanup_of(t.old, name).inputs["generation"]) == generation_returns
     assert any(s.op == "delete" and s.why == "pending delete" and s.reg is cleanup_of(t.old, n)
                for s in revert for n in hosts(t.old))
+
+
+def test_a_host_re_created_alone_leaves_no_node_billed():
+    """`pulumi up --replace <host>` re-creates the host with the same user data, so the same
+    token, and replaces no cleanup; the host's stale-node sweep, updated to the new instance,
+    removes the old host's Node (components/cleanup/stale_nodes.py)."""
+    old = run_lab()
+    host = hosts(old)["hybrid-hosts-node-0"]
+    state = State.of(old)
+    cluster = Cluster(state)
+    fresh = fresh_ids_run(old.config, {host}, epoch=3)
+    order = steps(state, old, fresh, replace=frozenset({host}))
+    assert [(s.op, s.why) for s in order if s.urn == host] == [
+        ("delete", "replace (delete first)"), ("create", "replace (delete first)")]
+    assert not any(s.reg.type == NODE_CLEANUP for s in order)
+    cluster.run(order)
+    assert cluster.wrongly_deleted == []
+    assert cluster.billed_without_a_host() == []

@@ -19,6 +19,10 @@ shows in the bytes. The names of comprehensions and lambdas (``<listcomp>``, ``<
 object per module when it comes from a module's ``.pyc`` (marshal shares only within a file): a
 provider whose methods come from several modules pickled differently after a fresh checkout
 than later. The decorator makes each such name the interned string, the same in every process.
+And pickling an instance makes copyreg cache ``__slotnames__`` on its class the first time: a
+provider class that is also the base of another (the stale-node sweep's) would pickle into the
+subclass's provider with or without it, depending on which was pickled first in the process.
+The decorator sets it (none of these classes has slots), so it is there from the start.
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ def _canonical(code: types.CodeType) -> types.CodeType:
 def self_contained(cls: T) -> T:
     """Class decorator: pickle ``cls`` and its methods by value (see the module docstring)."""
     cls.__module__ = "__main__"
-    for value in vars(cls).values():
+    cls.__slotnames__ = []  # what copyreg._slotnames would cache at the first pickle
+    for value in list(vars(cls).values()):
         function = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
         if inspect.isfunction(function):
             function.__module__ = "__main__"

@@ -5,8 +5,9 @@ templates it read — the lab's Deployments as registered, the charts' DaemonSet
 as Helm renders them — and the EKS add-ons' pods built from the model's description of them),
 scheduled by the real kube-scheduler and DaemonSet controller; then where each pod went.
 
-Isolation: Nodes are cluster-scoped and the tier's control plane is shared by a worker's tests,
-so a scenario marks what it owns. Every node it creates carries the label and the NoSchedule
+Isolation: Nodes are cluster-scoped, so a scenario marks what it owns (tests/test_real_placement.py
+also runs its own control plane: a pod that tolerates every taint, as Cilium's agent does, would
+still reach these nodes, and ``Observed.strangers`` lists any that did). Every node it creates carries the label and the NoSchedule
 taint ``placement.eks-hybrid-lab.io/scenario=<prefix>``; every pod it creates selects that label
 and tolerates exactly that taint. The pair changes no decision among the scenario's own nodes
 (every one of them has the label; the toleration matches only the added taint, and a NoSchedule

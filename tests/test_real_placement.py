@@ -26,8 +26,9 @@ matter fails loudly instead of comparing noise).
 Scenarios run in the model's order: the fixed nodes Ready, every workload but ``burst``
 settled, ``burst`` at its demo peak (15) — with no Karpenter node, so the pods the model hands
 Karpenter must stay Pending — then one kwok node of each instance type the burst NodePool may
-launch, where those pods, and only those, must go. Each scenario's nodes and pods are isolated
-from the rest of the control plane by a label and taint of its own (tests/real_placement.py).
+launch, where those pods, and only those, must go. The module runs its own control plane (no
+other test's objects in it), and each scenario's nodes and pods are kept apart from the other
+scenarios' by a label and taint of its own (tests/real_placement.py).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from offline import scheduling
 from tests import real_placement, worker_share
 from tests.conftest import run_lab
 from tests.helm_engine import needs_helm, with_registration
-from tests.real_cluster import control_plane, namespace  # noqa: F401 (fixtures)
+from tests.real_cluster import BUILD, ControlPlane, _missing_tools, engines_folder
 from tests.test_scheduling import HYBRID_TOLERATION, MEANT_FOR
 
 pytestmark = needs_helm
@@ -78,6 +79,25 @@ def planted_run():
 
 
 # --- scenarios -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory):
+    """A control plane of this module's own (skipped as tests/real_cluster.py's is): the
+    scenarios must own the node set, and the worker's shared one keeps other tests' objects —
+    the admission tier's Cilium DaemonSet, which tolerates every taint, would put its pods on
+    these hybrid nodes and take 100m of the room demo 2 counts on."""
+    missing = _missing_tools()
+    if missing:
+        pytest.skip(f"the real-engine tier needs {' and '.join(missing)} on PATH")
+    folder, why = engines_folder()
+    if folder is None:
+        pytest.skip(f"the real-engine tier needs the engines built ({why}): {BUILD}")
+    plane = ControlPlane.start(folder, tmp_path_factory.mktemp("placement-control-plane"))
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
 
 @pytest.fixture(scope="module")
 def scenario(request):

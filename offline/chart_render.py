@@ -234,7 +234,10 @@ def render_workloads(release: Release, values: Optional[Mapping[str, Any]] = Non
 _POD_FIELDS = ("nodeSelector", "affinity", "tolerations", "topologySpreadConstraints",
                "hostNetwork", "hostPID", "hostIPC", "priorityClassName", "securityContext",
                "volumes", "initContainers", "containers")
-_CONTAINER_FIELDS = ("name", "image", "resources", "securityContext", "env", "volumeMounts")
+#: ``ports``: a host-network pod's container ports are host ports, which two pods on one node
+#: cannot share.
+_CONTAINER_FIELDS = ("name", "image", "resources", "securityContext", "env", "volumeMounts",
+                     "ports")
 
 
 def model_view(obj: dict) -> dict:
@@ -247,6 +250,10 @@ def model_view(obj: dict) -> dict:
             view_pod[kind] = [{k: c[k] for k in _CONTAINER_FIELDS if k in c} for c in view_pod[kind]]
     spec = {k: obj["spec"][k] for k in ("replicas",) if k in obj["spec"]}
     spec["template"] = {"spec": view_pod}
+    # Its pods' labels: what pod anti-affinity and spread selectors match.
+    labels = (obj["spec"]["template"].get("metadata") or {}).get("labels")
+    if labels:
+        spec["template"]["metadata"] = {"labels": copy.deepcopy(labels)}
     return {"apiVersion": obj["apiVersion"], "kind": obj["kind"],
             "metadata": {k: obj["metadata"][k] for k in ("name", "namespace") if k in obj["metadata"]},
             "spec": spec}

@@ -18,8 +18,12 @@ A small, explicit model of the kube-scheduler and the DaemonSet controller, over
   Exists, DoesNotExist, Gt, Lt), taints against tolerations (an empty key with Exists tolerates
   everything; NoSchedule and NoExecute taints filter), the tolerations the DaemonSet controller
   and the DefaultTolerationSeconds admission plugin add by themselves, required pod
-  anti-affinity on the hostname, DoNotSchedule zone spread, requests against allocatable (a
-  pod's request is the larger of its containers' sum and its largest init container), then
+  anti-affinity (``offline/pod_conflicts.py``: by the terms' selectors and namespaces, both
+  ways) and host ports, DoNotSchedule zone spread (over every zone the pod's selector and affinity admit,
+  tainted or not), requests against allocatable (a
+  pod's request is its containers' and sidecars' sum, or its largest init container with the
+  sidecars started before it if more; or its pod-level requests) and the
+  node's pod limit, then
   preferred node affinity and the least-allocated node to choose among the nodes that fit.
 - **Bootstrap**: a node is NotReady — tainted ``node.kubernetes.io/not-ready`` — until its CNI
   runs, so the CNI, and what it waits for (Cilium's operator hands out the pod CIDRs), must
@@ -44,6 +48,8 @@ import yaml
 from components.instance_types import architecture
 from offline import chart_render
 from components.capacity import HYBRID_MAX_PODS, allocatable
+from offline.pod_conflicts import PodFacts, host_port_taken, host_ports, refused_by_anti_affinity
+from offline.pod_requests import Request, cpu_millis, memory_mib, pod_request  # noqa: F401
 from offline.runner import ProgramRun, Registration, Secret
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
@@ -60,67 +66,6 @@ ZONE = "topology.kubernetes.io/zone"
 #: 3 -> 15 -> 12 -> 10 -> 3).
 BURST_PEAK = 15
 BURST = "burst"
-
-# --- quantities ---------------------------------------------------------------------------------
-
-_MEMORY_UNITS = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 ** 2,
-                 "K": 1000 / 1024 ** 2, "M": 1000 ** 2 / 1024 ** 2, "G": 1000 ** 3 / 1024 ** 2}
-
-
-def cpu_millis(quantity: Any) -> int:
-    text = str(quantity)
-    if text.endswith("m"):
-        return int(float(text[:-1]))
-    return int(round(float(text) * 1000))
-
-
-def memory_mib(quantity: Any) -> int:
-    text = str(quantity)
-    match = re.fullmatch(r"([\d.]+)([A-Za-z]*)", text)
-    if not match:
-        raise ValueError(f"not a memory quantity: {quantity!r}")
-    number, unit = float(match.group(1)), match.group(2)
-    return int(number / 1024 ** 2) if not unit else int(number * _MEMORY_UNITS[unit])
-
-
-@dataclass(frozen=True)
-class Request:
-    cpu_m: int = 0
-    memory_mib: int = 0
-    gpus: int = 0
-
-    def __add__(self, other: "Request") -> "Request":
-        return Request(self.cpu_m + other.cpu_m, self.memory_mib + other.memory_mib,
-                       self.gpus + other.gpus)
-
-    def fits(self, free: "Request") -> bool:
-        return (self.cpu_m <= free.cpu_m and self.memory_mib <= free.memory_mib
-                and self.gpus <= free.gpus)
-
-    def __sub__(self, other: "Request") -> "Request":
-        return Request(self.cpu_m - other.cpu_m, self.memory_mib - other.memory_mib,
-                       self.gpus - other.gpus)
-
-
-def _container_request(container: Mapping) -> Request:
-    requests = ((container.get("resources") or {}).get("requests") or {})
-    return Request(cpu_millis(requests.get("cpu", 0)),
-                   memory_mib(requests.get("memory", 0)),
-                   int(float(requests.get("nvidia.com/gpu", 0))))
-
-
-def pod_request(containers: Sequence[Mapping], init_containers: Sequence[Mapping] = ()) -> Request:
-    """What the scheduler counts for a pod: per resource, the larger of its containers' sum and
-    its largest (sequential) init container."""
-    total = Request()
-    for c in containers:
-        total = total + _container_request(c)
-    for c in init_containers:
-        r = _container_request(c)
-        total = Request(max(total.cpu_m, r.cpu_m), max(total.memory_mib, r.memory_mib),
-                        max(total.gpus, r.gpus))
-    return total
-
 
 # --- nodes and pods -----------------------------------------------------------------------------
 
@@ -157,6 +102,9 @@ class Node:
     allocatable: Request
     #: True for a node type Karpenter may launch (one stands for as many as needed).
     elastic: bool = False
+    #: The kubelet's pod limit (allocatable ``pods``): the VPC CNI's ENI arithmetic on EC2,
+    #: the kubelet's default on hybrid hosts.
+    max_pods: int = HYBRID_MAX_PODS
 
     @property
     def zone(self) -> str:
@@ -182,6 +130,19 @@ class Workload:
     #: Where it comes from: "lab", "chart cilium 1.18.8-1", "EKS add-on vpc-cni".
     source: str
     topology_spread: tuple[Mapping[str, Any], ...] = ()
+    #: Where its pods are created ("" for the add-ons' pods, which EKS puts in kube-system).
+    namespace: str = ""
+    #: The pod template it was read from (None for the add-ons, modelled from their defaults):
+    #: what tests/test_real_placement.py hands the real scheduler.
+    template: Optional[Mapping[str, Any]] = field(default=None, compare=False, repr=False)
+
+    @property
+    def pod_facts(self) -> PodFacts:
+        """Its pods' labels, namespace and affinity, for the pod anti-affinity rule."""
+        template = self.template or {}
+        labels = (template.get("metadata") or {}).get("labels") or {}
+        return PodFacts(labels, self.namespace or "kube-system", self.affinity,
+                        host_ports(template.get("spec") or {}))
 
     @property
     def spreads_by_host(self) -> bool:
@@ -257,8 +218,8 @@ def _terms(affinity: Mapping[str, Any]) -> Optional[list]:
     return required.get("nodeSelectorTerms")
 
 
-def placement_problem(w: Workload, node: Node, *, bootstrapping: bool = False) -> Optional[str]:
-    """Why ``w`` cannot run on ``node`` (labels, affinity, taints), or None if it can."""
+def _selector_problem(w: Workload, node: Node) -> Optional[str]:
+    """Why ``w``'s nodeSelector or required node affinity refuses ``node``, or None."""
     for key, value in w.node_selector.items():
         if node.labels.get(key) != str(value):
             return f"nodeSelector {key}={value}"
@@ -266,11 +227,20 @@ def placement_problem(w: Workload, node: Node, *, bootstrapping: bool = False) -
     if terms and not any(all(_expression_holds(node.labels, e)
                               for e in term.get("matchExpressions") or []) for term in terms):
         return "required node affinity"
+    return None
+
+
+def _taint_problem(w: Workload, node: Node, bootstrapping: bool = False) -> Optional[str]:
     tolerations = effective_tolerations(w)
     for taint in (node.bootstrap_taints() if bootstrapping else node.taints):
         if taint.effect in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
             return f"taint {taint}"
     return None
+
+
+def placement_problem(w: Workload, node: Node, *, bootstrapping: bool = False) -> Optional[str]:
+    """Why ``w`` cannot run on ``node`` (labels, affinity, taints), or None if it can."""
+    return _selector_problem(w, node) or _taint_problem(w, node, bootstrapping)
 
 
 def _preference(w: Workload, node: Node) -> int:
@@ -323,7 +293,8 @@ def _node_group_nodes(run: ProgramRun, reg: Registration) -> list[Node]:
     zones = _subnet_zones(run)
     subnets = inputs["subnetIds"]
     # VPC CNI: max pods from the ENI limits; the m/c/r large and xlarge sizes allow 29 and 58.
-    size = _allocatable(instance_type, max_pods=29 if instance_type.endswith(".large") else 58)
+    max_pods = 29 if instance_type.endswith(".large") else 58
+    size = _allocatable(instance_type, max_pods)
     nodes = []
     for index in range(int(inputs["scalingConfig"]["desiredSize"])):
         name = f"{reg.name}-{index}"
@@ -334,7 +305,7 @@ def _node_group_nodes(run: ProgramRun, reg: Registration) -> list[Node]:
             labels={**_ec2_labels(name, instance_type, zone), **labels,
                     "eks.amazonaws.com/nodegroup": reg.name,
                     "eks.amazonaws.com/capacityType": "ON_DEMAND"},
-            taints=taints, allocatable=size))
+            taints=taints, allocatable=size, max_pods=max_pods))
     return nodes
 
 
@@ -387,7 +358,8 @@ def _burst_nodes(reg: Registration) -> list[Node]:
             labels={**_ec2_labels(name, instance_type, ""),
                     **(template.get("metadata") or {}).get("labels", {}),
                     "karpenter.sh/nodepool": pool, "karpenter.sh/capacity-type": "on-demand"},
-            taints=taints, allocatable=_allocatable(instance_type, max_pods=58), elastic=True))
+            taints=taints, allocatable=_allocatable(instance_type, max_pods=58), elastic=True,
+            max_pods=58))
     return nodes
 
 
@@ -442,7 +414,7 @@ EKS_ADDONS: dict[str, Workload] = {
 }
 
 
-def _pod_workload(obj: Mapping[str, Any], source: str) -> Workload:
+def _pod_workload(obj: Mapping[str, Any], source: str, namespace: str = "") -> Workload:
     """A workload from a rendered (or registered) DaemonSet or Deployment: what its pod template
     says, and the replicas Kubernetes defaults to (one) when the spec gives none."""
     spec = obj["spec"]
@@ -451,10 +423,12 @@ def _pod_workload(obj: Mapping[str, Any], source: str) -> Workload:
     return Workload(
         name=obj["metadata"]["name"], kind="DaemonSet" if kind == "DaemonSet" else "Deployment",
         replicas=1 if kind == "DaemonSet" else int(spec.get("replicas") or 1),
-        request=pod_request(pod.get("containers") or [], pod.get("initContainers") or []),
+        request=pod_request(pod.get("containers") or [], pod.get("initContainers") or [],
+                            pod.get("resources")),
         node_selector=pod.get("nodeSelector") or {}, affinity=pod.get("affinity") or {},
         tolerations=tuple(pod.get("tolerations") or ()), host_network=bool(pod.get("hostNetwork")),
-        source=source, topology_spread=tuple(pod.get("topologySpreadConstraints") or ()))
+        source=source, topology_spread=tuple(pod.get("topologySpreadConstraints") or ()),
+        namespace=obj["metadata"].get("namespace") or namespace, template=spec["template"])
 
 
 def release_renders(run: ProgramRun) -> list[chart_render.Rendered]:
@@ -467,7 +441,7 @@ def release_renders(run: ProgramRun) -> list[chart_render.Rendered]:
 def _release_workloads(rendered: chart_render.Rendered) -> list[Workload]:
     release = rendered.release
     source = f"chart {release.chart.rsplit('/', 1)[-1]} {release.version}"
-    return [_pod_workload(obj, source) for obj in rendered.workloads]
+    return [_pod_workload(obj, source, release.namespace) for obj in rendered.workloads]
 
 
 def _deployment_workload(reg: Registration, replicas: Optional[int] = None) -> Workload:
@@ -545,15 +519,20 @@ def schedule(nodes: Sequence[Node], workloads: Sequence[Workload]) -> Schedule:
     fixed = [n for n in nodes if not n.elastic]
     elastic = [n for n in nodes if n.elastic]
     used: dict[str, Request] = {n.name: Request() for n in nodes}
+    pods: Counter = Counter()
+    #: Each workload's pods on each fixed node, once: what pod anti-affinity reads.
+    placed: dict[tuple[int, str], tuple[PodFacts, Mapping[str, str]]] = {}
     placements = []
     for w in sorted(workloads, key=lambda w: w.kind != "DaemonSet"):
         placement = Placement(w)
         placements.append(placement)
         if w.kind == "DaemonSet":
             for node in nodes:
-                if placement_problem(w, node) is None:
+                if placement_problem(w, node) is None and pods[node.name] < node.max_pods:
                     placement.nodes[node.name] += 1
                     used[node.name] = used[node.name] + w.request
+                    pods[node.name] += 1
+                    placed[id(w), node.name] = (w.pod_facts, node.labels)
             continue
         for _ in range(w.replicas):
             candidates = []
@@ -562,7 +541,12 @@ def schedule(nodes: Sequence[Node], workloads: Sequence[Workload]) -> Schedule:
                     continue
                 if not w.request.fits(node.allocatable - used[node.name]):
                     continue
-                if w.spreads_by_host and placement.nodes[node.name]:
+                if pods[node.name] >= node.max_pods:
+                    continue
+                if refused_by_anti_affinity(w.pod_facts, node.labels, placed.values()):
+                    continue
+                if host_port_taken(w.pod_facts, (facts for (_, on), (facts, _) in placed.items()
+                                                 if on == node.name)):
                     continue
                 if not _spread_allows(w, node, placement, fixed):
                     continue
@@ -573,6 +557,8 @@ def schedule(nodes: Sequence[Node], workloads: Sequence[Workload]) -> Schedule:
                 node = min(candidates)[-1]
                 placement.nodes[node.name] += 1
                 used[node.name] = used[node.name] + w.request
+                pods[node.name] += 1
+                placed[id(w), node.name] = (w.pod_facts, node.labels)
                 continue
             if any(placement_problem(w, n) is None and
                    w.request.fits(n.allocatable - used[n.name]) for n in elastic):
@@ -584,16 +570,33 @@ def schedule(nodes: Sequence[Node], workloads: Sequence[Workload]) -> Schedule:
     return Schedule(list(nodes), placements, used)
 
 
+def _spread_domain(w: Workload, node: Node, constraint: Mapping[str, Any]) -> bool:
+    """Whether ``node`` counts as a domain of a spread constraint: by default, when the pod's
+    nodeSelector and required node affinity admit it, whatever its taints — the constraint's
+    ``nodeAffinityPolicy`` defaults to Honor, its ``nodeTaintsPolicy`` to Ignore (kubernetes
+    ``pkg/scheduler/framework/plugins/podtopologyspread/common.go``,
+    ``topologySpreadConstraint.matchNodeInclusionPolicies``). A zone whose only nodes the pod
+    does not tolerate is still a domain, with no pods, and holds the others' skew down."""
+    if constraint.get("nodeAffinityPolicy", "Honor") == "Honor" and \
+            _selector_problem(w, node) is not None:
+        return False
+    if constraint.get("nodeTaintsPolicy", "Ignore") == "Honor" and \
+            _taint_problem(w, node) is not None:
+        return False
+    return True
+
+
 def _spread_allows(w: Workload, node: Node, placement: Placement, fixed: Sequence[Node]) -> bool:
     """DoNotSchedule zone spread: after placing on ``node``, no zone may hold more than
-    ``maxSkew`` pods over the emptiest zone among the nodes the pod's affinity admits."""
+    ``maxSkew`` pods over the emptiest zone among the constraint's domains
+    (``_spread_domain``)."""
     by_name = {n.name: n for n in fixed}
     for constraint in w.topology_spread:
         if constraint.get("whenUnsatisfiable") != "DoNotSchedule":
             continue
         key = constraint["topologyKey"]
         domains = {n.labels.get(key) for n in fixed
-                   if placement_problem(w, n) is None and n.labels.get(key)}
+                   if _spread_domain(w, n, constraint) and n.labels.get(key)}
         counts = Counter({d: 0 for d in domains})
         for name, count in placement.nodes.items():
             counts[by_name[name].labels.get(key)] += count

@@ -296,3 +296,65 @@ def test_burst_nodes_bootstrap_with_karpenters_own_taint(dev_run):
     assert scheduling.KARPENTER_UNREGISTERED in burst.bootstrap_taints()
     aws_node = scheduling.EKS_ADDONS["vpc-cni"]
     assert scheduling.placement_problem(aws_node, burst, bootstrapping=True) is None
+
+
+def test_a_spread_domain_is_every_zone_the_selector_admits_whatever_its_taints():
+    """kube-scheduler's nodeTaintsPolicy defaults to Ignore (tests/test_real_placement.py shows
+    it on the real scheduler): a zone whose only node the pod does not tolerate is a domain
+    with no pods, so four replicas with maxSkew 1 over three zones place two; with
+    nodeTaintsPolicy Honor, the zone drops out and all four place."""
+    from tests.real_placement import spread_case
+
+    nodes, workload = spread_case()
+    placed = scheduling.schedule(nodes, [workload]).of("spread")
+    assert (sum(placed.nodes.values()), placed.pending) == (2, 2)
+    [constraint] = workload.topology_spread
+    honoring = replace(workload, topology_spread=({**constraint, "nodeTaintsPolicy": "Honor"},))
+    placed = scheduling.schedule(nodes, [honoring]).of("spread")
+    assert (dict(placed.nodes), placed.pending) == ({"a": 2, "b": 2}, 0)
+
+
+def test_sidecars_add_to_a_pods_request_and_pod_level_requests_replace_it():
+    """kube-scheduler's count (tests/test_real_placement.py shows it on the real scheduler):
+    sidecars (init containers with restartPolicy Always) run beside the containers; a later
+    init container runs beside the sidecars started before it; pod-level requests win."""
+    def c(cpu, **extra):
+        return {"resources": {"requests": {"cpu": cpu}}, **extra}
+
+    assert scheduling.pod_request([c("400m")], [c("400m", restartPolicy="Always"),
+                                                c("500m")]).cpu_m == 900
+    assert scheduling.pod_request([c("400m")], [c("500m"),
+                                                c("400m", restartPolicy="Always")]).cpu_m == 800
+    assert scheduling.pod_request([c("100m")], [], {"requests": {"cpu": "600m"}}).cpu_m == 600
+    # Plain init containers still only set a floor.
+    assert scheduling.pod_request([c("400m")], [c("300m")]).cpu_m == 400
+
+
+def test_pod_anti_affinity_reads_its_selector_both_ways():
+    """The scheduler's InterPodAffinity filter (tests/test_real_placement.py shows it on the
+    real scheduler): a term keeps its pod off nodes with any pod it selects, and keeps the pods
+    it selects off its pod's node."""
+    from tests.real_placement import anti_affinity_case
+
+    nodes, steps = anti_affinity_case()
+    model = scheduling.schedule(nodes, [w for step in steps for w in step])
+    assert {w: (dict(+model.of(w).nodes), model.of(w).pending) for w in ("y", "x", "v")} == \
+        {"y": ({"a": 1}, 0), "x": ({"b": 1}, 1), "v": ({}, 1)}
+
+
+@needs_helm
+def test_the_models_chart_pods_carry_their_labels(dev_run):
+    """The charts' pod labels are in the model's view (their anti-affinity selectors match
+    them), and the chart's own anti-affinity keeps one operator a node by them."""
+    operator = next(w for w in scheduling.evaluate(dev_run).workloads
+                    if w.name == "cilium-operator")
+    assert operator.pod_facts.labels.get("io.cilium/app") == "operator"
+
+
+def test_a_host_port_is_one_pods_on_a_node():
+    from tests.real_placement import host_port_case
+
+    nodes, steps = host_port_case()
+    model = scheduling.schedule(nodes, [w for step in steps for w in step])
+    assert [(w, model.of(w).pending) for w in ("host-network", "tcp", "udp")] == \
+        [("host-network", 0), ("tcp", 1), ("udp", 0)]

@@ -55,7 +55,7 @@ def engines_folder() -> tuple[Optional[Path], str]:
                           text=True)
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or ["engines/build.py --where failed"])[-1]
-        return None, why
+        return None, why.removeprefix("engines/build.py: ")
     return Path(done.stdout.strip().splitlines()[-1]), ""
 
 

@@ -18,7 +18,6 @@ import itertools
 import os
 import shutil
 import sys
-from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 import pytest
@@ -28,7 +27,6 @@ from tests.conftest import PROJECT_DIR
 sys.path.insert(0, str(PROJECT_DIR / "engines"))
 from control_plane import ControlPlane, Response, engines_folder  # noqa: E402
 
-BUILD = "python3 engines/build.py"
 _counter = itertools.count()
 
 
@@ -36,19 +34,26 @@ def _missing_tools() -> list[str]:
     return [tool for tool in ("go", "openssl") if shutil.which(tool) is None]
 
 
-@pytest.fixture(scope="session")
-def control_plane(tmp_path_factory) -> Iterator[ControlPlane]:
+def started(tmp_path_factory, name: str = "control-plane") -> Iterator[ControlPlane]:
+    """A control plane for a fixture to yield, stopped when it ends; skips the fixture's tests,
+    with the reason, where the engines or the tools they need are missing."""
     missing = _missing_tools()
     if missing:
         pytest.skip(f"the real-engine tier needs {' and '.join(missing)} on PATH")
     folder, why = engines_folder()
     if folder is None:
-        pytest.skip(f"the real-engine tier needs the engines built ({why}): {BUILD}")
-    plane = ControlPlane.start(folder, tmp_path_factory.mktemp("control-plane"))
+        # why names what is missing and the command that builds it (build.py --where).
+        pytest.skip(f"the real-engine tier needs the engines: {why}")
+    plane = ControlPlane.start(folder, tmp_path_factory.mktemp(name))
     try:
         yield plane
     finally:
         plane.stop()
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory) -> Iterator[ControlPlane]:
+    yield from started(tmp_path_factory)
 
 
 @pytest.fixture

@@ -42,7 +42,7 @@ from offline import scheduling
 from tests import real_placement, worker_share
 from tests.conftest import run_lab
 from tests.helm_engine import needs_helm, with_registration
-from tests.real_cluster import BUILD, ControlPlane, _missing_tools, engines_folder
+from tests.real_cluster import started
 from tests.test_scheduling import HYBRID_TOLERATION, MEANT_FOR
 
 pytestmark = needs_helm
@@ -86,17 +86,7 @@ def control_plane(tmp_path_factory):
     scenarios must own the node set, and the worker's shared one keeps other tests' objects —
     the admission tier's Cilium DaemonSet, which tolerates every taint, would put its pods on
     these hybrid nodes and take 100m of the room demo 2 counts on."""
-    missing = _missing_tools()
-    if missing:
-        pytest.skip(f"the real-engine tier needs {' and '.join(missing)} on PATH")
-    folder, why = engines_folder()
-    if folder is None:
-        pytest.skip(f"the real-engine tier needs the engines built ({why}): {BUILD}")
-    plane = ControlPlane.start(folder, tmp_path_factory.mktemp("placement-control-plane"))
-    try:
-        yield plane
-    finally:
-        plane.stop()
+    yield from started(tmp_path_factory, "placement-control-plane")
 
 
 @pytest.fixture(scope="module")

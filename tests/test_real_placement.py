@@ -310,13 +310,7 @@ def test_a_zone_the_pod_cannot_tolerate_still_counts_for_its_spread(control_plan
     (nodeTaintsPolicy defaults to Ignore), so an untolerated zone holds the skew at 0 and two of
     four replicas stay Pending. The model had placed all four."""
     nodes, workload = real_placement.spread_case()
-    scenario = real_placement.Scenario(control_plane, f"spread-{next(_serial)}")
-    try:
-        scenario.add_nodes(nodes)
-        scenario.add_workloads([workload])
-        seen = scenario.observe()
-    finally:
-        scenario.delete()
+    seen = _probe(control_plane, "spread", nodes, [workload])
     assert (sorted(seen.on("spread").items()), seen.pending("spread")) == \
         ([("a", 1), ("b", 1)], 2)
     assert any("topology spread" in m for m in seen.messages["spread"])
@@ -324,11 +318,14 @@ def test_a_zone_the_pod_cannot_tolerate_still_counts_for_its_spread(control_plan
     assert (sorted(placed.nodes.items()), placed.pending) == ([("a", 1), ("b", 1)], 2)
 
 
-def _probe(plane, name, nodes, workloads) -> real_placement.Observed:
+def _probe(plane, name, nodes, *batches) -> real_placement.Observed:
+    """What the real scheduler made of the workload ``batches`` (one after another) on
+    ``nodes``, in a scenario of its own that is removed after."""
     scenario = real_placement.Scenario(plane, f"{name}-{next(_serial)}")
     try:
         scenario.add_nodes(nodes)
-        scenario.add_workloads(workloads)
+        for workloads in batches:
+            scenario.add_workloads(workloads)
         return scenario.observe()
     finally:
         scenario.delete()
@@ -361,14 +358,7 @@ def test_pod_anti_affinity_follows_its_selector_both_ways(control_plane):
     match, were missing from the model's view of the charts until this comparison needed
     them: without them the real scheduler honoured no chart's anti-affinity.)"""
     nodes, steps = real_placement.anti_affinity_case()
-    scenario = real_placement.Scenario(control_plane, f"anti-{next(_serial)}")
-    try:
-        scenario.add_nodes(nodes)
-        for step in steps:
-            scenario.add_workloads(step)
-        seen = scenario.observe()
-    finally:
-        scenario.delete()
+    seen = _probe(control_plane, "anti", nodes, *steps)
     real = {w: (dict(seen.on(w)), seen.pending(w)) for w in ("y", "x", "v")}
     assert real == {"y": ({"a": 1}, 0), "x": ({"b": 1}, 1), "v": ({}, 1)}
     model = scheduling.schedule(nodes, [w for step in steps for w in step])
@@ -380,14 +370,7 @@ def test_host_ports_keep_a_second_pod_off_the_node(control_plane):
     pod a host port (and protocol) that a pod on the node binds — a host-network pod binds its
     container ports."""
     nodes, steps = real_placement.host_port_case()
-    scenario = real_placement.Scenario(control_plane, f"ports-{next(_serial)}")
-    try:
-        scenario.add_nodes(nodes)
-        for step in steps:
-            scenario.add_workloads(step)
-        seen = scenario.observe()
-    finally:
-        scenario.delete()
+    seen = _probe(control_plane, "ports", nodes, *steps)
     names = ("host-network", "tcp", "udp")
     real = {w: (dict(seen.on(w)), seen.pending(w)) for w in names}
     assert real == {"host-network": ({"a": 1}, 0), "tcp": ({}, 1), "udp": ({"a": 1}, 0)}

@@ -89,7 +89,10 @@ GROUPS: dict[str, dict] = {
     "kyverno": {
         "short": "kyverno",
         "module": "github.com/kyverno/kyverno",
-        "binaries": {"kyverno": "github.com/kyverno/kyverno/cmd/kyverno"},
+        # The admission controller, and the background controller that carries out the lab's
+        # mutate-existing rule (components/kyverno.py: the patch of a bound pod is its work).
+        "binaries": {"kyverno": "github.com/kyverno/kyverno/cmd/kyverno",
+                     "kyverno-background-controller": "github.com/kyverno/kyverno/cmd/background-controller"},
         # As its Makefile does (LD_FLAGS); unstamped, it reports the main module's "(devel)".
         "stamp": {"github.com/kyverno/kyverno/pkg/version.BuildVersion": "{version}"},
         "optional": True,

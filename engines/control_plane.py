@@ -41,6 +41,8 @@ KWOK_STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat/node-heartbeat.
 #: The annotation kwok manages nodes by (Karpenter's kwok nodes carry it too).
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 SERVICE_CIDR = "10.96.0.0/16"
+#: build.py's default groups, which every folder has.
+CORE_GROUPS = ("kubernetes", "etcd", "kwok")
 
 
 def free_port() -> int:
@@ -49,10 +51,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def engines_folder() -> tuple[Optional[Path], str]:
-    """The folder of built binaries, or None and why (build.py --where builds nothing)."""
-    done = subprocess.run(["python3", str(HERE / "build.py"), "--where"], capture_output=True,
-                          text=True)
+def engines_folder(*groups: str) -> tuple[Optional[Path], str]:
+    """The folder of built binaries of ``groups`` (none: the core; "all", or e.g. "kyverno":
+    the core and those), or None and why (build.py --where builds nothing)."""
+    extra = [g for g in groups if g != "all"]
+    names = ["all"] if "all" in groups else (list(CORE_GROUPS) + extra if extra else [])
+    done = subprocess.run(["python3", str(HERE / "build.py"), "--where", *names],
+                          capture_output=True, text=True)
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or ["engines/build.py --where failed"])[-1]
         return None, why.removeprefix("engines/build.py: ")

@@ -5,7 +5,7 @@ both and compares.
 
 The inventory was made by running the tools' tests (tests/test_rehearse_*.py) with every request
 the emulator served logged (method, path, query, content type, body kind: 5001 requests, 58
-distinct paths) and by reading the tools' calls (``ctx.kube.client.*``, ``get_raw``,
+distinct shapes once names are generalised) and by reading the tools' calls (``ctx.kube.client.*``, ``get_raw``,
 ``get_raw_dated``, ``post_raw``). The tools make no watch request (they poll) and send no
 ``limit``/``continue``/``resourceVersion``: lightkube lists in one page.
 
@@ -60,8 +60,8 @@ class Shape:
     answered: str = "both"
     #: Why only a kubelet or the pod network can answer it.
     why: str = ""
-    #: How the contract test sends it: a key of tests/test_emulator_contract.py's SENDERS (the
-    #: same call the tools make, through rehearse.connection.Kube), or None where not compared.
+    #: The cases tests/test_emulator_contract.py sends for it (keys of its CASES: the call the
+    #: tools make, through rehearse.connection.Kube); none where it is not compared.
     cases: tuple[str, ...] = ()
 
 

@@ -1,10 +1,18 @@
 """A Kubernetes API emulator on 127.0.0.1 for the rehearsal tools: kmock's KubernetesEmulator
 run on a background thread because the tools' client is synchronous.
 
-Its caveats, which the tools must not depend on: it ignores label and field selectors (the
-tools filter what they list themselves), sets no resourceVersion, speaks plain HTTP, and knows
-no subresources but what a test declares — pod logs and the pod proxy are declared per pod with
-``log`` and ``proxy``.
+It answers as a real kube-apiserver does for every request the tools make that both can answer:
+tests/test_emulator_contract.py sends each to both and compares, and what kmock answered
+otherwise is served here by tests/kube_api_rules.py (errors as the API server's Status objects,
+a resource not served as its plain-text 404, lists filtered by label and field selectors and in
+the server's order, 201 for a create, a pod deleted gracefully stays Terminating, ...).
+
+Its caveats, which the tools must not depend on: it speaks plain HTTP; it has no controllers
+(nothing schedules, scales or finishes a deletion but what a test plays; a deleted Namespace goes
+at once, where the namespace controller takes seconds); resourceVersions are a counter of writes
+and objects carry none; and it knows no kubelet and no pod network: a pod's log and its proxy
+answer what a test declares per pod (``log``, ``proxy``), else what the API server answers when
+its dial fails.
 
 ``emulator`` is the fixture; ``Emulator.endpoint`` is what ``rehearse.connection.Kube.connect``
 takes.
@@ -22,6 +30,7 @@ import pytest
 
 from rehearse.connection import Endpoint
 from tests import eks_tokens
+from tests import kube_api_rules as rules
 
 #: API paths of the resources the tools read, as kmock names them (group/version/plural).
 PODS, NODES, LEASES = "v1/pods", "v1/nodes", "coordination.k8s.io/v1/leases"
@@ -37,6 +46,7 @@ REPLICASETS = "apps/v1/replicasets"
 NODEPOOLS, NODECLAIMS = "karpenter.sh/v1/nodepools", "karpenter.sh/v1/nodeclaims"
 CLUSTERPOLICIES = "kyverno.io/v1/clusterpolicies"
 SUBJECT_ACCESS_REVIEWS = "authorization.k8s.io/v1/subjectaccessreviews"
+NAMESPACES, SERVICES = "v1/namespaces", "v1/services"
 
 _KINDS = {PODS: ("v1", "Pod"), NODES: ("v1", "Node"), LEASES: ("coordination.k8s.io/v1", "Lease"),
           CONFIGMAPS: ("v1", "ConfigMap"), EVENTS: ("v1", "Event"),
@@ -46,7 +56,8 @@ _KINDS = {PODS: ("v1", "Pod"), NODES: ("v1", "Node"), LEASES: ("coordination.k8s
           VTEP_CONFIGS_V2ALPHA1: ("cilium.io/v2alpha1", "CiliumVTEPConfig"),
           REPLICASETS: ("apps/v1", "ReplicaSet"), NODEPOOLS: ("karpenter.sh/v1", "NodePool"),
           NODECLAIMS: ("karpenter.sh/v1", "NodeClaim"), CLUSTERPOLICIES: ("kyverno.io/v1", "ClusterPolicy"),
-          SUBJECT_ACCESS_REVIEWS: ("authorization.k8s.io/v1", "SubjectAccessReview")}
+          SUBJECT_ACCESS_REVIEWS: ("authorization.k8s.io/v1", "SubjectAccessReview"),
+          NAMESPACES: ("v1", "Namespace"), SERVICES: ("v1", "Service")}
 
 
 @functools.lru_cache(maxsize=None)
@@ -214,8 +225,10 @@ def _kubernetes_emulator() -> Any:
     RawHandler, so the emulator's own object bookkeeping runs unchanged around it."""
     import kmock
     from kmock._internal import rendering
+    from kmock._internal.k8s import KubernetesObjectConflictError
 
     _remembering_kmock()
+    rules.namespaces_as_a_resource()
 
     class Matching(kmock.RawHandler):
         _order: tuple[tuple[Any, ...], list[Any]] = ((), [])
@@ -274,20 +287,150 @@ def _kubernetes_emulator() -> Any:
                 result.add(resource)
             return list(result)
 
+        def _serves(self, request: Any) -> bool:
+            # Whether the API server serves the resource: a built-in one always; a custom one
+            # when declared (its CRD installed) or one of its objects is stored.
+            return (request.resource.group in rules.BUILT_IN_GROUPS
+                    or any(resource == request.resource for resource in self._declared_resources())
+                    or any(resource == request.resource for resource, _, _ in self._objects))
+
+        def _live(self, request: Any, namespace: Any, name: str) -> Optional[dict]:
+            for (resource, ns, stored_name), obj in self._objects.items():
+                if resource == request.resource and ns == namespace and stored_name == name \
+                        and not obj.deleted:
+                    return obj.raw
+            return None
+
+        def _stored(self, resource: str, namespace: Any, name: str) -> Optional[dict]:
+            try:
+                obj = self._objects[resource_key(resource), namespace, name]
+            except KeyError:
+                return None
+            return None if obj.deleted else obj.raw
+
+        #: The API server's clock (the Emulator's server_clock), for the times it writes.
+        clock: Callable[[], Any] = staticmethod(lambda: None)
+
+        def _now(self) -> Any:
+            import datetime
+
+            return self.clock() or datetime.datetime.now(datetime.timezone.utc)
+
+        async def _handle(self, request: Any) -> Any:
+            # The answers a real kube-apiserver gives where kmock's differ (tests/kube_api_rules.py,
+            # found by tests/test_emulator_contract.py).
+            resource = request.resource
+            if request.action is kmock.action.CREATE and isinstance(request.data, dict):
+                rules.on_create(resource.plural, request.data, self._now())
+            elif request.action is kmock.action.DELETE and request.name and \
+                    resource.plural == "pods" and not request.subresource:
+                graceful = self._graceful_delete(request)
+                if graceful is not None:
+                    return graceful
+            elif request.action is kmock.action.UPDATE and request.name and not request.subresource:
+                stored = self._live(request, request.namespace, request.name)
+                if stored is not None and isinstance(request.data, dict):
+                    rules.on_update(stored, request.data)
+            try:
+                answer = await super()._handle(request)
+            except kmock.KubernetesObjectNotFoundError:
+                return rules.answer(404, rules.not_found(resource.plural, resource.group,
+                                                    rules.base_name(request.name)))
+            except KubernetesObjectConflictError:
+                name = ((request.data or {}).get("metadata") or {}).get("name")
+                return rules.answer(409, rules.already_exists(resource.plural, resource.group, name))
+            except kmock.KubernetesEndpointNotFoundError:
+                if resource is not None and (request.subresource or "").startswith("proxy"):
+                    return rules.answer(*self._proxy_answer(request))
+                raise
+            if request.action in (kmock.action.CREATE, kmock.action.UPDATE, kmock.action.DELETE):
+                self._version = getattr(self, "_version", 1) + 1
+            return rules.as_written(answer)
+
+        def _graceful_delete(self, request: Any) -> Any:
+            # A pod bound to a node is deleted gracefully (pkg/registry/core/pod strategy
+            # CheckGracefulDelete): it stays, Terminating, until its kubelet confirms — which
+            # here is the test's to play. A declared reaction still answers the request.
+            for key, obj in self._objects.items():
+                if key[0] == request.resource and key[1] == request.namespace \
+                        and key[2] == request.name and not obj.deleted:
+                    marked = rules.graceful_deletion(obj.raw, request.params, self._now())
+                    if marked is None:
+                        return None
+                    self._objects[key] = marked
+                    self._version = getattr(self, "_version", 1) + 1
+                    return None if self._declared_reaction(request) else rules.answer(200, marked)
+            return None
+
+        def _declared_reaction(self, request: Any) -> bool:
+            # Whether a reaction a test declared would see the request (kmock's own fallbacks
+            # are those of priority -inf).
+            import math
+
+            return any(not (p.priorities and p.priorities[0] == -math.inf)
+                       and _sees(p._source, request) for p in self._payloads)
+
+        def _proxy(self, request: Any) -> Any:
+            return rules.reply(*self._proxy_answer(request))
+
+        def _proxy_answer(self, request: Any) -> tuple[int, Any]:
+            # The pod or service proxy with no reaction declared: 404 for an object that does
+            # not exist, as the real server; else the emulator cannot reach it (503, as the
+            # API server's proxy answers a dial error).
+            name = rules.base_name(request.name)
+            found = self._live(request, request.namespace, name)
+            if found is None:
+                return 404, rules.not_found(request.resource.plural, request.resource.group, name)
+            if request.resource.plural == "pods" and not rules.proxyable(
+                    (found.get("status") or {}).get("podIP")):
+                return 400, rules.status(400, "BadRequest", "address not allowed")
+            return 503, rules.status(503, "ServiceUnavailable", (
+                f"error trying to reach service: the emulator proxies only what a test declares "
+                f"({request.url.path})"))
+
+        async def _serve_fetch(self, request: Any) -> Any:
+            subresource = request.subresource or ""
+            if subresource.startswith("proxy"):
+                return self._proxy(request)
+            if not self._serves(request):
+                return rules.reply(404, rules.PAGE_NOT_FOUND)
+            obj = self._live(request, request.namespace, request.name)
+            if subresource == "log" and request.resource.plural == "pods":
+                code, body = rules.log_answer(obj, request.name, dict(request.params),
+                                              lambda node: self._stored(NODES, None, node))
+                return rules.reply(code, body)
+            if obj is None:
+                return rules.reply(404, rules.not_found(request.resource.plural, request.resource.group,
+                                                    request.name))
+            # Always a status: kmock keeps the last status a reaction's Response carried.
+            return rules.reply(200, obj)
+
+        async def _serve_create(self, request: Any) -> Any:
+            # kmock answers 200; the API server 201 Created.
+            return rules.reply(201, await kmock.KubernetesEmulator._serve_create(self, request))
+
         async def _serve_list(self, request: Any) -> Any:
-            # KubernetesEmulator's, asking whether the resource is known (declared, or of a
-            # stored object) without building the set of all of them for each list.
-            if not (any(resource == request.resource for resource in self._declared_resources())
-                    or any(resource == request.resource for resource, _, _ in self._objects)):
-                raise kmock.KubernetesResourceNotFoundError()
+            # KubernetesEmulator's, as a real list: kind, selectors, order (kube_api_rules).
+            if not self._serves(request):
+                return rules.reply(404, rules.PAGE_NOT_FOUND)
             async with self._lock:
-                objs = self._KubernetesEmulator__get_objs(request, strict=False)
-            return {
-                'metadata': {'resourceVersion': '...'},
-                'items': [obj.raw for obj in objs if not obj.deleted],
-            }
+                objs = [obj.raw for obj in self._KubernetesEmulator__get_objs(request, strict=False)
+                        if not obj.deleted]
+            resource = request.resource
+            kind = next((o.get("kind") for o in objs if o.get("kind")), None) or next(
+                (k for (v, k) in _KINDS.values()
+                 if f"{resource.group}/{resource.version}".lstrip("/") == v
+                 and _KIND_PLURALS.get(k) == resource.plural), resource.plural.capitalize())
+            code, body = rules.list_answer(resource.group, resource.version, resource.plural, kind,
+                                           objs, dict(request.params),
+                                           str(getattr(self, "_version", 1)))
+            return rules.reply(code, body)
 
     return Emulated
+
+
+#: The plural of each kind in _KINDS (for a list's kind when it has no object yet).
+_KIND_PLURALS = {kind: resource.rsplit("/", 1)[1] for resource, (_, kind) in _KINDS.items()}
 
 
 def _summary(kmock: Any) -> list[tuple[str, str]]:
@@ -325,6 +468,7 @@ class Emulator:
             _date_from(self)
             try:
                 async with _kubernetes_emulator()() as emulator, kmock.Server(emulator) as server:
+                    emulator.clock = lambda: self.server_clock() if self.server_clock else None
                     self.url = str(server.url).rstrip("/")
                     self._ready.put(emulator)
                     await self._stop.wait()
@@ -421,9 +565,14 @@ class Emulator:
                     del kmock.objects[SUBJECT_ACCESS_REVIEWS, None, None]
                 except KeyError:
                     pass
+                import kmock as km
+
                 body = request.data
                 allowed, reason = decide(body.get("spec") or {})
-                return json.dumps({**body, "status": {"allowed": allowed, "reason": reason}}).encode()
+                # 201 Created, and no empty reason (the API server omits empty fields).
+                status = {"allowed": allowed, **({"reason": reason} if reason else {})}
+                return km.Response(status=201, payload=json.dumps({**body, "status": status}).encode(),
+                                   headers={"Content-Type": "application/json"})
 
             kmock[f"post /apis/{SUBJECT_ACCESS_REVIEWS}"] << answer
 

@@ -270,9 +270,11 @@ def test_the_readme_test_command_is_what_ci_runs():
 
 
 def test_a_404_is_recognised_as_a_real_api_server_and_the_emulator_give_it():
-    """A real API server answers a missing object with a JSON Status, which lightkube raises as
-    ApiError; the emulator's 404 is not JSON, which lightkube passes through as httpx's error.
-    The tools treat both as "not found" (a Lease or VTEP config that does not exist)."""
+    """A real API server (and the emulator, tests/test_emulator_contract.py) answers a missing
+    object with a JSON Status, which lightkube raises as ApiError, and a resource it does not
+    serve (a CRD not installed, a version not served) with a plain-text 404, which lightkube
+    passes through as httpx's error. The tools treat both as "not found" (a Lease or VTEP config
+    that does not exist)."""
     import httpx2
     from lightkube import ApiError
 

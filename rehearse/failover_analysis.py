@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 from rehearse import leader as leaders, probes as probe_logs
+from rehearse.gateway_kinds import LEASE_DURATION_SECONDS, RETRY_PERIOD_SECONDS
 from rehearse.record import every, first, iso, parse_time
 from rehearse.report import FAIL, PASS, Chart, Check, Measurement, Report
 
@@ -39,8 +40,8 @@ WHOLE_SECOND = 1.0
 #: renewal at its next try (up to 2.2 s later), counts the lease duration from then (its own
 #: observedTime, not renewTime), and takes the Lease at its first try after that (up to 2.2 s
 #: more). More than 3 s, at most 7.4 s (docs/gateway.md#the-lease).
-LEASE_SECONDS, RETRY_SECONDS, JITTER_FACTOR = 3.0, 1.0, 1.2
-UNOWNED_MAX_SECONDS = LEASE_SECONDS + 2 * RETRY_SECONDS * (1 + JITTER_FACTOR)
+JITTER_FACTOR = 1.2
+UNOWNED_MAX_SECONDS = LEASE_DURATION_SECONDS + 2 * RETRY_PERIOD_SECONDS * (1 + JITTER_FACTOR)
 
 DEFAULTS = {"interval": 0.5, "observe": 30.0, "timeout": 60.0, "threshold": 10.0, "baseline": 20.0}
 
@@ -403,7 +404,7 @@ def _leadership(run: _Run, report: Report, commands: dict[str, str],
             deletion_bound(deletion)]))))
     report.measurements.append(Measurement(
         "Lease unowned (old holder's last renewTime → new acquireTime)", _round(unowned), "s",
-        f"> {LEASE_SECONDS:g} s and ≤ {UNOWNED_MAX_SECONDS:g} s (lease 3 s counted from when the "
+        f"> {LEASE_DURATION_SECONDS:g} s and ≤ {UNOWNED_MAX_SECONDS:g} s (lease 3 s counted from when the "
         "standby saw the last renewal, tries every 1–2.2 s; the leader does not release it on "
         "shutdown)",
         note="both times from the gateway nodes' own clocks"))

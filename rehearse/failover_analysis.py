@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 from rehearse import leader as leaders, probes as probe_logs
+from rehearse.gateway_kinds import LEASE_DURATION_SECONDS, RETRY_PERIOD_SECONDS
 from rehearse.record import every, first, iso, parse_time
 from rehearse.report import FAIL, PASS, Chart, Check, Measurement, Report
 
@@ -33,6 +34,14 @@ AGREEMENT_SLACK = 0.5
 AGREEMENT_BOUND = 1.0 + AGREEMENT_SLACK
 #: The deletionTimestamp's resolution, when it is the moment used.
 WHOLE_SECOND = 1.0
+#: How long the Lease can stay unowned after the leader's last renewal, by client-go's leader
+#: election with the gateway's flags (lease 3 s, retry 1 s; tools/leaderelection's acquire loop
+#: retries every retry·[1, 1 + JitterFactor 1.2), i.e. 1-2.2 s): a standby first sees the last
+#: renewal at its next try (up to 2.2 s later), counts the lease duration from then (its own
+#: observedTime, not renewTime), and takes the Lease at its first try after that (up to 2.2 s
+#: more). More than 3 s, at most 7.4 s (docs/gateway.md#the-lease).
+JITTER_FACTOR = 1.2
+UNOWNED_MAX_SECONDS = LEASE_DURATION_SECONDS + 2 * RETRY_PERIOD_SECONDS * (1 + JITTER_FACTOR)
 
 DEFAULTS = {"interval": 0.5, "observe": 30.0, "timeout": 60.0, "threshold": 10.0, "baseline": 20.0}
 
@@ -388,14 +397,16 @@ def _leadership(run: _Run, report: Report, commands: dict[str, str],
             command=commands["lease"]))
     report.measurements.append(Measurement(
         "Lease handover (new acquireTime − deletion)", _round(handover), "s",
-        f"{DOCUMENTED}; lease 3 s + retry 1 s",
+        f"{DOCUMENTED}; lease 3 s, then the standby's next try (every 1–2.2 s)",
         note="; ".join(filter(None, [
             (f"new holder acquired at {_clock(_t(changed.get('acquire_time')))} UTC"
              if changed and changed.get("acquire_time") else "no new holder seen"),
             deletion_bound(deletion)]))))
     report.measurements.append(Measurement(
         "Lease unowned (old holder's last renewTime → new acquireTime)", _round(unowned), "s",
-        "≤ 4 s (lease 3 s, retry 1 s; the leader does not release it on shutdown)",
+        f"> {LEASE_DURATION_SECONDS:g} s and ≤ {UNOWNED_MAX_SECONDS:g} s (lease 3 s counted from when the "
+        "standby saw the last renewal, tries every 1–2.2 s; the leader does not release it on "
+        "shutdown)",
         note="both times from the gateway nodes' own clocks"))
 
 

@@ -18,6 +18,7 @@ import functools
 import json
 import os
 import random
+import re
 import shutil
 import socket
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from rehearse.record import iso, parse_time, read_events
 from rehearse.report import FAIL, PASS
 from tests.conftest import main_in_process
 from tests.offline_guard import loopback_connect
-from tests.kube_emulator import (LEASES, NODES, PODS, VTEP_CONFIGS, Emulator,
+from tests.kube_emulator import (LEASES, NODES, PODS, VTEP_CONFIGS, Emulator, status_response,
                                  emulator)  # noqa: F401 (the fixture)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rehearse"
@@ -42,6 +43,8 @@ POD_CIDR = "172.17.0.0/16"
 #: The simulated "now" when a run starts (this machine's clock).
 T0 = datetime.datetime(2026, 12, 1, 9, 0, 0, tzinfo=datetime.timezone.utc)
 S = 1_000_000  # microseconds in a second
+#: What the API server takes for a log's sinceTime (metav1.Time: Go's time.RFC3339).
+RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 
 
 # --- the cluster, played -------------------------------------------------------------------
@@ -334,8 +337,12 @@ def _build(server: Emulator, sim: Sim, ec2: Any, world: Ec2World, tables: list[s
          "mac": "02:11:22:33:44:55"}]}})
 
     def serve_log(prober: Prober):
-        def answer(request) -> bytes:
+        def answer(request) -> Any:
             since = request.params.get("sinceTime")
+            if since and not RFC3339.match(since):
+                # As the real API server: sinceTime is a metav1.Time, parsed as RFC 3339 only
+                # (tests/test_real_gateway.py saw it refuse anything else).
+                return status_response(400, "BadRequest", f'parsing time "{since}" as RFC 3339')
             lines = prober.lines(sim.cluster_us(), sim.down)
             if since:
                 lines = [ln for ln in lines if parse_time(ln.split()[0]) >= parse_time(since)]

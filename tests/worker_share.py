@@ -28,16 +28,17 @@ def directory(name: str) -> Optional[Path]:
     return found
 
 
-def once(folder: Path, key: str, compute: Callable[[], T]) -> T:
+def once(folder: Path, key: str, compute: Callable[[], T], wait: float = 60.0) -> T:
     """``compute()``'s result, computed by whichever worker claims ``key`` first. A worker that
     finds the key claimed waits for the result, and computes it itself if the claimant gave up
-    (``compute`` raised) or takes over a minute. The result is written to a side file and then
+    (``compute`` raised) or takes over ``wait`` seconds (a minute unless a caller knows its
+    computation takes longer). The result is written to a side file and then
     renamed, so a half-written one is never read."""
     result, claim = folder / f"{key}.pickle", folder / f"{key}.claim"
     try:
         os.close(os.open(claim, os.O_CREAT | os.O_EXCL))
     except FileExistsError:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + wait
         while claim.exists() and not result.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
         if result.exists():

@@ -39,7 +39,7 @@ from typing import Any, Optional
 
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT / "engines"))
-from control_plane import ControlPlane, free_port  # noqa: E402
+from control_plane import ControlPlane, _die_with_parent, free_port  # noqa: E402
 
 COST = "controller.kubernetes.io/pod-deletion-cost"
 HYBRID = ("eks.amazonaws.com/compute-type", "hybrid")
@@ -176,8 +176,11 @@ def run_in_netns(bindir: Path, workdir: Path, the_plan: dict, timeout: float = 6
     inner = (f"ip link set lo up && exec {sys.executable} -m tests.real_kyverno "
              f"{bindir} {workdir} {plan_file} {result_file}")
     log = open(workdir / "scenario.log", "wb")
+    # unshare and sh exec, so this PID ends as the scenario's Python; it gets SIGTERM when the
+    # test process dies (even by SIGKILL), and its engines and Kyverno die with it in turn.
     process = subprocess.Popen(["unshare", "-n", "--", "sh", "-c", inner], cwd=PROJECT,
-                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                               preexec_fn=_die_with_parent)
     log.close()
     try:
         process.wait(timeout)
@@ -294,7 +297,7 @@ class Scenario:
                 [str(self.bindir / binary), *args], stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, cwd=self.work,
                 env={"PATH": os.environ.get("PATH", ""), "HOME": str(self.work), **env},
-                start_new_session=True)
+                start_new_session=True, preexec_fn=_die_with_parent)
             out.close()
             times[f"{role}_started"] = started
         insecure = ssl._create_unverified_context()  # Kyverno's own CA, checked by the API server
@@ -492,6 +495,9 @@ def _listeners() -> list[str]:
 
 def main(argv: list[str]) -> int:
     bindir, workdir, plan_file, result_file = (Path(a) for a in argv)
+    # A SIGTERM (the test's timeout, or its death) ends the run through the finally below,
+    # which stops Kyverno and the control plane by PID.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     the_plan = json.loads(plan_file.read_text())
     scenario = Scenario(bindir, workdir, the_plan)
     try:

@@ -311,7 +311,7 @@ class Scenario:
         return {"admission_ready_s": round(time.monotonic() - times["admission_started"], 2)}
 
     def check_kyverno(self) -> None:
-        for role, process in self.kyverno.items():
+        for role, process in self.kyverno.items():  # those meant to be running
             if process.poll() is not None:
                 tail = (self.work / f"kyverno-{role}.log").read_text(errors="replace")[-3000:]
                 raise RuntimeError(f"Kyverno's {role} controller exited {process.returncode}:\n{tail}")
@@ -360,7 +360,7 @@ class Scenario:
         costed: dict[str, float] = {}
         seen: dict[str, dict] = {}
         settled_at = None
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + self.plan.get("roll_timeout", 90.0)
         while time.monotonic() < deadline:
             self.check_kyverno()
             now = time.monotonic()
@@ -405,6 +405,20 @@ class Scenario:
         report = json.loads((folders[-1] / "report.json").read_text()) if folders else None
         return {"exit": done.returncode, "seconds": round(time.monotonic() - started, 2),
                 "stdout": done.stdout[-4000:], "stderr": done.stderr[-4000:], "report": report}
+
+    def webhooks(self) -> list[dict]:
+        """Every webhook Kyverno registered: its configuration, failurePolicy, URL and rules."""
+        found = []
+        for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+            for config in self.ok(self.plane.call(
+                    "GET", f"/apis/admissionregistration.k8s.io/v1/{kind}"), kind)["items"]:
+                for hook in config.get("webhooks") or []:
+                    found.append({"kind": kind, "configuration": config["metadata"]["name"],
+                                  "name": hook["name"], "failurePolicy": hook.get("failurePolicy"),
+                                  "url": hook["clientConfig"].get("url"),
+                                  "resources": sorted({r for rule in hook.get("rules") or []
+                                                       for r in rule.get("resources") or []})})
+        return found
 
     def review(self, account: str, verb: str, resource: str) -> bool:
         body = self.ok(self.plane.call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", {
@@ -481,8 +495,21 @@ class Scenario:
             result["cases"][case] = {**rolled, "verify": verified, "denied_in_log": denied,
                                      "policy_status": self.policy_status(),
                                      "seconds": round(time.monotonic() - t, 2)}
-        result["timings"]["total_s"] = round(time.monotonic() - start, 2)
+        # Last, Kyverno's outage: the webhooks it registered stay (a crash removes nothing), so
+        # the API server keeps calling a dead URL; the policy's failurePolicy decides whether
+        # pods can still be bound.
+        result["webhooks"] = self.webhooks()
         result["listeners"] = _listeners()
+        if self.plan.get("outage", True):
+            t = time.monotonic()
+            self.kyverno["admission"].kill()
+            self.kyverno["admission"].wait()
+            self.kyverno.pop("admission")
+            self.log("admission controller killed")
+            result["cases"]["admission-down"] = {**self.roll(window),
+                                                 "webhooks": self.webhooks(),
+                                                 "seconds": round(time.monotonic() - t, 2)}
+        result["timings"]["total_s"] = round(time.monotonic() - start, 2)
         result["log"] = self.log_lines
         return result
 

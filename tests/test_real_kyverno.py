@@ -38,6 +38,10 @@ DEGRADED = {
     "admission-no-nodes": "scenario B: Kyverno's admission controller may get nodes",
     "background-no-nodes": "scenario B: Kyverno's background controller may get nodes",
 }
+#: The chart value each case takes away (components/kyverno.py), which the fix must name.
+FIX_NAMES = {"no-binding-exclusion": "config.resourceFiltersExclude",
+             "admission-no-nodes": "admissionController.rbac.clusterRole.extraResources",
+             "background-no-nodes": "backgroundController.rbac.clusterRole.extraResources"}
 #: The checks verify burst makes of Kyverno's part of scenario B.
 KYVERNO_CHECKS = (*DEGRADED.values(), "scenario B: Kyverno's background controller may update pods",
                   "scenario B: ClusterPolicy hybrid-pod-deletion-cost Ready")
@@ -117,12 +121,28 @@ def test_the_controllers_log_the_denied_node_lookup(outcome):
     """Where ``get nodes`` is missing, the controller that lacks it is the one that logs the
     403 (the admission controller evaluates the precondition before it queues the patch; the
     background controller evaluates it again before patching); with the lab's RBAC none does."""
-    denied = {case: found["denied_in_log"] for case, found in outcome["cases"].items()}
+    denied = {case: outcome["cases"][case]["denied_in_log"] for case in ("lab", *DEGRADED)}
     assert denied["lab"] == {"admission": 0, "background": 0}, denied
     assert denied["admission-no-nodes"]["admission"] > 0, denied
     assert denied["admission-no-nodes"]["background"] == 0, denied
     assert denied["background-no-nodes"]["background"] > 0, denied
     assert denied["no-binding-exclusion"] == {"admission": 0, "background": 0}, denied
+
+
+def test_a_kyverno_outage_does_not_block_binding(outcome):
+    """The policy's ``webhookConfiguration.failurePolicy: Ignore`` (components/kyverno.py): the
+    webhook Kyverno registers for pod bindings fails open, so with the admission controller
+    killed (its webhooks left behind, pointing at nothing) every pod is still bound and runs —
+    without a cost."""
+    binding = [h for h in outcome["webhooks"] if "pods/binding" in h["resources"]]
+    assert binding, outcome["webhooks"]
+    assert {h["failurePolicy"] for h in binding} == {"Ignore"}, binding
+    assert all(h["url"].startswith("https://127.0.0.1:") for h in binding), binding
+    down = outcome["cases"]["admission-down"]
+    assert [h for h in down["webhooks"] if "pods/binding" in h["resources"]] == binding
+    assert down["settled"], down["pods"]
+    assert all(p["phase"] == "Running" and p["node"] for p in down["pods"]), down["pods"]
+    assert [p for p in down["pods"] if p["cost"] is not None] == []
 
 
 # --- what verify burst says of it ----------------------------------------------------------------
@@ -141,7 +161,8 @@ def test_verify_burst_names_the_setting_taken_away(outcome, case):
     assert checks[IN_PLACE]["status"] == "FAIL"
     failing = {n for n in KYVERNO_CHECKS if checks[n]["status"] == "FAIL"}
     assert failing == {DEGRADED[case]}, {n: checks[n]["seen"] for n in KYVERNO_CHECKS}
-    assert checks[DEGRADED[case]]["fix"], checks[DEGRADED[case]]
+    # Its fix names the chart value that was taken away.
+    assert FIX_NAMES[case] in checks[DEGRADED[case]]["fix"], checks[DEGRADED[case]]
     # The in-place check's reason carries the named check and the missing costs.
     assert DEGRADED[case].split(": ", 1)[1] in checks[IN_PLACE]["seen"]
     assert checks[HYBRID_COST]["status"] == "FAIL", checks[HYBRID_COST]

@@ -194,6 +194,36 @@ class Scene:
             content_type="application/strategic-merge-patch+json")
         assert answer.status == 200, answer.body
 
+    def replica_sets(self) -> list[dict]:
+        return self.plane.call("GET", f"/apis/apps/v1/namespaces/{self.namespace}/replicasets").body["items"]
+
+    def start_stuck_rollout(self) -> None:
+        """A new revision whose pods turn Ready but not available for an hour
+        (minReadySeconds): the rollout surges the new ReplicaSet by maxSurge, shrinks the old
+        by maxUnavailable, and stops there, both ReplicaSets active — a rollout in progress."""
+        answer = self.plane.call(
+            "PATCH", f"/apis/apps/v1/namespaces/{self.namespace}/deployments/{self.deployment}",
+            {"spec": {"minReadySeconds": 3600, "progressDeadlineSeconds": 7200, "template": {"metadata": {"annotations": {
+                "eks-hybrid-lab.io/revision": "2"}}}}},
+            content_type="application/strategic-merge-patch+json")
+        assert answer.status == 200, answer.body
+
+        def stuck():
+            sets = self.replica_sets()
+            if len(sets) != 2 or any(rs.get("status", {}).get("observedGeneration") !=
+                                     rs["metadata"]["generation"] for rs in sets):
+                return None
+            want = sum(rs["spec"]["replicas"] for rs in sets)
+            pods = self.all_pods()
+            if len(pods) != want or not all(p["status"].get("phase") == "Running" for p in pods):
+                return None
+            return sorted((rs["metadata"]["annotations"].get("deployment.kubernetes.io/revision"),
+                           rs["spec"]["replicas"]) for rs in sets)
+        first = self.plane.wait_for("the rollout to stop", stuck, timeout=60, interval=0.2)
+        # Quiet for two seconds: the Deployment controller has nothing more to do.
+        time.sleep(2)
+        assert stuck() == first, (first, stuck())
+
     def predict(self, replicas: int, lag: float) -> dict:
         done = subprocess.run(
             [sys.executable, "-m", "rehearse", "predict", "--kubeconfig", str(self.plane.kubeconfig),
@@ -203,16 +233,18 @@ class Scene:
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
-    def scale_in(self, replicas: int, lag: float = 4.0) -> Step:
+    def scale_in(self, replicas: int, lag: float = 4.0, remain: Optional[int] = None) -> Step:
         """predict, then the scale request; the victims once the controller has deleted them.
         ``lag`` is predict's --sync-lag: how much later than its snapshot the controller may
-        sort — here predict's own exit, this list and the request, measured in ``elapsed``."""
+        sort — here predict's own exit, this list and the request, measured in ``elapsed``.
+        ``remain``: the pods left after (default ``replicas``; more during a rollout, whose
+        surge the Deployment keeps)."""
         forecast = self.predict(replicas, lag)
         before = self.active()
         related = self.all_pods()
         sent = utc_now()
         self.scale(replicas)
-        after = self.wait_settled(replicas)
+        after = self.wait_settled(replicas if remain is None else remain)
         seen = utc_now()
         names = {p["metadata"]["name"] for p in before}
         kept = {p["metadata"]["name"] for p in after}
@@ -243,7 +275,8 @@ def judge(step: Step) -> list[str]:
     named = [v["name"] for v in forecast["delete"]]
     decided = {v["name"] for v in forecast["delete"] if not v["tie"] and not v["clock"]}
     possible = set(named) | set(forecast["undecided"]) | set(forecast["clock_undecided"])
-    if len(step.victims) != len(step.before) - step.replicas:
+    if len(step.victims) != len(step.before) - forecast["replicas_after"] and \
+            "replica_sets" not in forecast:
         found.append(f"the controller deleted {len(step.victims)}, not "
                      f"{len(step.before)} - {step.replicas}")
     if len(named) != len(step.victims):
@@ -352,17 +385,31 @@ def oracle_clocks(step: Step) -> list[str]:
 
 
 def oracle(binary: Path, step: Step, permutations: int = 300) -> dict[str, tuple[int, int]]:
-    """pod -> (runs it was deleted in, runs), over the controller's clocks and orders."""
-    request = {"pods": step.before, "related": step.related, "diff": len(step.before) - step.replicas,
-               "clocks": oracle_clocks(step), "permutations": permutations, "seed": 1}
-    done = subprocess.run([str(binary)], input=json.dumps(request), capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    """pod -> (runs it was deleted in, runs), over the controller's clocks and orders. When
+    predict split the scale across ReplicaSets (a rollout in progress), each ReplicaSet's
+    controller sorts its own pods (ranked by all of them) to the size predict gave it."""
+    groups: list[tuple[list[dict], int]] = []
+    parts = step.forecast.get("replica_sets")
+    if parts:
+        for part in parts:
+            rs_name = part["source"].rsplit("ReplicaSet ", 1)[-1].rstrip(")")
+            pods = [p for p in step.before
+                    if any(r.get("name") == rs_name for r in p["metadata"].get("ownerReferences") or [])]
+            groups.append((pods, len(pods) - part["replicas_after"]))
+    else:
+        groups.append((step.before, len(step.before) - step.replicas))
     counts: dict[str, tuple[int, int]] = {p["metadata"]["name"]: (0, 0) for p in step.before}
-    for outcome in json.loads(done.stdout):
-        for name in counts:
-            deleted, runs = counts[name]
-            counts[name] = (deleted + outcome["deleted"].get(name, 0), runs + outcome["runs"])
+    for pods, diff in groups:
+        request = {"pods": pods, "related": step.related, "diff": max(diff, 0),
+                   "clocks": oracle_clocks(step), "permutations": permutations, "seed": 1}
+        done = subprocess.run([str(binary)], input=json.dumps(request), capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        for outcome in json.loads(done.stdout):
+            for pod in pods:
+                name = pod["metadata"]["name"]
+                deleted, runs = counts[name]
+                counts[name] = (deleted + outcome["deleted"].get(name, 0), runs + outcome["runs"])
     return counts
 
 

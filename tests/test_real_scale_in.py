@@ -106,7 +106,7 @@ def on_hybrid(scene: Scene, step: real_scale_in.Step) -> set[str]:
     return {p["metadata"]["name"] for p in step.before if p["spec"]["nodeName"] in hybrid}
 
 
-def demo(scene: Scene, scenario: str) -> list[real_scale_in.Step]:
+def demo(scene: Scene, scenario: str, before_step=None) -> list[real_scale_in.Step]:
     """3 -> 15 -> 12 -> 10 -> 3, a few seconds between the steps as a presenter's talk would
     leave (so the later pods' times are not all one second's)."""
     scene.build(3)
@@ -121,6 +121,8 @@ def demo(scene: Scene, scenario: str) -> list[real_scale_in.Step]:
         time.sleep(3)
         if scenario == "B":
             scene.cost_on_hybrid("1")
+        if before_step:
+            before_step(replicas)
         steps.append(scene.scale_in(replicas))
     return steps
 
@@ -139,23 +141,40 @@ def test_scenario_a_scale_ins_match_the_forecast(scene, sort_oracle):
 
 def test_scenario_b_every_cost_0_cloud_pod_goes_before_any_cost_1_hybrid_pod(scene, sort_oracle):
     """Kyverno's "1" on the hybrid pods (written here as its policy writes it): the cloud pods
-    go first — 3 at 15 -> 12, 2 at 12 -> 10, the last 2 and then 5 hybrid pods at 10 -> 3 —
-    and that part of the choice is decided by rule 4 whatever the pods' times."""
+    go first, by rule 4, whatever the pods' times. Before 12 -> 10 one hybrid pod turns not
+    Ready: rule 3 comes before the cost, so it goes first and only one cloud pod with it. So:
+    3 cloud pods at 15 -> 12; the not-Ready hybrid pod and 1 cloud pod at 12 -> 10; the last
+    3 cloud pods and 4 hybrid pods at 10 -> 3."""
     counts = Counter()
-    steps = demo(scene, "B")
-    for step, cloud in zip(steps, (3, 2, 2)):
+    unready: list[str] = []
+
+    def one_not_ready(replicas):
+        if replicas == 10:
+            pod = sorted(p["metadata"]["name"] for p in scene.active()
+                         if p["spec"]["nodeName"] in scene.hybrid_nodes())[0]
+            scene.patch_status(pod, {"conditions": [{"type": "Ready", "status": "False",
+                                                     "reason": "ReadinessProbeFailed"}]})
+            unready.append(pod)
+
+    steps = demo(scene, "B", one_not_ready)
+    for step, cloud in zip(steps, (3, 1, 3)):
         counts += check(step, sort_oracle)
         hybrid = on_hybrid(scene, step)
         assert len(step.victims - hybrid) == cloud, (step.victims, hybrid)
         for pod in step.before:
             want = "1" if pod["metadata"]["name"] in hybrid else None
             assert (pod["metadata"].get("annotations") or {}).get(COST) == want
-    # At 10 -> 3 the last two cloud pods go before any hybrid pod: rule 4 against every pod
-    # kept, so predict must call both decided.
+    # kwok left the written status alone until the controller deleted the pod: the first
+    # victim of 12 -> 10, for sure, by rule 3.
+    first = steps[1].forecast["delete"][0]
+    assert (first["name"], first["rule_number"], first["tie"], first["clock"]) == \
+        (unready[0], 3, False, False)
+    assert unready[0] in steps[1].victims
+    # At 10 -> 3 the last cloud pods go before any hybrid pod: rule 4 against every pod kept.
     last = steps[-1]
     cloud_victims = [v for v in last.forecast["delete"] if v["name"] not in on_hybrid(scene, last)]
     assert [(v["tie"], v["clock"], v["rule_number"]) for v in cloud_victims] == \
-        [(False, False, 4)] * 2, cloud_victims
+        [(False, False, 4)] * 3, cloud_victims
     print(f"scenario B verdicts: {dict(counts)}")
 
 
@@ -186,3 +205,80 @@ def test_ready_times_either_side_of_a_bucket_edge(scene, sort_oracle):
     # Both sides of the edge were judged: the kept u1, u2 by bucket, the kept u7, u8 by UID.
     assert all(v["rule_number"] == 6 for v in step.forecast["delete"])
     assert step.forecast["split"] == {"6": 16}
+
+
+def _created(pod: dict) -> float:
+    return real_scale_in.parse_rfc3339(pod["metadata"]["creationTimestamp"]).timestamp()
+
+
+def test_restarts_then_creation_either_side_of_a_bucket_edge(scene, sort_oracle):
+    """Rules 7 and 8 on eight pods of one rank (four a hybrid node) whose Ready times are all
+    written equal (so rule 6 is skipped): W1, four pods created together; ~10 s later W2, four
+    pods created one a second. W1's pod with the highest UID gets 2 restarts. At the scale-in,
+    W1 is 20-26 s old (log2 bucket 34: 17.2-34.4 s), W2 10-13 s (bucket 33: 8.6-17.2 s), with
+    margins wider than predict's window. Scale 8 -> 4: the restarted W1 pod first (rule 7 beats
+    age), then W2's three lowest UIDs (rule 8: the younger bucket before W1, the lower UID
+    within it); W2's highest UID is kept although it is younger than every W1 pod."""
+    scene.build(4)
+    w1 = scene.active()
+    start = max(_created(p) for p in w1)
+    time.sleep(max(0.0, start + 10 - time.time()))
+    for size in (5, 6, 7, 8):
+        real_scale_in.settle_time()
+        scene.scale(size)
+        scene.wait_settled(size)
+    pods = scene.active()
+    w2 = [p for p in pods if p["metadata"]["name"] not in {q["metadata"]["name"] for q in w1}]
+    assert len({_created(p) for p in w2}) == 4, "W2's pods must be created in four seconds"
+    base = real_scale_in.utc_now().replace(microsecond=0)
+    for pod in pods:
+        scene.patch_status(pod["metadata"]["name"], {"conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": _ready_at(100, base)}]})
+    restarted = max(w1, key=lambda p: p["metadata"]["uid"])["metadata"]["name"]
+    scene.patch_status(restarted, {"containerStatuses": [
+        {"name": "web", "restartCount": 2, "ready": True, "image": "x", "imageID": "",
+         "started": True, "state": {"running": {"startedAt": _ready_at(100, base)}}}]})
+    # The scale-in 10.2 s after W2's last creation second.
+    time.sleep(max(0.0, max(_created(p) for p in w2) + 10.2 - time.time()))
+    step = scene.scale_in(4, lag=2.0)
+    counts = check(step, sort_oracle)
+    w2_low = sorted(w2, key=lambda p: p["metadata"]["uid"])[:3]
+    assert step.victims == {restarted} | {p["metadata"]["name"] for p in w2_low}
+    assert step.forecast["decided"] and counts["decided"] == 4
+    rules = {v["name"]: v["rule_number"] for v in step.forecast["delete"]}
+    assert rules[restarted] == 7 and sorted(rules.values()) == [7, 8, 8, 8]
+    assert step.forecast["split"] == {"7": 4, "8": 12}
+
+
+def test_a_rollout_in_progress_splits_the_scale_in_across_its_replicasets(scene, sort_oracle):
+    """Pods of an older ReplicaSet: a new revision stuck mid-rollout (its pods Ready but not
+    available for minReadySeconds), so the old ReplicaSet keeps 6 pods and the new one holds 4
+    (8 + maxSurge 2). Scaling the Deployment 8 -> 6, the Deployment controller shares the cut
+    in proportion (sync.go ``scale``: allowed 6 + 2, to remove 2; each ReplicaSet's
+    size x 8 / its max-replicas 10, rounded: 6 -> 5 and 4 -> 3), and each ReplicaSet's
+    controller deletes its own victim, ranked by the pods of both. predict used to forecast
+    the new ReplicaSet alone and refused: "--replicas 6 is above the 4 active pods"."""
+    scene.build(8)
+    scene.scenario.add_nodes(scene.cloud)
+    scene.start_stuck_rollout()
+    sizes = {rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"]: rs["spec"]["replicas"]
+             for rs in scene.replica_sets()}
+    assert sizes == {"1": 6, "2": 4}
+    time.sleep(1)
+    step = scene.scale_in(6, lag=2.0, remain=8)
+    after = {rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"]: rs["spec"]["replicas"]
+             for rs in scene.replica_sets()}
+    assert after == {"1": 5, "2": 3}
+    parts = {part["source"].rsplit("ReplicaSet ", 1)[-1].rstrip(")"): part["replicas_after"]
+             for part in step.forecast["replica_sets"]}
+    assert parts == {rs["metadata"]["name"]: rs["spec"]["replicas"] for rs in scene.replica_sets()}
+    check(step, sort_oracle)
+    owners = Counter(next(r["name"] for r in p["metadata"]["ownerReferences"])
+                     for p in step.before if p["metadata"]["name"] in step.victims)
+    assert sorted(owners.values()) == [1, 1]
+
+
+def test_verdicts_tally():
+    """Not a check: how many victims, over the steps this worker ran, predict called decided,
+    random or clock-undecided, and how many pods the controller's own sort left open."""
+    print(f"scale-in verdicts: {dict(TALLY)}")

@@ -9,7 +9,11 @@ controller.kubernetes.io/pod-deletion-cost, 5 more pods of the Deployment on the
 6 Ready more recently, 7 more container restarts (then more sidecar restarts), 8 created more
 recently. Rules 6 and 8 compare ages in log2 buckets of nanoseconds; within a bucket the lower
 UID goes first. Each deleted pod is explained against the first pod kept; where every rule ties
-(or the rules contradict each other), the forecast says the choice is random.
+(or the rules order pods in a circle, which leaves them to the order the controller lists them
+in: docs/scale-in.md#ties-and-the-controllers-clock), the forecast says the choice is random.
+Live, --replicas is the Deployment's new size; during a rollout the Deployment controller
+shares it among the active ReplicaSets, and each is forecast
+(docs/scale-in.md#a-rollout-in-progress-the-deployment-controllers-split).
 
 Offline, from files:
   kubectl -n demo-burst get pods -o json > pods.json
@@ -301,7 +305,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     what = parser.add_argument_group("the scale-in")
     what.add_argument("--replicas", metavar="N", required=True,
-                      help="the new size: how many pods stay (0 up to the active pods)")
+                      help="the new size: how many pods stay (0 up to the active pods); live, the "
+                           "Deployment's (shared among its ReplicaSets during a rollout)")
     what.add_argument("--now", metavar="TIME",
                       help="the controller's clock, RFC 3339 (e.g. 2025-06-01T12:03:00Z); rules 6 "
                            "and 8 bucket ages by it (default: now)")

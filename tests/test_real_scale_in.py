@@ -96,6 +96,8 @@ def check(step: real_scale_in.Step, oracle) -> Counter:
     found = verdicts(step.forecast)
     TALLY.update(found)
     TALLY["steps"] += 1
+    TALLY["longest ms from predict's snapshot to the victims gone"] = max(
+        TALLY["longest ms from predict's snapshot to the victims gone"], int(step.elapsed * 1000))
     TALLY["random but certain in the controller's sort"] += len(real_scale_in.overcautious(step, counts))
     TALLY["open in the controller's sort"] += sum(1 for d, r in counts.values() if 0 < d < r)
     return found
@@ -205,6 +207,22 @@ def test_ready_times_either_side_of_a_bucket_edge(scene, sort_oracle):
     # Both sides of the edge were judged: the kept u1, u2 by bucket, the kept u7, u8 by UID.
     assert all(v["rule_number"] == 6 for v in step.forecast["delete"])
     assert step.forecast["split"] == {"6": 16}
+
+    # Then an edge inside predict's window: of the four left (u1, u2, u7, u8), u1, u2, u7 Ready
+    # 100, 90 and 80 s ago (bucket 36), u8 67 s ago — 2^36 ns is 68.7 s, which its age
+    # reaches a second or two after predict's snapshot. Before it u8 goes (bucket 35), after
+    # it u1 (the lowest UID in bucket 36): predict must leave both to the controller's clock.
+    left = sorted(scene.active(), key=lambda p: p["metadata"]["uid"])
+    base = real_scale_in.utc_now().replace(microsecond=0)
+    for pod, age in zip(left, (100, 90, 80, 67)):
+        scene.patch_status(pod["metadata"]["name"], {"conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": _ready_at(age, base)}]})
+    step = scene.scale_in(3, lag=2.0)
+    counts = check(step, sort_oracle)
+    u1, u8 = left[0]["metadata"]["name"], left[-1]["metadata"]["name"]
+    assert not step.forecast["decided"] and counts["clock"] == 1
+    assert {u1, u8} <= set(step.forecast["clock_undecided"])
+    assert step.victims <= {u1, u8}
 
 
 def _created(pod: dict) -> float:

@@ -352,7 +352,7 @@ def build_oracle(folder: Path) -> Optional[Path]:
     binary = folder / "scale-in-oracle"
     done = subprocess.run(["go", "build", "-trimpath", "-o", str(binary), "."], cwd=ORACLE,
                           capture_output=True, text=True,
-                          env={**os.environ, "GOFLAGS": "-mod=mod", "GOPROXY": "off"})
+                          env={**os.environ, "GOFLAGS": "-mod=readonly", "GOPROXY": "off"})
     return binary if done.returncode == 0 else None
 
 

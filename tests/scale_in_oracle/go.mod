@@ -1,7 +1,7 @@
-// Pins for kube-apiserver, kube-controller-manager and kube-scheduler, built by ../build.py.
-// k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with
-// ./staging/src/k8s.io/<name>; those replaces do not apply to a dependency, so every staging
-// module listed in its go.mod (v1.35.4: 31) is mapped here to the tag cut with it, v0.35.4.
+// The ReplicaSet controller's sort as a program (main.go), for tests/test_real_scale_in.py.
+// The same pins as engines/kubernetes/go.mod (its go.sum too): k8s.io/kubernetes v1.35.4 and
+// every staging module it requires mapped to v0.35.4, so this is the code the
+// kube-controller-manager of the tests runs. Built from the module cache only (GOPROXY=off).
 module eks-hybrid-lab/tests/scale_in_oracle
 
 go 1.25.0

@@ -3,7 +3,9 @@
 // controller.ActivePodsWithRanks, with the pods listed in many random orders (the informer's
 // cache lists a map, in no fixed order). Ranks are computed as replicaset.go's
 // getPodsRankedByRelatedPodsOnSameNode computes them (unexported there; same lines here).
-// Input (stdin) and output (stdout) are JSON; see tests/real_scale_in.py.
+// Input (stdin) and output (stdout) are JSON; see tests/real_scale_in.py (oracle). The
+// feature gates are the defaults, as the tests' kube-controller-manager runs them
+// (PodDeletionCost on, LogarithmicScaleDown locked on).
 package main
 
 import (

@@ -455,9 +455,17 @@ def _print_split(args: argparse.Namespace, parts: list[tuple[str, list[dict], in
             results.append((source, size, forecast(pods, related, min(size, active), now, window)))
         except ValueError as error:
             raise RunError(f"cannot forecast from {source}: {error}") from None
+    where = f"{args.namespace}/{args.deployment}"
+    if not results:
+        note = (f"the Deployment controller changes no ReplicaSet's size at {replicas}: their "
+                "sizes already add up to it plus maxSurge, so nothing is deleted")
+        print(json.dumps({"source": where, "replicas_after": replicas, "delete": [],
+                          "decided": True, "undecided": [], "clock_undecided": [],
+                          "notes": [note], "replica_sets": []}, indent=2)
+              if args.json else f"Scale-in of {where}: {note}")
+        return 0
     if not any(r.delete for _, _, r in results) and replicas > sum(r.replicas_before for _, _, r in results):
         raise RunError(f"--replicas {replicas} is above the active pods: a scale-out deletes nothing")
-    where = f"{args.namespace}/{args.deployment}"
     if args.json:
         print(json.dumps(merge(results, where, replicas), indent=2))
     else:

@@ -595,24 +595,48 @@ def _blocks(facts: Sequence[PodFacts], now: int, pod_deletion_cost: bool) -> lis
     n = len(pods)
     # before[i][j]: i may come before j — unless the rules put j first.
     before = [[i != j and first(pods[j], pods[i]) != 0 for j in range(n)] for i in range(n)]
-    # Reachability (n is a Deployment's pods: tens, at most a few hundred).
-    reach = [set(j for j in range(n) if before[i][j]) | {i} for i in range(n)]
-    changed = True
-    while changed:
-        changed = False
-        for i in range(n):
-            grown = set().union(*(reach[j] for j in reach[i]))
-            if len(grown) > len(reach[i]):
-                reach[i], changed = grown, True
+    # Strongly connected components (Tarjan's, without recursion), O(n^2) over the matrix.
+    index: list[Optional[int]] = [None] * n
+    low = [0] * n
+    on_stack = [False] * n
+    stack: list[int] = []
     blocks: list[list[int]] = []
-    placed: set[int] = set()
-    for i in range(n):
-        if i not in placed:
-            block = [j for j in range(n) if j in reach[i] and i in reach[j]]
-            placed.update(block)
-            blocks.append(block)
-    # Between blocks every pair goes one way: fewer pods able to precede = earlier.
-    blocks.sort(key=lambda b: sum(1 for j in range(n) if j not in b and b[0] in reach[j]))
+    counter = 0
+    for root in range(n):
+        if index[root] is not None:
+            continue
+        work = [(root, 0)]
+        while work:
+            v, j = work.pop()
+            if j == 0:
+                index[v] = low[v] = counter
+                counter += 1
+                stack.append(v)
+                on_stack[v] = True
+            for w in range(j, n):
+                if not before[v][w]:
+                    continue
+                if index[w] is None:
+                    work.append((v, w + 1))
+                    work.append((w, 0))
+                    break
+                if on_stack[w]:
+                    low[v] = min(low[v], index[w])
+            else:
+                if low[v] == index[v]:
+                    block = []
+                    while True:
+                        w = stack.pop()
+                        on_stack[w] = False
+                        block.append(w)
+                        if w == v:
+                            break
+                    blocks.append(sorted(block))
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[v])
+    # Between blocks every pair goes one way: the block that may precede the most comes first.
+    blocks.sort(key=lambda b: -sum(1 for j in range(n) if before[b[0]][j]))
     return [[pods[i] for i in block] for block in blocks]
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import calendar
 import datetime
-import functools
 import math
 import re
 from dataclasses import asdict, dataclass, field

@@ -9,7 +9,11 @@ controller.kubernetes.io/pod-deletion-cost, 5 more pods of the Deployment on the
 6 Ready more recently, 7 more container restarts (then more sidecar restarts), 8 created more
 recently. Rules 6 and 8 compare ages in log2 buckets of nanoseconds; within a bucket the lower
 UID goes first. Each deleted pod is explained against the first pod kept; where every rule ties
-(or the rules contradict each other), the forecast says the choice is random.
+(or the rules order pods in a circle, which leaves them to the order the controller lists them
+in: docs/scale-in.md#ties-and-the-controllers-clock), the forecast says the choice is random.
+Live, --replicas is the Deployment's new size; during a rollout the Deployment controller
+shares it among the active ReplicaSets, and each is forecast
+(docs/scale-in.md#a-rollout-in-progress-the-deployment-controllers-split).
 
 Offline, from files:
   kubectl -n demo-burst get pods -o json > pods.json
@@ -26,6 +30,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
@@ -106,11 +112,33 @@ def _revision(obj: dict) -> int:
         return -1
 
 
-def live_input(kube: Any, namespace: str, deployment: str) -> tuple[list[dict], list[dict], str]:
-    """From the cluster, as the controller sees them: the pods of the Deployment's current
-    ReplicaSet (controlled by it and matching its selector, or orphans it would adopt), and the
-    related pods — every pod matching the selector of a ReplicaSet the Deployment controls,
-    once each (getIndirectlyRelatedPods). Returns (pods, related, ReplicaSet name)."""
+@dataclass
+class LiveState:
+    """The Deployment, its ReplicaSets (the current one: its revision), every pod of the
+    namespace, and the related pods (``related_pods``)."""
+    deploy: dict
+    replica_sets: list[dict]
+    current: dict
+    all_pods: list[dict]
+    related: list[dict]
+
+    def pods_of(self, rs: dict) -> list[dict]:
+        """The ReplicaSet's pods as its controller claims them: controlled by it and matching
+        its selector, or orphans matching it (adopted before it scales)."""
+        rs_uid = rs["metadata"].get("uid")
+        selector = (rs.get("spec") or {}).get("selector")
+        pods = []
+        for pod in self.all_pods:
+            owner = controller_of(pod)
+            labels = (pod.get("metadata") or {}).get("labels")
+            if owner is not None and owner.get("uid") == rs_uid and selector_matches(selector, labels):
+                pods.append(pod)
+            elif owner is None and is_active(pod) and selector_matches(selector, labels):
+                pods.append(pod)
+        return pods
+
+
+def live_state(kube: Any, namespace: str, deployment: str) -> LiveState:
     def get(path: str, what: str) -> dict:
         status, body = kube.get_raw(path)
         if status == 404:
@@ -137,16 +165,6 @@ def live_input(kube: Any, namespace: str, deployment: str) -> tuple[list[dict], 
     newest = max(replica_sets, key=lambda rs: (_revision(rs), (rs.get("metadata") or {}).get("creationTimestamp") or ""))
     current_rs = next((rs for rs in replica_sets if _revision(rs) == revision), newest)
     all_pods = get(f"/api/v1/namespaces/{namespace}/pods", f"the pods in {namespace}").get("items") or []
-    rs_uid = current_rs["metadata"].get("uid")
-    selector = (current_rs.get("spec") or {}).get("selector")
-    pods = []
-    for pod in all_pods:
-        owner = controller_of(pod)
-        labels = (pod.get("metadata") or {}).get("labels")
-        if owner is not None and owner.get("uid") == rs_uid and selector_matches(selector, labels):
-            pods.append(pod)
-        elif owner is None and is_active(pod) and selector_matches(selector, labels):
-            pods.append(pod)  # an orphan the ReplicaSet adopts before it scales
     related, seen = [], set()
     for rs in replica_sets:
         for pod in all_pods:
@@ -155,7 +173,130 @@ def live_input(kube: Any, namespace: str, deployment: str) -> tuple[list[dict], 
                                                     (pod.get("metadata") or {}).get("labels")):
                 seen.add(key)
                 related.append(pod)
-    return pods, related, current_rs["metadata"].get("name", "")
+    return LiveState(deploy, replica_sets, current_rs, all_pods, related)
+
+
+def live_input(kube: Any, namespace: str, deployment: str) -> tuple[list[dict], list[dict], str]:
+    """From the cluster, as the controller sees them: the pods of the Deployment's current
+    ReplicaSet (controlled by it and matching its selector, or orphans it would adopt), and the
+    related pods — every pod matching the selector of a ReplicaSet the Deployment controls,
+    once each (getIndirectlyRelatedPods). Returns (pods, related, ReplicaSet name)."""
+    state = live_state(kube, namespace, deployment)
+    return state.pods_of(state.current), state.related, state.current["metadata"].get("name", "")
+
+
+# --- the Deployment controller's split of a scale across its ReplicaSets ---------------------------
+
+def _replicas(rs: dict) -> int:
+    return int((rs.get("spec") or {}).get("replicas") or 0)
+
+
+def _scaled(value: Any, total: int, round_up: bool) -> int:
+    """intstr.GetScaledValueFromIntOrPercent: an int as is, "N%" of ``total`` rounded up or
+    down."""
+    if isinstance(value, str):
+        if not value.endswith("%"):
+            raise ValueError(f"{value!r} is neither an int nor a percentage")
+        exact = int(value[:-1]) * total / 100
+        return math.ceil(exact) if round_up else math.floor(exact)
+    return int(value)
+
+
+def max_surge(deploy: dict, replicas: int) -> int:
+    """deploymentutil.MaxSurge for a Deployment of ``replicas``: 0 unless RollingUpdate; the
+    defaults are 25% and 25% (ResolveFenceposts: surge rounds up, unavailable down, and both 0
+    makes unavailable 1 — which leaves surge 0)."""
+    strategy = (deploy.get("spec") or {}).get("strategy") or {}
+    if strategy.get("type", "RollingUpdate") != "RollingUpdate":
+        return 0
+    rolling = strategy.get("rollingUpdate") or {}
+    return _scaled(rolling.get("maxSurge", "25%"), replicas, True)
+
+
+def _annotation_int(rs: dict, key: str) -> Optional[int]:
+    text = ((rs.get("metadata") or {}).get("annotations") or {}).get(key)
+    # strconv.ParseUint(text, 10, 32), at most MaxInt32.
+    if text is None or not text.isdigit() or not text.isascii() or int(text) > 2**31 - 1:
+        return None
+    return int(text)
+
+
+def _rs_age_key(rs: dict) -> tuple:
+    meta = rs.get("metadata") or {}
+    return (parse_time(meta.get("creationTimestamp")) or 0, meta.get("name") or "")
+
+
+def split_scale(deploy: dict, replica_sets: list[dict], current: Optional[dict],
+                replicas: int) -> dict[str, int]:
+    """The Deployment controller's scale (pkg/controller/deployment/sync.go ``scale``) when the
+    Deployment's spec.replicas becomes ``replicas``: each ReplicaSet's new spec.replicas, by
+    name, for those it changes. ``current`` is the new ReplicaSet (the Deployment's revision).
+
+    - One active ReplicaSet (spec.replicas > 0; none: the new one, else the newest): it takes
+      the whole size.
+    - Several, and the new one saturated (its size, its desired-replicas annotation and its
+      available pods all equal to the Deployment's size): the old ones go to 0.
+    - Several, RollingUpdate: the change (``replicas`` + maxSurge less their sum) is shared in
+      proportion to each one's size over its max-replicas annotation (rounded half away from
+      zero), largest first — the older first among equals when scaling down — and what is
+      left over goes to the first. Recreate: nothing changes."""
+    olds = sorted((rs for rs in replica_sets if rs is not current), key=_rs_age_key, reverse=True)
+    active = [rs for rs in ([current] if current else []) + olds if _replicas(rs) > 0]
+    if len(active) <= 1:
+        target = active[0] if active else (current or (olds[0] if olds else None))
+        if target is None or _replicas(target) == replicas:
+            return {}
+        return {target["metadata"]["name"]: replicas}
+    if current is not None:
+        desired = _annotation_int(current, "deployment.kubernetes.io/desired-replicas")
+        available = int((current.get("status") or {}).get("availableReplicas") or 0)
+        if _replicas(current) == replicas and desired == replicas and available == replicas:
+            return {rs["metadata"]["name"]: 0 for rs in olds if _replicas(rs) > 0}
+    strategy = ((deploy.get("spec") or {}).get("strategy") or {}).get("type", "RollingUpdate")
+    if strategy != "RollingUpdate":
+        return {}
+    # FilterActiveReplicaSets(append(oldRSs, newRS)): the old ones newest first, then the new.
+    ordered = [rs for rs in olds + ([current] if current else []) if _replicas(rs) > 0]
+    total = sum(_replicas(rs) for rs in ordered)
+    surge = max_surge(deploy, replicas)
+    allowed = replicas + surge if replicas > 0 else 0
+    to_add = allowed - total
+    if to_add != 0:
+        # ReplicaSetsBySizeNewer (adding) / BySizeOlder (removing): larger first; among equals
+        # the newer / the older first (creation time, then name).
+        ordered.sort(key=_rs_age_key, reverse=to_add > 0)
+        ordered.sort(key=lambda rs: -_replicas(rs))
+    status_replicas = int((deploy.get("status") or {}).get("replicas") or 0)
+    sizes: dict[str, int] = {}
+    added = 0
+    for rs in ordered:
+        size = _replicas(rs)
+        if to_add == 0:
+            sizes[rs["metadata"]["name"]] = size
+            continue
+        # GetReplicaSetProportion / getReplicaSetFraction.
+        if size == 0 or to_add == added:
+            proportion = 0
+        else:
+            if replicas == 0:
+                fraction = -size
+            else:
+                before = _annotation_int(rs, "deployment.kubernetes.io/max-replicas") or status_replicas
+                fraction = 0 if not before else _round(size * (replicas + surge) / before) - size
+            left = to_add - added
+            proportion = min(fraction, left) if to_add > 0 else max(fraction, left)
+        sizes[rs["metadata"]["name"]] = size + proportion
+        added += proportion
+    if ordered and to_add != 0:
+        first = ordered[0]["metadata"]["name"]
+        sizes[first] = max(0, sizes[first] + to_add - added)
+    return {name: size for name, size in sizes.items()
+            if size != next(_replicas(rs) for rs in ordered if rs["metadata"]["name"] == name)}
+
+
+def _round(value: float) -> int:
+    """Go's math.Round: half away from zero (Python's round() rounds half to even)."""
+    return int(math.floor(abs(value) + 0.5)) * (1 if value >= 0 else -1)
 
 
 # --- the command ---------------------------------------------------------------------------------
@@ -164,7 +305,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     what = parser.add_argument_group("the scale-in")
     what.add_argument("--replicas", metavar="N", required=True,
-                      help="the new size: how many pods stay (0 up to the active pods)")
+                      help="the new size: how many pods stay (0 up to the active pods); live, the "
+                           "Deployment's (shared among its ReplicaSets during a rollout)")
     what.add_argument("--now", metavar="TIME",
                       help="the controller's clock, RFC 3339 (e.g. 2025-06-01T12:03:00Z); rules 6 "
                            "and 8 bucket ages by it (default: now)")
@@ -258,10 +400,14 @@ def main(args: argparse.Namespace, read_outputs: Callable[[argparse.Namespace], 
         try:
             if args.skew is None and args.now is None:
                 offset = clock_window.measure_offset(kube, utc_now)
-            pods, related, rs_name = live_input(kube, args.namespace, args.deployment)
+            state = live_state(kube, args.namespace, args.deployment)
         finally:
             kube.close()
-        source = f"{args.namespace}/{args.deployment} (ReplicaSet {rs_name})"
+        parts = live_parts(state, replicas, f"{args.namespace}/{args.deployment}")
+        if len(parts) != 1:
+            return _print_split(args, parts, state.related, replicas, now, offset, skew)
+        source, pods, replicas = parts[0]
+        related = state.related
     active = sum(1 for p in pods if is_active(p))
     if replicas > active:
         raise RunError(f"--replicas {replicas} is above the {active} active pods: a scale-out "
@@ -277,6 +423,79 @@ def main(args: argparse.Namespace, read_outputs: Callable[[argparse.Namespace], 
     else:
         print(render(result, source))
     return 0
+
+
+def live_parts(state: LiveState, replicas: int, where: str) -> list[tuple[str, list[dict], int]]:
+    """(source, the ReplicaSet's pods, its new size) for each ReplicaSet the Deployment
+    controller resizes when the Deployment goes to ``replicas`` (``split_scale``); with one
+    active ReplicaSet, that one at ``replicas``."""
+    sizes = split_scale(state.deploy, state.replica_sets, state.current, replicas)
+    active = [rs for rs in state.replica_sets if _replicas(rs) > 0]
+    if not sizes and len(active) <= 1:
+        target = active[0] if active else state.current
+        sizes = {target["metadata"]["name"]: replicas}
+    return [(f"{where} (ReplicaSet {rs['metadata']['name']})", state.pods_of(rs),
+             sizes[rs["metadata"]["name"]])
+            for rs in sorted(state.replica_sets, key=_rs_age_key)
+            if rs["metadata"]["name"] in sizes]
+
+
+def _print_split(args: argparse.Namespace, parts: list[tuple[str, list[dict], int]],
+                 related: list[dict], replicas: int, now: datetime.datetime,
+                 offset: Optional[dict], skew: float) -> int:
+    """Several ReplicaSets resized at once (a rollout in progress): each one's controller
+    deletes its own victims, ranked by the pods of all of them. One forecast each, and the lot
+    together (``merge``)."""
+    lag = args.sync_lag if args.sync_lag is not None else clock_window.SYNC_LAG_SECONDS
+    window = clock_window.window(offset, lag, default_skew_seconds=skew)
+    results = []
+    for source, pods, size in parts:
+        active = sum(1 for p in pods if is_active(p))
+        try:
+            results.append((source, size, forecast(pods, related, min(size, active), now, window)))
+        except ValueError as error:
+            raise RunError(f"cannot forecast from {source}: {error}") from None
+    where = f"{args.namespace}/{args.deployment}"
+    if not results:
+        note = (f"the Deployment controller changes no ReplicaSet's size at {replicas}: their "
+                "sizes already add up to it plus maxSurge, so nothing is deleted")
+        print(json.dumps({"source": where, "replicas_after": replicas, "delete": [],
+                          "decided": True, "undecided": [], "clock_undecided": [],
+                          "notes": [note], "replica_sets": []}, indent=2)
+              if args.json else f"Scale-in of {where}: {note}")
+        return 0
+    if not any(r.delete for _, _, r in results) and replicas > sum(r.replicas_before for _, _, r in results):
+        raise RunError(f"--replicas {replicas} is above the active pods: a scale-out deletes nothing")
+    if args.json:
+        print(json.dumps(merge(results, where, replicas), indent=2))
+    else:
+        lines = [f"The Deployment controller resizes {len(results)} ReplicaSets of {where} "
+                 f"(a rollout in progress): "
+                 + ", ".join(f"{s.rsplit(' ', 1)[-1].rstrip(')')} {r.replicas_before} -> {size}"
+                             for s, size, r in results)]
+        lines += [render(r, s) for s, _, r in results]
+        print("\n\n".join(lines))
+    return 0
+
+
+def merge(results: list[tuple[str, int, Forecast]], where: str, replicas: int) -> dict[str, Any]:
+    """The forecasts of several ReplicaSets as one JSON document: each under ``replica_sets``,
+    and their victims, open pods and notes together at the top, as a single forecast has them."""
+    parts = [{"source": source, "size": size, **r.to_json()} for source, size, r in results]
+    split: dict[str, int] = {}
+    for part in parts:
+        for rule, count in part["split"].items():
+            split[rule] = split.get(rule, 0) + count
+    return {"source": f"{where} ({len(parts)} ReplicaSets)",
+            "replicas_before": sum(p["replicas_before"] for p in parts), "replicas_after": replicas,
+            "now": parts[0]["now"] if parts else "", "window": parts[0]["window"] if parts else "",
+            "sorted": all(p["sorted"] for p in parts), "decided": all(p["decided"] for p in parts),
+            "delete": [v for p in parts for v in p["delete"]],
+            "order": [n for p in parts for n in p["order"]],
+            "undecided": [n for p in parts for n in p["undecided"]],
+            "clock_undecided": [n for p in parts for n in p["clock_undecided"]],
+            "split": split, "notes": [n for p in parts for n in p["notes"]],
+            "replica_sets": parts}
 
 
 def render(result: Forecast, source: str = "") -> str:

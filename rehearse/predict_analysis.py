@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import calendar
 import datetime
-import functools
 import math
 import re
 from dataclasses import asdict, dataclass, field
@@ -471,15 +470,22 @@ def within_window(result: Forecast, facts: Sequence[PodFacts], replicas: int, no
                   window: tuple[int, int], *, pod_deletion_cost: bool = True) -> Forecast:
     """``result`` (the forecast at ``now``) with every pod whose fate differs at some controller
     clock of ``window`` marked undecided. The controller's order is constant between bucket
-    edges, so the forecasts at ``clock_window.candidate_clocks`` are all it can do."""
+    edges, so the forecasts at ``clock_window.candidate_clocks`` are all it can do. A pod is
+    decided only if it is at every one of those clocks: a sure victim at each, or at none a
+    possible one — a pod the forecast at some clock calls random (a tied victim, or a kept pod
+    that may go instead) may go, though at ``now`` it is sure."""
     from dataclasses import replace
 
     early, late = window
     times = [t for p in facts for t in (p.ready_time, p.created)]
-    outcomes = [set(forecast_facts(facts, replicas, clock, pod_deletion_cost=pod_deletion_cost).names)
-                for clock in clock_window.candidate_clocks(times, now + early, now + late)]
-    always, ever = set.intersection(*outcomes), set.union(*outcomes)
-    flips = ever - always
+    sure: list[set[str]] = []
+    possible: set[str] = set()
+    for clock in clock_window.candidate_clocks(times, now + early, now + late):
+        at = forecast_facts(facts, replicas, clock, pod_deletion_cost=pod_deletion_cost)
+        sure.append({v.name for v in at.delete if not v.tie})
+        possible |= set(at.names) | set(at.undecided)
+    random_now = {v.name for v in result.delete if v.tie} | set(result.undecided)
+    flips = possible - set.intersection(*sure) - random_now
     words = clock_window.describe(early, late)
     notes = list(result.notes)
     if flips and result.sorted:
@@ -517,31 +523,46 @@ def forecast_facts(facts: Sequence[PodFacts], replicas: int, now: int, *, inacti
         victims = [_victim(p, f"all {len(facts)} active pods go (not sorted)", 0) for p in facts]
         return Forecast(**base, delete=victims, order=[p.name for p in facts], sorted=False,
                         notes=notes)
-    ordered = _sort(facts, now, pod_deletion_cost)
+    blocks = _blocks(facts, now, pod_deletion_cost)
+    ordered = [p for block in blocks for p in block]
     goes, kept = ordered[:diff], ordered[diff:]
+    # The block the cut falls in: its pods go or stay by the order the controller lists them.
+    start = 0
+    for block in blocks:
+        if start < diff < start + len(block):
+            cut = {p.name for p in block}
+            break
+        start += len(block)
+    else:
+        cut = set()
     victims, undecided, split = [], [], {}
     for pod in goes:
-        # Decided only when this pod goes before every pod kept.
         against = [(k, decide(pod, k, now, pod_deletion_cost=pod_deletion_cost)) for k in kept]
         for _, decision in against:
             number = decision.rule if decision.first is not None else 0
             split[number] = split.get(number, 0) + 1
-        open_ = [(k, d) for k, d in against if d.first != 0]
-        if not open_:
+        if pod.name not in cut:
+            # An earlier block than every kept pod's: the rules put it first against each.
             keep, decision = against[0]
             victims.append(_victim(pod, explain(pod, keep, now, decision), decision.rule,
                                    versus=keep.name))
             continue
-        keep, decision = open_[0]
+        open_ = [(k, d) for k, d in against if k.name in cut]
         for k, _ in open_:
             if k.name not in undecided:
                 undecided.append(k.name)
-        if decision.first is None:
+        tie = next(((k, d) for k, d in open_ if d.first is None), None)
+        keep, decision = tie or open_[0]
+        exact = all(decide(a, b, now, pod_deletion_cost=pod_deletion_cost).first is None
+                    for a in goes + kept if a.name in cut for b in goes + kept
+                    if b.name in cut and a.name < b.name)
+        if exact:
             why = explain(pod, keep, now, decision)
         else:
-            why = (f"not decided: against {keep.name} the rules say {explain(pod, keep, now, decision)}, "
-                   "yet they put this pod first against others (not transitive here): the outcome "
-                   "depends on the order the controller lists the pods")
+            why = (f"not decided: against {keep.name} the rules say "
+                   f"{explain(pod, keep, now, decision)}; but among {', '.join(sorted(cut))} "
+                   "they are not transitive (a tie here, an order there, and round again), so "
+                   "the controller's sort leaves their order to the order it lists them in")
         victims.append(_victim(pod, why, decision.rule, versus=keep.name, tie=True))
     tied = [v.name for v in victims if v.tie]
     if tied:
@@ -556,12 +577,68 @@ def _victim(pod: PodFacts, rule: str, number: int, *, versus: str = "", tie: boo
                   versus=versus, rule_number=number, uid=pod.uid, namespace=pod.namespace)
 
 
-def _sort(facts: Sequence[PodFacts], now: int, pod_deletion_cost: bool) -> list[PodFacts]:
-    """The controller's order. Its sort (Go's pdqsort over the informer's list, in no fixed
-    order) leaves ties wherever they fall; here they fall by name, and are reported as ties."""
-    def compare(a: PodFacts, b: PodFacts) -> int:
-        first = decide(a, b, now, pod_deletion_cost=pod_deletion_cost).first
-        return -1 if first == 0 else 1 if first == 1 else 0
+def _blocks(facts: Sequence[PodFacts], now: int, pod_deletion_cost: bool) -> list[list[PodFacts]]:
+    """The controller's order, as blocks: ``Less`` puts every pod of a block before every pod
+    of the next, and leaves the order within a block to the order the informer lists the pods
+    in (no fixed order). A block is an exact tie — or, since ``Less`` is not a strict weak
+    ordering (pods Ready in the same second fall through to rule 8 while others go by UID; a
+    pod whose age crosses a bucket edge joins a bucket of UID-ordered pods), a set of pods the
+    rules order in a circle: a ~ b, b ~ c, yet a before c. Go's sort then places them by where
+    they were listed, as the real controller showed (tests/test_real_scale_in.py). The blocks
+    are the strongly connected components of "a may be placed before b" (not Less(b, a)),
+    which, between them, ``Less`` orders totally."""
+    def first(a: PodFacts, b: PodFacts) -> Optional[int]:
+        return decide(a, b, now, pod_deletion_cost=pod_deletion_cost).first
 
-    by_name = sorted(facts, key=lambda p: (p.namespace, p.name))
-    return sorted(by_name, key=functools.cmp_to_key(compare))
+    pods = sorted(facts, key=lambda p: (p.namespace, p.name))
+    n = len(pods)
+    # before[i][j]: i may come before j — unless the rules put j first.
+    before = [[i != j and first(pods[j], pods[i]) != 0 for j in range(n)] for i in range(n)]
+    # Strongly connected components (Tarjan's, without recursion), O(n^2) over the matrix.
+    index: list[Optional[int]] = [None] * n
+    low = [0] * n
+    on_stack = [False] * n
+    stack: list[int] = []
+    blocks: list[list[int]] = []
+    counter = 0
+    for root in range(n):
+        if index[root] is not None:
+            continue
+        work = [(root, 0)]
+        while work:
+            v, j = work.pop()
+            if j == 0:
+                index[v] = low[v] = counter
+                counter += 1
+                stack.append(v)
+                on_stack[v] = True
+            for w in range(j, n):
+                if not before[v][w]:
+                    continue
+                if index[w] is None:
+                    work.append((v, w + 1))
+                    work.append((w, 0))
+                    break
+                if on_stack[w]:
+                    low[v] = min(low[v], index[w])
+            else:
+                if low[v] == index[v]:
+                    block = []
+                    while True:
+                        w = stack.pop()
+                        on_stack[w] = False
+                        block.append(w)
+                        if w == v:
+                            break
+                    blocks.append(sorted(block))
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[v])
+    # Between blocks every pair goes one way: the block that may precede the most comes first.
+    blocks.sort(key=lambda b: -sum(1 for j in range(n) if before[b[0]][j]))
+    return [[pods[i] for i in block] for block in blocks]
+
+
+def _sort(facts: Sequence[PodFacts], now: int, pod_deletion_cost: bool) -> list[PodFacts]:
+    """The controller's order, blocks in order, by name within each (``_blocks``)."""
+    return [p for block in _blocks(facts, now, pod_deletion_cost) for p in block]

@@ -12,17 +12,18 @@ taint, disruption), from the ReplicaSet controller's documented rule for pod-del
 (docs/scale-in.md) and from Karpenter's source (pkg/controllers/disruption/consolidation.go,
 pkg/controllers/pod/deletioncost), never from a previous run.
 
-Runs (each once per worker, cached): ``A`` — the scale sequence, 40 s of the lab's WhenEmpty,
-then the pool switched to WhenEmptyOrUnderutilized for 50 s (the demo guide's open question);
-``B``+``C`` side by side (C with the PodDeletionCostManagement gate on, as the lab's values for
-scenario C set it); ``collector`` — ``python -m rehearse burst`` (scenario A) against the
-cluster, its report checked against what the controllers did.
+Runs (each once for the session, shared by the xdist workers): ``A`` — the scale sequence, 40 s
+of the lab's WhenEmpty, then the pool switched to WhenEmptyOrUnderutilized for 50 s (the demo
+guide's open question); side by side with each other, ``B``, ``C`` (the PodDeletionCostManagement
+gate on, as the lab's values for scenario C set it) and ``collector`` — ``python -m rehearse
+burst`` (scenario A) against its cluster, its report checked against what the controllers did.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import datetime
+import fcntl
 import json
 import os
 import shutil
@@ -32,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from rehearse import burst
-from tests import karpenter_lab
+from tests import karpenter_lab, worker_share
 from tests.karpenter_scenario import run_in_netns
 from tests.real_cluster import engines_folder
 
@@ -45,6 +46,24 @@ WHEN_EMPTY_WATCH = 40.0
 #: drain (measured: 22 s to the decision, 27 s until the NodeClaim is gone).
 UNDERUTILIZED_WATCH = 50.0
 UNCONSOLIDATABLE = 'NodePool "cloud-burst" has consolidation policy WhenEmpty, but node is not empty'
+
+
+def _shared(key: str, compute):
+    """``compute()`` once for both xdist workers (a run takes minutes; tests/worker_share.py's
+    ``once`` stops waiting after one): the first worker computes under an flock, the other
+    waits on it and reads the JSON left; if the first fails, the other computes itself."""
+    folder = worker_share.directory("real-karpenter")
+    if folder is None:
+        return compute()
+    result = folder / f"{key}.json"
+    with open(folder / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if result.exists():
+            return json.loads(result.read_text())
+        found = compute()
+        (folder / f"{key}.part").write_text(json.dumps(found))
+        (folder / f"{key}.part").rename(result)
+        return found
 
 
 def _engines() -> Path:
@@ -82,22 +101,24 @@ def runs(tmp_path_factory):
     def one(name: str, scenario: str, **extra) -> dict:
         return run(prepare(name, scenario, **extra))
 
+    def compute(key: str):
+        if key == "A":
+            return one("a", "A", watch=WHEN_EMPTY_WATCH, underutilized=UNDERUTILIZED_WATCH)
+        # The other three side by side, each in its own namespace and control plane.
+        plans = (prepare("b", "B"), prepare("c", "C"),
+                 prepare("collector", "A", mode="collector",
+                         outputs=karpenter_lab.outputs("A", SEQUENCE),
+                         arguments=["--watch", str(WHEN_EMPTY_WATCH), "--interval", "0.5",
+                                    "--within", "3", "--pause", "1", "--timeout", "120"]))
+        with concurrent.futures.ThreadPoolExecutor(len(plans)) as pool:
+            b, c, collector = [f.result() for f in [pool.submit(run, p) for p in plans]]
+        return {"B": b, "C": c, "collector": collector}
+
     def get(key: str):
-        if key not in cache:
-            if key == "A":
-                cache[key] = one("a", "A", watch=WHEN_EMPTY_WATCH, underutilized=UNDERUTILIZED_WATCH)
-            elif key == "BC":
-                # Side by side, each in its own namespace and control plane.
-                plans = prepare("b", "B"), prepare("c", "C")
-                with concurrent.futures.ThreadPoolExecutor(2) as pool:
-                    b, c = pool.submit(run, plans[0]), pool.submit(run, plans[1])
-                    cache[key] = (b.result(), c.result())
-            elif key == "collector":
-                cache[key] = one("collector", "A", mode="collector",
-                                 outputs=karpenter_lab.outputs("A", SEQUENCE),
-                                 arguments=["--watch", str(WHEN_EMPTY_WATCH), "--interval", "0.5",
-                                            "--within", "3", "--pause", "1", "--timeout", "120"])
-        return cache[key]
+        group = "A" if key == "A" else "others"
+        if group not in cache:
+            cache[group] = _shared(group, lambda: compute(group))
+        return cache[group] if key == "A" else cache[group][key]
 
     return get
 
@@ -231,7 +252,7 @@ def _follows_the_cost_rule(found: dict) -> list[str]:
 
 
 def test_scenario_b_costs_make_the_cloud_pods_go_first(runs):
-    b, _ = runs("BC")
+    b = runs("B")
     patched = {p["pod"] for p in b["kyverno"] if p["status"] == 200}
     hybrid = {e["name"] for e in b["pods"] if e["place"] == "hybrid"}
     assert patched == hybrid, "the policy's patch on every pod bound to a hybrid node, only there"
@@ -249,7 +270,7 @@ def test_scenario_c_ranks_the_cloud_pods_and_scales_in_the_same_places_as_b(runs
     leaves the hybrid pods' "1" alone (it ranks Managed() nodes only). With every overflow pod on
     one cloud node, the ranks change nothing the ReplicaSet compares against the hybrid pods'
     "1": the same number of pods go from the same places at each step as in B."""
-    b, c = runs("BC")
+    b, c = runs("B"), runs("C")
     assert c["plan"]["feature_gates"] == "PodDeletionCostManagement=true"
     assert b["plan"]["feature_gates"] == "PodDeletionCostManagement=false"
     assert c["run"]["costs"]["settled"], "Karpenter ranked the cloud pods within the wait"

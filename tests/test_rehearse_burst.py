@@ -113,6 +113,7 @@ class SimNode:
     claim: Optional[str] = None
     underused_since: Optional[float] = None
     disrupting: bool = False
+    said_unconsolidatable: bool = False
 
 
 class Cluster:
@@ -380,12 +381,20 @@ class Cluster:
                 and self.t - min(p.unschedulable_since for p in waiting) >= 1.2 - 1e-9:
             for i in range(0, len(waiting), 4):
                 self.launch(sorted(waiting, key=lambda p: p.name)[i:i + 4])
-        # Consolidation: an empty cloud node goes after 30 s.
+        # Consolidation: an empty cloud node goes after 30 s. One that holds pods is
+        # Unconsolidatable under WhenEmpty, said once on the Node and its NodeClaim (as the
+        # real Karpenter 1.15.0 does, deduplicated for 15 minutes: tests/test_real_karpenter.py).
         for node in list(self.nodes.values()):
             if node.place != "cloud" or node.ready is None:
                 continue
             if any(p.node == node.name for p in self.pods.values()):
                 node.empty_since = None
+                if not node.said_unconsolidatable:
+                    node.said_unconsolidatable = True
+                    message = (f'NodePool "{POOL}" has consolidation policy WhenEmpty, but node '
+                               "is not empty")
+                    self.event("Node", node.name, "Unconsolidatable", message)
+                    self.event("NodeClaim", node.claim, "Unconsolidatable", message)
             elif node.empty_since is None:
                 node.empty_since = self.t
                 self.later(30.0, lambda node=node: self.consolidate(node))

@@ -17,7 +17,8 @@ before each scale-in a snapshot and the forecast; after it the pods removed (hyb
 node, cost), Karpenter's evictions (``DisruptionTarget``) told apart from scale-in victims. After
 the last scale-in the consolidation watch (``--watch S``, default 180, 0 skips it) asks the demo guide's
 open question (docs/demo-guide.md#open-questions): does Karpenter disrupt a cloud node whose burst pods would fit in the hybrid
-nodes' free room (it should not, docs/karpenter.md#interruption-discovery-nodepool)? It records every NodeClaim and node that goes,
+nodes' free room (not under the lab's WhenEmpty; under WhenEmptyOrUnderutilized the real one does,
+docs/karpenter.md#consolidation-and-the-hybrid-nodes)? It records every NodeClaim and node that goes,
 every burst pod that goes or appears and where, and Karpenter's events (``DisruptionTerminating``,
 ``DisruptionBlocked``, ``Unconsolidatable``...), and answers per scenario with that evidence. The
 stack's original scenario is put back at the end, also on an interrupt or a failure.

@@ -15,17 +15,25 @@ from rehearse.burst.capacity import capacity
 # --- the consolidation watch (pure) ---------------------------------------------------------------
 
 EXPECTATION = ("Karpenter disrupts no cloud node whose burst pods would fit in the hybrid "
-               "nodes' free room: it does not manage hybrid nodes (no NodeClaim), though it "
-               "counts them as capacity when simulating consolidation (docs/karpenter.md#interruption-discovery-nodepool)")
+               "nodes' free room: the lab's NodePool consolidates only empty nodes "
+               "(consolidationPolicy WhenEmpty). Karpenter does not manage hybrid nodes (no "
+               "NodeClaim), but its consolidation counts their room: under "
+               "WhenEmptyOrUnderutilized it deletes such a node and its pods land on the hybrid "
+               "nodes (measured on the real Karpenter: docs/karpenter.md#consolidation-and-the-hybrid-nodes)")
 
 
-#: Under WhenEmpty, Karpenter's consolidation methods skip non-empty nodes without an event
-#: (kubernetes-sigs/karpenter, disruption/consolidation.go ShouldDisrupt); only Emptiness acts.
+#: Under WhenEmpty, Karpenter's consolidation skips a non-empty node and says so once:
+#: sigs.k8s.io/karpenter v1.15.0 pkg/controllers/disruption/consolidation.go ShouldDisrupt
+#: publishes Unconsolidatable "NodePool %q has consolidation policy WhenEmpty, but node is not
+#: empty" on the Node and its NodeClaim, deduplicated per object for 15 minutes — so it is
+#: usually written long before the watch, when the node first becomes a candidate (seen on the
+#: real engine 8 s after the NodeClaim was Ready, while it held 7 pods).
 WHEN_EMPTY_NOTE = ("with consolidationPolicy WhenEmpty Karpenter considers only empty nodes and "
-                   "says nothing about the others (no Unconsolidatable event), so this shows the "
-                   "policy at work; whether its consolidation simulation would use the hybrid "
-                   "room (it counts hybrid nodes as capacity: docs/karpenter.md#interruption-discovery-nodepool) is put to the test "
-                   "only under WhenEmptyOrUnderutilized")
+                   "says so once per node (Unconsolidatable: \"has consolidation policy WhenEmpty, "
+                   "but node is not empty\", repeated at most every 15 minutes), so this shows the "
+                   "policy at work; under WhenEmptyOrUnderutilized the real Karpenter does move "
+                   "such pods onto hybrid room (docs/karpenter.md#consolidation-and-the-hybrid-nodes)")
+UNCONSOLIDATABLE = "Unconsolidatable"
 
 
 def hybrid_room(situation: dict) -> dict:
@@ -120,7 +128,7 @@ def consolidation_answer(started: Optional[dict], done: Optional[dict],
                      "evicted": [c["name"] for c in left if c.get("disruption_target")]})
     moved_to = sorted({c["node"] for c in created if c.get("node")})
     answer = {**base, "disrupted": rows, "events": events, "moved": gone, "created": created,
-              "changes": len(changes)}
+              "changes": len(changes), "said": _said(started, changes, room)}
     offending = [r for r in rows if r["fits"]]
     candidates = [c for c in room["cloud"] if c["fits"]]
     seen = _watch_evidence(answer)
@@ -153,8 +161,32 @@ def consolidation_answer(started: Optional[dict], done: Optional[dict],
             "seen": seen, "moved_to": moved_to}
 
 
+def _said(started: dict, changes: list[dict], room: dict) -> list[dict]:
+    """Karpenter's Unconsolidatable events about the cloud nodes that held burst pods (or their
+    NodeClaims), from before the watch and during it: written once per node and deduplicated
+    for 15 minutes, they are rarely new during the watch."""
+    held = {c["node"]: c.get("nodeclaim") for c in room["cloud"] if c["pods"]}
+    claims = {claim: node for node, claim in held.items() if claim}
+    found: dict[tuple, dict] = {}
+    for event in list(started.get("events") or []) + [c for c in changes if c["what"] == "event"]:
+        if event.get("reason") != UNCONSOLIDATABLE:
+            continue
+        node = event.get("object") if event.get("kind") == "Node" else claims.get(event.get("object"))
+        if node in held:
+            found[(event.get("kind"), event.get("object"))] = {
+                "node": node, "kind": event.get("kind"), "object": event.get("object"),
+                "message": event.get("message"), "last": event.get("last")}
+    return sorted(found.values(), key=lambda e: (e["node"], e["kind"] or ""))
+
+
 def _watch_evidence(answer: dict) -> str:
     parts = []
+    said: dict[tuple, list[str]] = {}
+    for e in answer.get("said") or []:
+        said.setdefault((e["node"], e["message"], e["last"]), []).append(e["kind"])
+    for (node, message, last), kinds in sorted(said.items(), key=str):
+        parts.append(f"Karpenter on {node} ({' and '.join(sorted(kinds))}, {last}): "
+                     f"{UNCONSOLIDATABLE} \"{message}\"")
     for r in answer["disrupted"]:
         parts.append(f"{r['node']} disrupted ({'held ' + ', '.join(r['pods']) if r['pods'] else 'no burst pod: empty'}; "
                      + "; ".join(r["evidence"]) + ")")

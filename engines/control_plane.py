@@ -204,14 +204,7 @@ class ControlPlane:
     def stop(self) -> None:
         """Stops every process it started, by PID, newest first; idempotent."""
         while self.processes:
-            name, process = self.processes.pop()
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(15)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            stop_process(self.processes.pop()[1])
 
     def pids(self) -> dict[int, str]:
         return {p.pid: name for name, p in self.processes}
@@ -295,6 +288,17 @@ class ControlPlane:
     def forget_discovery(self) -> None:
         """After CRDs are created: their kinds are found on the next look-up."""
         self._resources.clear()
+
+
+def stop_process(process: subprocess.Popen, grace: float = 15) -> None:
+    """SIGTERM, then SIGKILL after ``grace`` seconds; waits, so no zombie is left."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def _die_with_parent() -> None:

@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 from typing import Optional
 
-from control_plane import ControlPlane, free_port
+from control_plane import ControlPlane, free_port, stop_process
 
 HERE = Path(__file__).resolve().parent
 #: The process name in ControlPlane.processes and the log file's name.
@@ -103,13 +103,7 @@ def stop(plane: ControlPlane) -> None:
         name, process = entry
         if name == NAME:
             plane.processes.remove(entry)
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(15)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            stop_process(process)
 
 
 def log_lines(plane: ControlPlane) -> list[dict]:

@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 from offline import chart_render, scheduling
 from stacks import costs
-from tests.real_placement import _ints, _name
+from tests.real_placement import _name, integers
 
 NAMESPACE = "demo-burst"
 DEPLOYMENT = "burst"
@@ -68,7 +68,7 @@ def daemonset_object(w: scheduling.Workload) -> dict:
     if w.node_selector:
         spec["nodeSelector"] = dict(w.node_selector)
     if w.affinity:
-        spec["affinity"] = _ints(copy.deepcopy(dict(w.affinity)))
+        spec["affinity"] = integers(copy.deepcopy(dict(w.affinity)))
     name = _name(w.name)
     return {"apiVersion": "apps/v1", "kind": "DaemonSet",
             "metadata": {"name": name, "namespace": "kube-system"},
@@ -141,7 +141,7 @@ def kyverno_rule(run: Any) -> Optional[dict]:
     assert condition["operator"] == "Equals" and context["name"] in condition["key"], condition
     return {"label": match.group(1), "default": match.group(2), "value": condition["value"],
             "namespaces": rule["match"]["any"][0]["resources"]["namespaces"],
-            "patch": _ints(copy.deepcopy(rule["mutate"]["patchStrategicMerge"]))}
+            "patch": integers(copy.deepcopy(rule["mutate"]["patchStrategicMerge"]))}
 
 
 def controller_stand_in(w: scheduling.Workload, feature_gates: str) -> dict:
@@ -150,7 +150,7 @@ def controller_stand_in(w: scheduling.Workload, feature_gates: str) -> dict:
     nodes' room as the real controller's do, and ``rehearse burst`` reads the gates the
     controller started with from them (rehearse/burst/reading.py ``karpenter``). Its image
     names the version that runs and its FEATURE_GATES are the process's."""
-    template = _ints(copy.deepcopy(dict(w.template)))
+    template = integers(copy.deepcopy(dict(w.template)))
     container = next(c for c in template["spec"]["containers"] if c["name"] == "controller")
     container["image"] = CONTROLLER_IMAGE
     container["env"] = [e for e in container.get("env") or [] if e["name"] != "FEATURE_GATES"] + [
@@ -165,7 +165,7 @@ def controller_stand_in(w: scheduling.Workload, feature_gates: str) -> dict:
 
 def _registered(run, kind_type: str, name: str) -> dict:
     [reg] = [r for r in run.of_type(kind_type) if r.inputs["metadata"]["name"] == name]
-    return _ints(copy.deepcopy(dict(reg.inputs)))
+    return integers(copy.deepcopy(dict(reg.inputs)))
 
 
 def plan(scenario: str, run: Any = None, *, region: str = "ap-northeast-2") -> dict:
@@ -179,7 +179,7 @@ def plan(scenario: str, run: Any = None, *, region: str = "ap-northeast-2") -> d
     pool = _registered(run, scheduling.NODE_POOL, NODEPOOL)
     pool["spec"]["template"]["spec"]["nodeClassRef"] = dict(KWOK_NODE_CLASS)
     deployment = _registered(run, scheduling.DEPLOYMENT, DEPLOYMENT)
-    [namespace] = [_ints(dict(r.inputs)) for r in run.of_type("kubernetes:core/v1:Namespace")
+    [namespace] = [integers(dict(r.inputs)) for r in run.of_type("kubernetes:core/v1:Namespace")
                    if r.inputs["metadata"]["name"] == NAMESPACE]
     fixed = [n for n in model.nodes if not n.elastic]
     pods: list[dict] = []

@@ -34,9 +34,10 @@ def _missing_tools() -> list[str]:
     return [tool for tool in ("go", "openssl") if shutil.which(tool) is None]
 
 
-def started(tmp_path_factory, name: str = "control-plane") -> Iterator[ControlPlane]:
+def started(tmp_path_factory, name: str = "control-plane", **options) -> Iterator[ControlPlane]:
     """A control plane for a fixture to yield, stopped when it ends; skips the fixture's tests,
-    with the reason, where the engines or the tools they need are missing."""
+    with the reason, where the engines or the tools they need are missing. ``options`` go to
+    ``ControlPlane.start`` (``kwok=False``: no kwok)."""
     missing = _missing_tools()
     if missing:
         pytest.skip(f"the real-engine tier needs {' and '.join(missing)} on PATH")
@@ -44,7 +45,7 @@ def started(tmp_path_factory, name: str = "control-plane") -> Iterator[ControlPl
     if folder is None:
         # why names what is missing and the command that builds it (build.py --where).
         pytest.skip(f"the real-engine tier needs the engines: {why}")
-    plane = ControlPlane.start(folder, tmp_path_factory.mktemp(name))
+    plane = ControlPlane.start(folder, tmp_path_factory.mktemp(name), **options)
     try:
         yield plane
     finally:

@@ -39,7 +39,7 @@ from typing import Any, Optional
 
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT / "engines"))
-from control_plane import ControlPlane, _die_with_parent, free_port  # noqa: E402
+from control_plane import ControlPlane, _die_with_parent, free_port, stop_process  # noqa: E402
 
 COST = "controller.kubernetes.io/pod-deletion-cost"
 HYBRID = ("eks.amazonaws.com/compute-type", "hybrid")
@@ -56,17 +56,6 @@ CASES = ("lab", "no-binding-exclusion", "admission-no-nodes", "background-no-nod
 
 
 # --- the plan (test process) ---------------------------------------------------------------------
-
-def _ints(value: Any) -> Any:
-    """The program's inputs carry JSON numbers as floats (8080.0); the API wants integers."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _ints(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_ints(v) for v in value]
-    return value
-
 
 def variant_values(values: dict, case: str) -> dict:
     """The lab's chart values with one of its settings taken away."""
@@ -123,6 +112,7 @@ def module_crds() -> list[dict]:
 def plan(run, cases=CASES, replicas: int = 10) -> dict:
     """What the scenario script needs, from the lab's program run ``run`` (burstScenario B)."""
     from offline import chart_render, scheduling
+    from tests.real_placement import integers
 
     [kyverno] = [r for r in chart_render.registered_releases(run) if r.name == "kyverno"]
     [karpenter] = [r for r in chart_render.registered_releases(run) if r.name == "karpenter"]
@@ -142,7 +132,7 @@ def plan(run, cases=CASES, replicas: int = 10) -> dict:
     nodes.append(_node("cloud-burst-0", {k: v for k, v in cloud.labels.items()
                                          if k != "topology.kubernetes.io/zone"},
                        cloud.taints, cloud.allocatable, cloud.max_pods))
-    deployment = _ints(copy.deepcopy(burst))
+    deployment = integers(copy.deepcopy(burst))
     deployment["spec"]["replicas"] = replicas
     karpenter_deployment = next(d for d in chart_render.render_workloads(karpenter)
                                 if d["kind"] == "Deployment")
@@ -154,8 +144,8 @@ def plan(run, cases=CASES, replicas: int = 10) -> dict:
                               if d.get("kind") == "Deployment"],
         "values": {case: variant_values(kyverno.values, case) for case in ("lab", *cases)},
         "cases": list(cases),
-        "policy": {**_ints(policy), "kind": "ClusterPolicy"},
-        "namespace": {**_ints(namespace), "kind": "Namespace", "apiVersion": "v1"},
+        "policy": {**integers(policy), "kind": "ClusterPolicy"},
+        "namespace": {**integers(namespace), "kind": "Namespace", "apiVersion": "v1"},
         "deployment": {**deployment, "kind": "Deployment", "apiVersion": "apps/v1"},
         "nodes": nodes,
         "hybrid_nodes": [n["metadata"]["name"] for n in nodes
@@ -318,13 +308,7 @@ class Scenario:
 
     def stop(self) -> None:
         for process in self.kyverno.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(15)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            stop_process(process)
         if self.plane is not None:
             self.plane.stop()
 

@@ -36,14 +36,14 @@ KWOK = {"kwok.x-k8s.io/node": "fake"}
 BUILT_IN_PRIORITIES = {"system-node-critical", "system-cluster-critical"}
 
 
-def _ints(value: Any) -> Any:
+def integers(value: Any) -> Any:
     """The program's mocks hand numbers back as floats (8080.0); the API wants integers."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
-        return {k: _ints(v) for k, v in value.items()}
+        return {k: integers(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_ints(v) for v in value]
+        return [integers(v) for v in value]
     return value
 
 
@@ -93,7 +93,7 @@ def pod_template(w: scheduling.Workload, prefix: str) -> dict:
     """The workload's pod template, as the lab would create it, plus the scenario's selector and
     toleration and its workload label; without what cannot exist here and decides no placement
     (service accounts, claims of volumes that are not there, priority classes not created)."""
-    template = _ints(copy.deepcopy(dict(w.template))) if w.template else _addon_template(w)
+    template = integers(copy.deepcopy(dict(w.template))) if w.template else _addon_template(w)
     meta = template.setdefault("metadata", {})
     meta["labels"] = {**(meta.get("labels") or {}), SCENARIO: prefix, WORKLOAD: w.name}
     meta.pop("annotations", None)

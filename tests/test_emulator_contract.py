@@ -29,11 +29,11 @@ from tests.emulator_contract import NS, OTHER_NS, Answer, raw, typed, view
 from tests.kube_emulator import (CLUSTERPOLICIES, CONFIGMAPS, DAEMONSETS, DEPLOYMENTS, EVENTS,
                                  LEASES, NAMESPACES, NODECLAIMS, NODEPOOLS, NODES, PODS,
                                  REPLICASETS, SERVICES, VTEP_CONFIGS, Emulator)
-from tests.real_cluster import _missing_tools
+from tests.real_cluster import started
 from rehearse.connection import Endpoint, Kube
 
 sys.path.insert(0, str(contract.__file__).rsplit("/tests/", 1)[0] + "/engines")
-from control_plane import TOKEN, ControlPlane, engines_folder  # noqa: E402
+from control_plane import TOKEN, ControlPlane, stop_process  # noqa: E402
 
 HYBRID = "eks.amazonaws.com/compute-type"
 POOL = "karpenter.sh/nodepool"
@@ -186,22 +186,12 @@ def _kinds(resource: str) -> tuple[str, str]:
 # --- the two servers ------------------------------------------------------------------------------
 
 def _api_server_alone(tmp_path_factory) -> Iterator[ControlPlane]:
-    missing = _missing_tools()
-    if missing:
-        pytest.skip(f"the real-engine tier needs {' and '.join(missing)} on PATH")
-    folder, why = engines_folder()
-    if folder is None:
-        pytest.skip(f"the real-engine tier needs the engines: {why}")
-    plane = ControlPlane.start(folder, tmp_path_factory.mktemp("contract"), kwok=False)
-    try:
+    for plane in started(tmp_path_factory, "contract", kwok=False):
         for name, process in list(plane.processes):
             if name in ("kube-controller-manager", "kube-scheduler"):
-                process.terminate()
-                process.wait(15)
                 plane.processes.remove((name, process))
+                stop_process(process)
         yield plane
-    finally:
-        plane.stop()
 
 
 def _create(plane: ControlPlane, resource: str, namespace: Optional[str], obj: dict,

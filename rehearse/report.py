@@ -13,6 +13,12 @@ from typing import Any, Optional
 #: ``chart``).
 REPORT_VERSION = 2
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+#: A check whose input was never read: the run ended before it (interrupted, failed part-way)
+#: or an earlier read failed. Not a verdict on the cluster, so it carries no fix about the
+#: cluster — its ``seen`` says why it was not read — and a run with one has not passed.
+NOT_READ = "NOT READ"
+#: The statuses a check may have, in the order a reader should see them.
+STATUSES = (FAIL, NOT_READ, PASS, SKIP)
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,7 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return all(c.status != FAIL for c in self.checks)
+        return all(c.status not in (FAIL, NOT_READ) for c in self.checks)
 
     @property
     def failures(self) -> list[Check]:
@@ -82,7 +88,8 @@ class Report:
         lines = [f"# {self.title}", "",
                  f"Stack `{self.stack}`, `python -m rehearse {self.command}`, started {self.started}. "
                  f"Result: **{'PASS' if self.passed else 'FAIL'}** "
-                 f"({len(self.checks) - len(self.failures)} of {len(self.checks)} checks passed).",
+                 f"({sum(c.status == PASS for c in self.checks)} of {len(self.checks)} checks "
+                 "passed).",
                  ""]
         for c in self.charts:
             lines += [f"![{c.title}]({c.name}.png)", "", f"*{c.title}* ([SVG for slides]({c.name}.svg))", ""]
@@ -95,7 +102,7 @@ class Report:
             lines.append("")
         lines += ["## Checklist", ""]
         for c in self.checks:
-            box = {"PASS": "[x]", "FAIL": "[ ]", "SKIP": "[-]"}[c.status]
+            box = {PASS: "[x]", FAIL: "[ ]", SKIP: "[-]", NOT_READ: "[?]"}[c.status]
             lines.append(f"- {box} **{c.name}** — {c.status}: {c.seen}")
             if c.status == FAIL and c.fix:
                 lines.append(f"  - Fix: {c.fix}")
@@ -151,4 +158,7 @@ class Report:
             lines.append(f"  {m.name}: {value}" + (f" ({m.reference})" if m.reference else ""))
         for c in self.failures:
             lines.append(f"  FAIL {c.name}: {c.seen}" + (f" — fix: {c.fix}" if c.fix else ""))
+        for c in self.checks:
+            if c.status == NOT_READ:
+                lines.append(f"  NOT READ {c.name}: {c.seen}")
         return "\n".join(lines)

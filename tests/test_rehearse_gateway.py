@@ -30,7 +30,7 @@ import pytest
 from moto import mock_aws
 from moto.ec2.models.route_tables import Route
 
-from rehearse import cli, gateway, gateway_kinds
+from rehearse import cli, gateway, gateway_kinds, record
 from rehearse.connection import Kube
 from rehearse.record import iso, read_events, utc_now
 from tests.offline_guard import forbid_non_loopback
@@ -796,12 +796,20 @@ def test_report_out_writes_elsewhere_and_leaves_the_recording_byte_for_byte(tmp_
 
     fixture = FIXTURES / "gateway-route-elsewhere"
     before = digest(fixture)
-    out = tmp_path / "again"
-    assert cli.main(["report", str(fixture), "--out", str(out)]) == 1
+    rehearsals = tmp_path / "again"
+    assert cli.main(["report", str(fixture), "--out", str(rehearsals)]) == 1
     assert digest(fixture) == before
+    # A run folder of the rehearsals folder, named as the live run's would be.
+    [out] = rehearsals.iterdir()
+    started = read_events(fixture)[0]
+    assert out.name == record.folder_for(rehearsals, started["stack"], "verify gateway",
+                                         record.parse_time(started["at"])).name
     assert (out / "report.md").read_text() == (fixture / "report.md").read_text()
     assert (out / "report.json").read_text() == (fixture / "report.json").read_text()
-    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["events.jsonl", "report.json", "report.md"]
+    # Replayed again into the same rehearsals folder: the same folder, rewritten.
+    assert cli.main(["report", str(fixture), "--out", str(rehearsals)]) == 1
+    assert [p.name for p in rehearsals.iterdir()] == [out.name]
 
 
 # --- the analysis alone, over a recording ---------------------------------------------------

@@ -31,6 +31,7 @@ import pytest
 from rehearse import cli, failover, failover_analysis, leader as leaders, probes as probe_logs
 from rehearse.record import iso, parse_time, read_events
 from rehearse.report import FAIL, PASS
+from tests import rehearsal_evening
 from tests.conftest import main_in_process
 from tests.offline_guard import loopback_connect
 from tests.kube_emulator import (LEASES, NODES, PODS, VTEP_CONFIGS, Emulator, status_response,
@@ -252,7 +253,8 @@ def module_ec2() -> Iterator[Ec2World]:
 
 
 @contextlib.contextmanager
-def lab_session(scenario: Scenario, workdir: Path, world: Optional[Ec2World] = None) -> Iterator[Lab]:
+def lab_session(scenario: Scenario, workdir: Path, world: Optional[Ec2World] = None,
+                stack_name: str = "lab") -> Iterator[Lab]:
     """The emulator, moto and the patches that point the CLI at them; the cluster played on
     ``Sim``'s clock. Only 127.0.0.1 may be reached. In ``world`` (its moto active) if given,
     else in a world of its own."""
@@ -271,7 +273,7 @@ def lab_session(scenario: Scenario, workdir: Path, world: Optional[Ec2World] = N
         ec2 = _ec2_client()
         tables: list[str] = []
         try:
-            lab = _build(server, sim, ec2, world, tables, scenario, workdir)
+            lab = _build(server, sim, ec2, world, tables, scenario, workdir, stack_name)
             context = functools.partial(Context, clock=sim.clock, sleep=sim.sleep,
                                         monotonic=sim.monotonic, progress=sim.progress.append)
             with mock.patch.object(cli, "_connect", lambda args, outputs: Kube.connect(server.endpoint)), \
@@ -306,7 +308,7 @@ def _plant_nodes(ec2: Any) -> Ec2World:
 
 
 def _build(server: Emulator, sim: Sim, ec2: Any, world: Ec2World, tables: list[str],
-           scenario: Scenario, workdir: Path) -> Lab:
+           scenario: Scenario, workdir: Path, stack: str = "lab") -> Lab:
     """The lab's route tables (into ``tables``, for removal) and the cluster."""
     nodes = {key: dict(node) for key, node in world.nodes.items()}
     for _ in scenario.routes_us:
@@ -371,7 +373,8 @@ def _build(server: Emulator, sim: Sim, ec2: Any, world: Ec2World, tables: list[s
 
     server.do(lambda km: km[f"delete /api/v1/namespaces/{GATEWAY_NS}/pods/{leader_pod}"] << on_delete)
 
-    outputs = workdir / "lab.json"
+    # The outputs file's name is the stack's (rehearse.outputs).
+    outputs = workdir / f"{stack}.json"
     outputs.write_text(json.dumps({
         "region": REGION, "kubeconfig": "{}", "hybridPodCidr": POD_CIDR,
         "gatewayNamespace": GATEWAY_NS, "gatewayLeaseName": LEASE,
@@ -831,11 +834,17 @@ def _jittered(scenario: Scenario) -> Scenario:
                jitter_us=40_000, seed=23)))
 
 
-def record_fixtures(target: Path = FIXTURES) -> None:
+def record_fixtures(target: Path = FIXTURES, stack: str = rehearsal_evening.STACK,
+                    started: Optional[dict[str, datetime.datetime]] = None) -> None:
+    """Each recording as ``stack``'s run, started at ``started[name]`` (default: the
+    rehearsal evening's): the simulated clock's origin T0 moves there, the scenario with it."""
     import tempfile
 
+    started = started or rehearsal_evening.STARTED
     for name, (scenario, args) in RECORDINGS.items():
-        with tempfile.TemporaryDirectory() as work, lab_session(_jittered(scenario), Path(work)) as lab:
+        with tempfile.TemporaryDirectory() as work, \
+                mock.patch.dict(globals(), {"T0": started[name]}), \
+                lab_session(_jittered(scenario), Path(work), stack_name=stack) as lab:
             lab.run(*args)
             destination = target / name
             destination.mkdir(parents=True, exist_ok=True)

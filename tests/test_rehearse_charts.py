@@ -52,8 +52,10 @@ def runs(tmp_path_factory):
     out = {name: replayed(FIXTURES / name, base) for name in (
         "failover-healthy", "failover-route-stuck", "burst-abc", "burst-b-no-get-nodes",
         "throughput-two-types", "gpu-recorded", "hostnet-healthy")}
-    # burst-abc up to scenario A's 15 -> 12 (events 0-36): 12 -> 10 and 10 -> 3 never ran.
-    partials = {"burst-partial": _partial("burst-abc", 37, base / "in" / "burst-partial"),
+    # burst-abc up to scenario A's 15 -> 12 (its scalein.done): 12 -> 10 and 10 -> 3 never ran.
+    settled = next(i for i, e in enumerate(record.read_events(FIXTURES / "burst-abc"))
+                   if e["kind"] == "scalein.done" and (e.get("scenario"), e.get("step")) == ("A", 2))
+    partials = {"burst-partial": _partial("burst-abc", settled + 1, base / "in" / "burst-partial"),
                 "throughput-partial": _cut_after_first_type(base / "in" / "throughput-partial")}
     for name, folder in partials.items():
         out[name] = report_into(folder, base / name)

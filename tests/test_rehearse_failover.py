@@ -358,7 +358,12 @@ def _build(server: Emulator, sim: Sim, ec2: Any, world: Ec2World, tables: list[s
 
     leader_pod = "eks-hybrid-nodes-gateway-gw-a"
     leader_key = ("v1/pods", GATEWAY_NS, leader_pod)
-    stored = server.put(PODS, GATEWAY_NS, leader_pod, pods["gw-a"])
+    # kmock removes a Terminating object without finalizers as soon as a declared reaction (on
+    # DELETE, below) has answered; the finalizer keeps it Terminating, as the API server keeps
+    # it until its kubelet confirms (``gone`` in _play).
+    leader = pods["gw-a"]
+    stored = server.put(PODS, GATEWAY_NS, leader_pod, {
+        **leader, "metadata": {**leader["metadata"], "finalizers": ["tests/kubelet-confirms"]}})
 
     def on_delete(request) -> bytes:
         # The API server marks the pod Terminating: deletionTimestamp = now + grace (whole
@@ -646,19 +651,20 @@ def _fixture(name: str) -> dict:
 
 
 def test_recorded_healthy_failover_gives_exact_figures():
-    """failover-healthy (jittered probers; DELETE sent at 09:00:00.000000, deletionTimestamp
-    09:00:30 with 30 s grace: the clocks agree). Read off probes.read, truncated to µs:
-    cloud→hybrid svc ok 08:59:59.288646, FAIL 09:00:01.340591, FAIL 09:00:04.361525, ok
-    09:00:05.416060 -> 6.127414 s; pod ok 08:59:59.303402, FAIL 02.342500, ok 09:00:04.371550
-    -> 5.068148 s. hybrid→cloud svc ok 08:59:59.125004 ... ok 09:00:06.294097 -> 7.169093 s;
-    pod ok 08:59:59.188517 ... ok 09:00:06.329462 -> 7.140945 s."""
+    """failover-healthy (jittered probers; started 2026-12-01 18:05, tests/rehearsal_evening.py;
+    DELETE sent at 18:05:00.000000, deletionTimestamp
+    18:05:30 with 30 s grace: the clocks agree). Read off probes.read, truncated to µs:
+    cloud→hybrid svc ok 18:04:59.288646, FAIL 18:05:01.340591, FAIL 18:05:04.361525, ok
+    18:05:05.416060 -> 6.127414 s; pod ok 18:04:59.303402, FAIL 02.342500, ok 18:05:04.371550
+    -> 5.068148 s. hybrid→cloud svc ok 18:04:59.125004 ... ok 18:05:06.294097 -> 7.169093 s;
+    pod ok 18:04:59.188517 ... ok 18:05:06.329462 -> 7.140945 s."""
     report = _fixture("failover-healthy")
     numbers = _numbers(report)
     assert numbers[GAP.format("cloud→hybrid via Service")] == 6.127
     assert numbers[GAP.format("cloud→hybrid via pod")] == 5.068
     assert numbers[GAP.format("hybrid→cloud via Service")] == 7.169
     assert numbers[GAP.format("hybrid→cloud via pod")] == 7.141
-    # acquireTime 09:00:03.214567; the old holder's renewTime 08:59:59.400000.
+    # acquireTime 18:05:03.214567; the old holder's renewTime 18:04:59.400000.
     assert numbers[HANDOVER] == 3.215 and numbers[UNOWNED] == 3.815
     assert numbers[ROUTE] == 4.0 and numbers[VTEP] == 4.5
     assert report["passed"]
@@ -684,10 +690,10 @@ def test_the_handover_beside_aws_3_to_5_s_says_its_clock_bound():
 
 def test_recorded_slow_standby_fails_the_gap_checks():
     """failover-slow-standby: the standby took the Lease 12.6 s after the deletion (acquireTime
-    09:00:12.600000), the routes followed at 13.1 and 13.2 s (first seen by the 13.5 s poll).
-    cloud→hybrid svc ok 08:59:59.288646 -> 09:00:14.505605 = 15.216959 s; pod 08:59:59.303402
-    -> 09:00:13.459367 = 14.155965 s. hybrid→cloud svc 08:59:59.125004 -> 09:00:15.326588 =
-    16.201584 s; pod 08:59:59.188517 -> 09:00:15.356803 = 16.168286 s."""
+    18:20:12.600000), the routes followed at 13.1 and 13.2 s (first seen by the 13.5 s poll).
+    cloud→hybrid svc ok 18:19:59.288646 -> 18:20:14.505605 = 15.216959 s; pod 18:19:59.303402
+    -> 18:20:13.459367 = 14.155965 s. hybrid→cloud svc 18:19:59.125004 -> 18:20:15.326588 =
+    16.201584 s; pod 18:19:59.188517 -> 18:20:15.356803 = 16.168286 s."""
     report = _fixture("failover-slow-standby")
     numbers = _numbers(report)
     assert numbers[GAP.format("cloud→hybrid via Service")] == 15.217
@@ -700,15 +706,15 @@ def test_recorded_slow_standby_fails_the_gap_checks():
     assert failed == ["gap cloud→hybrid via Service", "gap cloud→hybrid via pod",
                       "gap hybrid→cloud via Service", "gap hybrid→cloud via pod"]
     assert checks["gap cloud→hybrid via pod"]["seen"] == (
-        "14.156 s without a successful probe, from 08:59:59.303 to 09:00:13.459 UTC: over 10 s")
+        "14.156 s without a successful probe, from 18:19:59.303 to 18:20:13.459 UTC: over 10 s")
 
 
 def test_recorded_stuck_route_fails_the_route_check_and_the_open_gaps():
     """failover-route-stuck (--timeout 8 --observe 10): the second route table never left the
     old leader's ENI and nothing came back. The last lines are FAILs: cloud→hybrid svc ok
-    08:59:59.288646, last svc FAIL 09:00:16.451692 -> at least 17.163046 s; pod ok
-    08:59:59.303402, last pod FAIL 09:00:17.451763 -> 18.148361 s. hybrid→cloud svc
-    08:59:59.125004 -> 09:00:16.294959 = 17.169955 s; pod 08:59:59.188517 -> 09:00:17.296929 =
+    18:29:59.288646, last svc FAIL 18:30:16.451692 -> at least 17.163046 s; pod ok
+    18:29:59.303402, last pod FAIL 18:30:17.451763 -> 18.148361 s. hybrid→cloud svc
+    18:29:59.125004 -> 18:30:16.294959 = 17.169955 s; pod 18:29:59.188517 -> 18:30:17.296929 =
     18.108412 s."""
     report = _fixture("failover-route-stuck")
     checks = _checks(report)
@@ -722,18 +728,18 @@ def test_recorded_stuck_route_fails_the_route_check_and_the_open_gaps():
     assert numbers[ROUTE] is None
     for name in ("cloud→hybrid via Service", "hybrid→cloud via pod"):
         assert checks[f"gap {name}"]["status"] == FAIL
-        assert "still failing when the observation ended: the last probe (09:00:1" in \
+        assert "still failing when the observation ended: the last probe (18:30:1" in \
             checks[f"gap {name}"]["seen"]
     assert any(note.startswith("Gave up waiting after 8 s") for note in report["notes"])
 
 
 def test_recorded_run_with_a_skewed_workstation_clock_measures_on_the_clusters():
     """failover-skewed-clock: this machine's clock ran 7 s behind the cluster's. The DELETE was
-    sent at 09:00:00.000000 by ours; the API server answered deletionTimestamp 09:00:37 with a
-    30 s grace: 09:00:07 on the cluster's clock. acquireTime 09:00:10.214567 -> 3.214567 s.
-    cloud→hybrid svc ok 09:00:06.832414 -> 09:00:10.983163 = 4.150749 s; pod 09:00:06.875675 ->
-    09:00:11.027861 = 4.152186 s. hybrid→cloud svc 09:00:06.859896 -> 09:00:13.052151 =
-    6.192255 s; pod 09:00:06.902139 -> 09:00:11.995858 = 5.093719 s. The polls are on this
+    sent at 18:40:00.000000 by ours; the API server answered deletionTimestamp 18:40:37 with a
+    30 s grace: 18:40:07 on the cluster's clock. acquireTime 18:40:10.214567 -> 3.214567 s.
+    cloud→hybrid svc ok 18:40:06.832414 -> 18:40:10.983163 = 4.150749 s; pod 18:40:06.875675 ->
+    18:40:11.027861 = 4.152186 s. hybrid→cloud svc 18:40:06.859896 -> 18:40:13.052151 =
+    6.192255 s; pod 18:40:06.902139 -> 18:40:11.995858 = 5.093719 s. The polls are on this
     machine's clock: the routes first seen 4.0 s after the DELETE was sent."""
     report = _fixture("failover-skewed-clock")
     numbers = _numbers(report)

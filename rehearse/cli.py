@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import shutil
 import sys
 import traceback
 from dataclasses import dataclass
@@ -77,7 +78,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
                     "use this kubeconfig instead of the stack's (whose token is minted here with "
                     "your AWS credentials)")
     parser.add_argument("--out", type=Path, default=Path("rehearsals"), metavar="DIR",
-                        help="where the run's folder goes (default: ./rehearsals)")
+                        help="the rehearsals folder: the run's folder <time>-<stack>-<command> "
+                             "goes in it (default: ./rehearsals)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,18 +127,23 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the stack whose runs to gather (default: the one stack the runs "
                               "in --out are of)")
     summary.add_argument("--out", type=Path, default=Path("rehearsals"), metavar="DIR",
-                         help="the rehearsals folder to read and write <stack>-summary.html and "
-                              "<stack>-summary.md in (default: ./rehearsals)")
+                         help="the rehearsals folder, whose run folders <time>-<stack>-<command> "
+                              "are read, and where <stack>-summary.html and <stack>-summary.md "
+                              "are written (default: ./rehearsals)")
 
     report = commands.add_parser(
         "report", help=_REPORT_HELP,
         description="Analyse a run folder's events.jsonl again and write report.md, "
                     "report.json and the report's charts (SVG and PNG), into the folder or with "
-                    "--out elsewhere (a recorded run replays through the same analysis).")
+                    "--out DIR into a run folder of the rehearsals folder DIR, named as a live "
+                    "run's (a recorded run replays through the same analysis; `summary --out DIR` "
+                    "then reads it).")
     report.add_argument("folder", type=Path, help="a run folder (rehearsals/<time>-<stack>-<command>)")
     report.add_argument("--out", type=Path, metavar="DIR",
-                        help="write the report (report.md, report.json, charts) into DIR and leave FOLDER as it "
-                             "is (default: rewrite them in FOLDER)")
+                        help="the rehearsals folder: write the report (report.md, report.json, "
+                             "charts, and a copy of events.jsonl) into DIR/<time>-<stack>-<command>, "
+                             "the run's start, stack and command, and leave FOLDER as it is "
+                             "(default: rewrite them in FOLDER)")
     return parser
 
 
@@ -248,9 +255,11 @@ def execute(command: str, args: argparse.Namespace) -> RunResult:
     return RunResult(code, folder, interrupted)
 
 
-def run_report(folder: Path, out: Optional[Path] = None) -> int:
-    """Analyse ``folder`` again; the report goes to ``out`` when given, so a recorded run (a
-    test fixture, a colleague's folder) is read and never written."""
+def replay_folder(folder: Path, out: Optional[Path]) -> Path:
+    """Where ``rehearse report FOLDER [--out DIR]`` writes: FOLDER itself, or the run folder a
+    live run of the same start, stack and command would have made in the rehearsals folder DIR
+    (record.folder_for), so ``rehearse summary --out DIR`` reads it. The same recording
+    replayed twice into DIR lands in the same folder."""
     try:
         events = record.read_events(folder)
     except FileNotFoundError:
@@ -260,11 +269,37 @@ def run_report(folder: Path, out: Optional[Path] = None) -> int:
     started = record.first(events, record.RUN_STARTED)
     if started is None or started.get("command") not in COMMANDS:
         raise RunError(f"{folder / record.EVENTS} does not say which command it recorded")
+    if out is None:
+        return folder
+    stack = started.get("stack")
+    if not isinstance(stack, str) or not stack or not all(c.isalnum() or c in "-_." for c in stack) \
+            or stack.strip(".") == "":
+        raise RunError(f"{folder / record.EVENTS}: its run.started event names no usable stack "
+                       f"({stack!r}): the run folder under --out is named after it")
+    try:
+        moment = record.parse_time(str(started.get("at")))
+    except ValueError:
+        raise RunError(f"{folder / record.EVENTS}: its run.started event has no time ({started.get('at')!r}): "
+                       "the run folder under --out is named after it") from None
+    return record.folder_for(out, stack, started["command"], moment)
+
+
+def run_report(folder: Path, out: Optional[Path] = None) -> int:
+    """Analyse ``folder`` again; with ``out`` (a rehearsals folder) the report goes to a run
+    folder of its own there (replay_folder), with the events beside it, so a recorded run (a
+    test fixture, a colleague's folder) is read and never written."""
+    target = replay_folder(folder, out)
+    events = record.read_events(folder)
+    started = record.first(events, record.RUN_STARTED)
     report = outcome.analyse_run(_module(started["command"]).analyse, events)
-    target = folder if out is None else out
     target.mkdir(parents=True, exist_ok=True)
+    if target.resolve() != folder.resolve():
+        # A run folder as a live run leaves it: it can be replayed again from there.
+        shutil.copyfile(folder / record.EVENTS, target / record.EVENTS)
     report.write(target)
     print(report.summary())
+    if target != folder:
+        print(f"replayed into {target}")
     print(f"report: {target / 'report.md'}")
     if outcome.ending(events) is not None:
         return 1 if outcome.ending(events)["kind"] == outcome.RUN_INTERRUPTED else 2
@@ -274,6 +309,10 @@ def run_report(folder: Path, out: Optional[Path] = None) -> int:
 def run_summary(out: Path, stack: Optional[str], now: Optional[Any] = None) -> int:
     from rehearse import summary, summary_page
 
+    if not out.is_dir():
+        # Not made here: a mistyped --out would leave an empty summary in a new folder.
+        raise RunError(f"{out} does not exist: pass --out DIR, the rehearsals folder the runs "
+                       "are in (default ./rehearsals)")
     stack = stack or summary.only_stack(out)
     html_path, md_path = summary_page.write(out, stack, now or record.utc_now())
     print(f"summary: {html_path} and {md_path}")

@@ -21,7 +21,8 @@ from typing import Any, Optional
 
 from rehearse.errors import RunError
 from rehearse.outcome import CHECK_COMPLETED
-from rehearse.record import is_folder_of, parse_time
+from rehearse.record import EVENTS, RUN_STARTED, is_folder_of, parse_time
+from rehearse.report import REPORT_VERSION
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ OPEN_QUESTIONS = Part("Open questions", "not part of a demo: run them when there
 #: How a run ended, beyond PASS and FAIL.
 INTERRUPTED, UNFINISHED = "INTERRUPTED", "FAILED TO FINISH"
 NEVER_RUN = "NEVER RUN"
+#: The report.json versions the page reads (1 had no charts).
+READABLE_VERSIONS = tuple(range(1, REPORT_VERSION + 1))
 #: Older than this, a run says so: the lab may have changed since.
 STALE = datetime.timedelta(hours=24)
 
@@ -183,10 +186,43 @@ def _charts(folder: Path, listed: Any) -> tuple[Chart, ...]:
     return tuple(charts)
 
 
-def _is_run_of(name: str, stack: str) -> bool:
-    """Whether a folder's name is a run of one of the summary's commands for ``stack``."""
-    return any(is_folder_of(name, stack, command)
-               for part in (*PARTS, OPEN_QUESTIONS) for command in part.commands)
+#: The runbook's and the open questions' commands, longest first: a folder's name ends with
+#: one, after its stack (which holds dashes too).
+_KNOWN = sorted((c for part in (*PARTS, OPEN_QUESTIONS) for c in part.commands), key=len,
+                reverse=True)
+
+
+def _stack_in_name(name: str) -> Optional[str]:
+    """The stack a folder's name says (``<time>-<stack>-<command>``, as record.folder_for
+    names a run), or None when the name is not one."""
+    for command in _KNOWN:
+        suffix = f"-{command.replace(' ', '-')}"
+        if name.endswith(suffix):
+            stamp, _, rest = name.partition("-")
+            stack = rest[:-len(suffix)]
+            if stack and is_folder_of(name, stack, command):
+                return stack
+    return None
+
+
+def _stack_in_events(folder: Path) -> Optional[str]:
+    """The stack the run's first event names (record.RUN_STARTED), or None."""
+    try:
+        with (folder / EVENTS).open(encoding="utf-8") as events:
+            first = json.loads(events.readline())
+    except (OSError, ValueError):
+        return None
+    stack = first.get("stack") if isinstance(first, dict) else None
+    return stack if isinstance(stack, str) and first.get("kind") == RUN_STARTED else None
+
+
+def is_run_folder(folder: Path) -> bool:
+    """A run's folder: what a run or a replay leaves (its events, its report)."""
+    return folder.is_dir() and ((folder / EVENTS).is_file() or (folder / "report.json").is_file())
+
+
+def run_folders(root: Path) -> list[Path]:
+    return sorted(p for p in root.iterdir() if is_run_folder(p)) if root.is_dir() else []
 
 
 def _check_shape(report: dict[str, Any]) -> None:
@@ -200,26 +236,41 @@ def _check_shape(report: dict[str, Any]) -> None:
         raise TypeError("notes is not a list")
 
 
+def _read_report(path: Path) -> dict[str, Any]:
+    """report.json as the page reads it; ValueError (and kin) saying why it cannot be read."""
+    report = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(report, dict):
+        raise TypeError(f"it holds a JSON {type(report).__name__}, not an object")
+    version = report.get("version")
+    if version not in READABLE_VERSIONS:
+        raise ValueError(f"it is of version {version!r}; this tool reads versions "
+                         f"{READABLE_VERSIONS[0]} to {READABLE_VERSIONS[-1]} (rebuild it with "
+                         f"`python -m rehearse report {path.parent}`)")
+    return report
+
+
 def gather(root: Path, stack: str, now: datetime.datetime) -> Summary:
-    """The latest run of each command of ``stack`` under ``root``."""
+    """The latest run of each command of ``stack`` under ``root``. Every run folder the page
+    cannot read is listed with the reason, unless it says it is another stack's."""
     latest: dict[str, Run] = {}
     unreadable: list[str] = []
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+    for folder in run_folders(root):
         path = folder / "report.json"
         if not path.is_file():
-            if (folder / "events.jsonl").is_file() and _is_run_of(folder.name, stack):
+            if (_stack_in_events(folder) or _stack_in_name(folder.name)) in (stack, None):
                 unreadable.append(f"{folder.name}: no report.json (rebuild it with "
                                   f"`python -m rehearse report {root / folder.name}`)")
             continue
         try:
-            report = json.loads(path.read_text(encoding="utf-8"))
+            report = _read_report(path)
             if report.get("stack") != stack:
                 continue
             command, started = str(report["command"]), parse_time(str(report["started"]))
             _check_shape(report)
         except (ValueError, KeyError, TypeError, AttributeError) as error:
-            unreadable.append(f"{folder.name}: report.json unreadable ({type(error).__name__}: "
-                              f"{error})")
+            if (_stack_in_events(folder) or _stack_in_name(folder.name)) in (stack, None):
+                unreadable.append(f"{folder.name}: report.json unreadable "
+                                  f"({type(error).__name__}: {error})")
             continue
         run = Run(folder, command, stack, started, report, _state(report),
                   _charts(folder, report.get("charts")))
@@ -232,17 +283,27 @@ def gather(root: Path, stack: str, now: datetime.datetime) -> Summary:
 
 def only_stack(root: Path) -> str:
     """The one stack the runs under ``root`` are of (for a summary without --stack)."""
+    if not root.is_dir():
+        raise RunError(f"{root} does not exist: run a command (it writes its run folder there), "
+                       "or pass --out DIR, the folder the runs are in")
+    folders = run_folders(root)
+    if not folders:
+        raise RunError(f"{root} holds no rehearsal runs (no folder with events.jsonl or "
+                       "report.json): run a command first, or pass --out DIR, the folder the "
+                       "runs are in")
     stacks = set()
-    for path in root.glob("*/report.json") if root.is_dir() else []:
+    for folder in folders:
         try:
-            stacks.add(str(json.loads(path.read_text(encoding="utf-8"))["stack"]))
-        except (ValueError, KeyError, TypeError):
-            continue
+            stacks.add(str(_read_report(folder / "report.json")["stack"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            found = _stack_in_events(folder) or _stack_in_name(folder.name)
+            if found:
+                stacks.add(found)
     if len(stacks) == 1:
         return stacks.pop()
     if not stacks:
-        raise RunError(f"{root} holds no rehearsal runs (no */report.json): run a command first, "
-                       "or pass --out DIR")
+        raise RunError(f"{root} holds {len(folders)} run folder(s) but none says its stack "
+                       f"({', '.join(f.name for f in folders)}): pass --stack NAME")
     raise RunError(f"{root} holds runs of several stacks ({', '.join(sorted(stacks))}): pass "
                    "--stack NAME")
 

@@ -24,16 +24,17 @@ _DRAWING = charts.write
 
 
 def replayed(recording: Path, base: Path) -> Path:
-    """The folder `rehearse report RECORDING --out DIR` wrote: read it, copy it to change it.
-    A recording this process has not replayed yet is replayed into a new folder under
-    ``base``, a directory the session keeps (``tmp_path_factory``'s), or one both workers
-    share."""
+    """The run folder `rehearse report RECORDING --out DIR` wrote (DIR/<time>-<stack>-<command>):
+    read it, copy it to change it. A recording this process has not replayed yet is replayed
+    into a new rehearsals folder under ``base``, a directory the session keeps
+    (``tmp_path_factory``'s), or one both workers share."""
     key = (recording.resolve(), charts.write)
     if key not in _REPLAYED:
         shared = worker_share.directory("report-replays") if charts.write is _DRAWING else None
         if shared is None:
-            out = base / f"replay-{len(_REPLAYED)}-{recording.name}"
-            cli.run_report(recording, out)
+            rehearsals = base / f"replay-{len(_REPLAYED)}-{recording.name}"
+            cli.run_report(recording, rehearsals)
+            out = cli.replay_folder(recording, rehearsals)
         else:
             name = f"{recording.name}-{hashlib.sha256(str(key[0]).encode()).hexdigest()[:12]}"
             out = worker_share.once(shared, name, lambda: _replay_into(recording, shared / name))
@@ -42,14 +43,20 @@ def replayed(recording: Path, base: Path) -> Path:
 
 
 def _replay_into(recording: Path, target: Path) -> Path:
-    """Replayed beside ``target`` and renamed to it: the other worker never reads a folder
-    still being written."""
+    """Replayed into a rehearsals folder beside ``target``, its run folder renamed to it: the
+    other worker never reads a folder still being written."""
     partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
     cli.run_report(recording, partial)
     try:
-        partial.rename(target)
+        cli.replay_folder(recording, partial).rename(target)
     except OSError:
         # The other worker, tired of waiting, replayed it too and was first: the same files.
         if not target.is_dir():
             raise
     return target
+
+
+def report_into(recording: Path, rehearsals: Path) -> Path:
+    """`rehearse report RECORDING --out REHEARSALS`, uncached: the run folder it wrote."""
+    cli.run_report(recording, rehearsals)
+    return cli.replay_folder(recording, rehearsals)

@@ -20,7 +20,7 @@ import pytest
 
 from rehearse import cli, record, throughput
 from rehearse.charts import DRAWERS
-from tests.report_replays import replayed
+from tests.report_replays import replayed, report_into
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "rehearse"
@@ -52,12 +52,13 @@ def runs(tmp_path_factory):
     out = {name: replayed(FIXTURES / name, base) for name in (
         "failover-healthy", "failover-route-stuck", "burst-abc", "burst-b-no-get-nodes",
         "throughput-two-types", "gpu-recorded", "hostnet-healthy")}
-    # burst-abc up to scenario A's 15 -> 12 (events 0-36): 12 -> 10 and 10 -> 3 never ran.
-    partials = {"burst-partial": _partial("burst-abc", 37, base / "in" / "burst-partial"),
+    # burst-abc up to scenario A's 15 -> 12 (its scalein.done): 12 -> 10 and 10 -> 3 never ran.
+    settled = next(i for i, e in enumerate(record.read_events(FIXTURES / "burst-abc"))
+                   if e["kind"] == "scalein.done" and (e.get("scenario"), e.get("step")) == ("A", 2))
+    partials = {"burst-partial": _partial("burst-abc", settled + 1, base / "in" / "burst-partial"),
                 "throughput-partial": _cut_after_first_type(base / "in" / "throughput-partial")}
     for name, folder in partials.items():
-        out[name] = base / name
-        cli.run_report(folder, out[name])
+        out[name] = report_into(folder, base / name)
     return out
 
 
@@ -104,9 +105,9 @@ def test_each_command_writes_its_chart_as_svg_and_png_listed_and_linked(runs, na
 
 def test_a_second_replay_writes_the_same_bytes(runs, tmp_path):
     for name in ("failover-route-stuck", "burst-partial", "hostnet-healthy"):
-        again = tmp_path / name
         recorded = FIXTURES / name
-        cli.run_report(recorded if recorded.exists() else runs[name].parent / "in" / name, again)
+        again = report_into(recorded if recorded.exists() else runs[name].parents[1] / "in" / name,
+                            tmp_path / name)
         [chart] = report_of(again)["charts"]
         for kind in ("svg", "png"):
             assert (again / chart[kind]).read_bytes() == (runs[name] / chart[kind]).read_bytes(), (name, kind)
@@ -121,9 +122,9 @@ def test_the_svg_carries_no_date_or_version_and_draws_with_agg(runs):
 
 
 def test_a_report_without_charts_writes_none_and_an_empty_list(tmp_path):
-    cli.run_report(FIXTURES / "gateway-healthy", tmp_path)
-    assert report_of(tmp_path)["charts"] == []
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "report.md"]
+    folder = report_into(FIXTURES / "gateway-healthy", tmp_path)
+    assert report_of(folder)["charts"] == []
+    assert sorted(p.name for p in folder.iterdir()) == ["events.jsonl", "report.json", "report.md"]
 
 
 # --- demo 1: the failover timeline -------------------------------------------------------------
@@ -304,11 +305,11 @@ def test_a_chart_that_fails_to_draw_is_left_out_with_a_note_and_the_report_is_wr
         raise KeyError("status")
 
     monkeypatch.setattr(charts, "write", broken)
-    cli.run_report(FIXTURES / "failover-healthy", out=tmp_path)
-    report = json.loads((tmp_path / "report.json").read_text())
+    folder = report_into(FIXTURES / "failover-healthy", tmp_path)
+    report = json.loads((folder / "report.json").read_text())
     assert report["charts"] == []
     assert any("failover-timeline could not be drawn (KeyError" in n for n in report["notes"])
-    assert "failover-timeline.png" not in (tmp_path / "report.md").read_text()
+    assert "failover-timeline.png" not in (folder / "report.md").read_text()
     assert report["measurements"], "the tables are all there"
 
 
@@ -321,8 +322,9 @@ def test_ctrl_c_while_drawing_keeps_the_report_saying_which_charts_are_missing(t
     monkeypatch.setattr(charts, "write", interrupted)
     with pytest.raises(KeyboardInterrupt):
         cli.run_report(FIXTURES / "failover-healthy", out=tmp_path)
-    report = json.loads((tmp_path / "report.json").read_text())
+    folder = cli.replay_folder(FIXTURES / "failover-healthy", tmp_path)
+    report = json.loads((folder / "report.json").read_text())
     assert report["charts"] == [] and report["measurements"]
     assert any("interrupted while drawing the charts: failover-timeline not drawn" in n
                for n in report["notes"])
-    assert (tmp_path / "report.md").is_file()
+    assert (folder / "report.md").is_file()

@@ -31,6 +31,7 @@ import pytest
 from rehearse import cli, failover, failover_analysis, leader as leaders, probes as probe_logs
 from rehearse.record import iso, parse_time, read_events
 from rehearse.report import FAIL, PASS
+from tests import rehearsal_evening
 from tests.conftest import main_in_process
 from tests.offline_guard import loopback_connect
 from tests.kube_emulator import (LEASES, NODES, PODS, VTEP_CONFIGS, Emulator, status_response,
@@ -252,7 +253,8 @@ def module_ec2() -> Iterator[Ec2World]:
 
 
 @contextlib.contextmanager
-def lab_session(scenario: Scenario, workdir: Path, world: Optional[Ec2World] = None) -> Iterator[Lab]:
+def lab_session(scenario: Scenario, workdir: Path, world: Optional[Ec2World] = None,
+                stack_name: str = "lab") -> Iterator[Lab]:
     """The emulator, moto and the patches that point the CLI at them; the cluster played on
     ``Sim``'s clock. Only 127.0.0.1 may be reached. In ``world`` (its moto active) if given,
     else in a world of its own."""
@@ -271,7 +273,7 @@ def lab_session(scenario: Scenario, workdir: Path, world: Optional[Ec2World] = N
         ec2 = _ec2_client()
         tables: list[str] = []
         try:
-            lab = _build(server, sim, ec2, world, tables, scenario, workdir)
+            lab = _build(server, sim, ec2, world, tables, scenario, workdir, stack_name)
             context = functools.partial(Context, clock=sim.clock, sleep=sim.sleep,
                                         monotonic=sim.monotonic, progress=sim.progress.append)
             with mock.patch.object(cli, "_connect", lambda args, outputs: Kube.connect(server.endpoint)), \
@@ -306,7 +308,7 @@ def _plant_nodes(ec2: Any) -> Ec2World:
 
 
 def _build(server: Emulator, sim: Sim, ec2: Any, world: Ec2World, tables: list[str],
-           scenario: Scenario, workdir: Path) -> Lab:
+           scenario: Scenario, workdir: Path, stack: str = "lab") -> Lab:
     """The lab's route tables (into ``tables``, for removal) and the cluster."""
     nodes = {key: dict(node) for key, node in world.nodes.items()}
     for _ in scenario.routes_us:
@@ -356,7 +358,12 @@ def _build(server: Emulator, sim: Sim, ec2: Any, world: Ec2World, tables: list[s
 
     leader_pod = "eks-hybrid-nodes-gateway-gw-a"
     leader_key = ("v1/pods", GATEWAY_NS, leader_pod)
-    stored = server.put(PODS, GATEWAY_NS, leader_pod, pods["gw-a"])
+    # kmock removes a Terminating object without finalizers as soon as a declared reaction (on
+    # DELETE, below) has answered; the finalizer keeps it Terminating, as the API server keeps
+    # it until its kubelet confirms (``gone`` in _play).
+    leader = pods["gw-a"]
+    stored = server.put(PODS, GATEWAY_NS, leader_pod, {
+        **leader, "metadata": {**leader["metadata"], "finalizers": ["tests/kubelet-confirms"]}})
 
     def on_delete(request) -> bytes:
         # The API server marks the pod Terminating: deletionTimestamp = now + grace (whole
@@ -371,7 +378,8 @@ def _build(server: Emulator, sim: Sim, ec2: Any, world: Ec2World, tables: list[s
 
     server.do(lambda km: km[f"delete /api/v1/namespaces/{GATEWAY_NS}/pods/{leader_pod}"] << on_delete)
 
-    outputs = workdir / "lab.json"
+    # The outputs file's name is the stack's (rehearse.outputs).
+    outputs = workdir / f"{stack}.json"
     outputs.write_text(json.dumps({
         "region": REGION, "kubeconfig": "{}", "hybridPodCidr": POD_CIDR,
         "gatewayNamespace": GATEWAY_NS, "gatewayLeaseName": LEASE,
@@ -643,19 +651,20 @@ def _fixture(name: str) -> dict:
 
 
 def test_recorded_healthy_failover_gives_exact_figures():
-    """failover-healthy (jittered probers; DELETE sent at 09:00:00.000000, deletionTimestamp
-    09:00:30 with 30 s grace: the clocks agree). Read off probes.read, truncated to µs:
-    cloud→hybrid svc ok 08:59:59.288646, FAIL 09:00:01.340591, FAIL 09:00:04.361525, ok
-    09:00:05.416060 -> 6.127414 s; pod ok 08:59:59.303402, FAIL 02.342500, ok 09:00:04.371550
-    -> 5.068148 s. hybrid→cloud svc ok 08:59:59.125004 ... ok 09:00:06.294097 -> 7.169093 s;
-    pod ok 08:59:59.188517 ... ok 09:00:06.329462 -> 7.140945 s."""
+    """failover-healthy (jittered probers; started 2026-12-01 18:05, tests/rehearsal_evening.py;
+    DELETE sent at 18:05:00.000000, deletionTimestamp
+    18:05:30 with 30 s grace: the clocks agree). Read off probes.read, truncated to µs:
+    cloud→hybrid svc ok 18:04:59.288646, FAIL 18:05:01.340591, FAIL 18:05:04.361525, ok
+    18:05:05.416060 -> 6.127414 s; pod ok 18:04:59.303402, FAIL 02.342500, ok 18:05:04.371550
+    -> 5.068148 s. hybrid→cloud svc ok 18:04:59.125004 ... ok 18:05:06.294097 -> 7.169093 s;
+    pod ok 18:04:59.188517 ... ok 18:05:06.329462 -> 7.140945 s."""
     report = _fixture("failover-healthy")
     numbers = _numbers(report)
     assert numbers[GAP.format("cloud→hybrid via Service")] == 6.127
     assert numbers[GAP.format("cloud→hybrid via pod")] == 5.068
     assert numbers[GAP.format("hybrid→cloud via Service")] == 7.169
     assert numbers[GAP.format("hybrid→cloud via pod")] == 7.141
-    # acquireTime 09:00:03.214567; the old holder's renewTime 08:59:59.400000.
+    # acquireTime 18:05:03.214567; the old holder's renewTime 18:04:59.400000.
     assert numbers[HANDOVER] == 3.215 and numbers[UNOWNED] == 3.815
     assert numbers[ROUTE] == 4.0 and numbers[VTEP] == 4.5
     assert report["passed"]
@@ -681,10 +690,10 @@ def test_the_handover_beside_aws_3_to_5_s_says_its_clock_bound():
 
 def test_recorded_slow_standby_fails_the_gap_checks():
     """failover-slow-standby: the standby took the Lease 12.6 s after the deletion (acquireTime
-    09:00:12.600000), the routes followed at 13.1 and 13.2 s (first seen by the 13.5 s poll).
-    cloud→hybrid svc ok 08:59:59.288646 -> 09:00:14.505605 = 15.216959 s; pod 08:59:59.303402
-    -> 09:00:13.459367 = 14.155965 s. hybrid→cloud svc 08:59:59.125004 -> 09:00:15.326588 =
-    16.201584 s; pod 08:59:59.188517 -> 09:00:15.356803 = 16.168286 s."""
+    18:20:12.600000), the routes followed at 13.1 and 13.2 s (first seen by the 13.5 s poll).
+    cloud→hybrid svc ok 18:19:59.288646 -> 18:20:14.505605 = 15.216959 s; pod 18:19:59.303402
+    -> 18:20:13.459367 = 14.155965 s. hybrid→cloud svc 18:19:59.125004 -> 18:20:15.326588 =
+    16.201584 s; pod 18:19:59.188517 -> 18:20:15.356803 = 16.168286 s."""
     report = _fixture("failover-slow-standby")
     numbers = _numbers(report)
     assert numbers[GAP.format("cloud→hybrid via Service")] == 15.217
@@ -697,15 +706,15 @@ def test_recorded_slow_standby_fails_the_gap_checks():
     assert failed == ["gap cloud→hybrid via Service", "gap cloud→hybrid via pod",
                       "gap hybrid→cloud via Service", "gap hybrid→cloud via pod"]
     assert checks["gap cloud→hybrid via pod"]["seen"] == (
-        "14.156 s without a successful probe, from 08:59:59.303 to 09:00:13.459 UTC: over 10 s")
+        "14.156 s without a successful probe, from 18:19:59.303 to 18:20:13.459 UTC: over 10 s")
 
 
 def test_recorded_stuck_route_fails_the_route_check_and_the_open_gaps():
     """failover-route-stuck (--timeout 8 --observe 10): the second route table never left the
     old leader's ENI and nothing came back. The last lines are FAILs: cloud→hybrid svc ok
-    08:59:59.288646, last svc FAIL 09:00:16.451692 -> at least 17.163046 s; pod ok
-    08:59:59.303402, last pod FAIL 09:00:17.451763 -> 18.148361 s. hybrid→cloud svc
-    08:59:59.125004 -> 09:00:16.294959 = 17.169955 s; pod 08:59:59.188517 -> 09:00:17.296929 =
+    18:29:59.288646, last svc FAIL 18:30:16.451692 -> at least 17.163046 s; pod ok
+    18:29:59.303402, last pod FAIL 18:30:17.451763 -> 18.148361 s. hybrid→cloud svc
+    18:29:59.125004 -> 18:30:16.294959 = 17.169955 s; pod 18:29:59.188517 -> 18:30:17.296929 =
     18.108412 s."""
     report = _fixture("failover-route-stuck")
     checks = _checks(report)
@@ -719,18 +728,18 @@ def test_recorded_stuck_route_fails_the_route_check_and_the_open_gaps():
     assert numbers[ROUTE] is None
     for name in ("cloud→hybrid via Service", "hybrid→cloud via pod"):
         assert checks[f"gap {name}"]["status"] == FAIL
-        assert "still failing when the observation ended: the last probe (09:00:1" in \
+        assert "still failing when the observation ended: the last probe (18:30:1" in \
             checks[f"gap {name}"]["seen"]
     assert any(note.startswith("Gave up waiting after 8 s") for note in report["notes"])
 
 
 def test_recorded_run_with_a_skewed_workstation_clock_measures_on_the_clusters():
     """failover-skewed-clock: this machine's clock ran 7 s behind the cluster's. The DELETE was
-    sent at 09:00:00.000000 by ours; the API server answered deletionTimestamp 09:00:37 with a
-    30 s grace: 09:00:07 on the cluster's clock. acquireTime 09:00:10.214567 -> 3.214567 s.
-    cloud→hybrid svc ok 09:00:06.832414 -> 09:00:10.983163 = 4.150749 s; pod 09:00:06.875675 ->
-    09:00:11.027861 = 4.152186 s. hybrid→cloud svc 09:00:06.859896 -> 09:00:13.052151 =
-    6.192255 s; pod 09:00:06.902139 -> 09:00:11.995858 = 5.093719 s. The polls are on this
+    sent at 18:40:00.000000 by ours; the API server answered deletionTimestamp 18:40:37 with a
+    30 s grace: 18:40:07 on the cluster's clock. acquireTime 18:40:10.214567 -> 3.214567 s.
+    cloud→hybrid svc ok 18:40:06.832414 -> 18:40:10.983163 = 4.150749 s; pod 18:40:06.875675 ->
+    18:40:11.027861 = 4.152186 s. hybrid→cloud svc 18:40:06.859896 -> 18:40:13.052151 =
+    6.192255 s; pod 18:40:06.902139 -> 18:40:11.995858 = 5.093719 s. The polls are on this
     machine's clock: the routes first seen 4.0 s after the DELETE was sent."""
     report = _fixture("failover-skewed-clock")
     numbers = _numbers(report)
@@ -831,11 +840,17 @@ def _jittered(scenario: Scenario) -> Scenario:
                jitter_us=40_000, seed=23)))
 
 
-def record_fixtures(target: Path = FIXTURES) -> None:
+def record_fixtures(target: Path = FIXTURES, stack: str = rehearsal_evening.STACK,
+                    started: Optional[dict[str, datetime.datetime]] = None) -> None:
+    """Each recording as ``stack``'s run, started at ``started[name]`` (default: the
+    rehearsal evening's): the simulated clock's origin T0 moves there, the scenario with it."""
     import tempfile
 
+    started = started or rehearsal_evening.STARTED
     for name, (scenario, args) in RECORDINGS.items():
-        with tempfile.TemporaryDirectory() as work, lab_session(_jittered(scenario), Path(work)) as lab:
+        with tempfile.TemporaryDirectory() as work, \
+                mock.patch.dict(globals(), {"T0": started[name]}), \
+                lab_session(_jittered(scenario), Path(work), stack_name=stack) as lab:
             lab.run(*args)
             destination = target / name
             destination.mkdir(parents=True, exist_ok=True)

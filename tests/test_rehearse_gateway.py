@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime
+import functools
 import json
 import re
 import shutil
@@ -30,9 +31,11 @@ import pytest
 from moto import mock_aws
 from moto.ec2.models.route_tables import Route
 
-from rehearse import cli, gateway, gateway_kinds
+from rehearse import cli, gateway, gateway_kinds, record
 from rehearse.connection import Kube
+from rehearse.context import Context
 from rehearse.record import iso, read_events, utc_now
+from tests import rehearsal_evening
 from tests.offline_guard import forbid_non_loopback
 from tests.kube_emulator import (CONFIGMAPS, DAEMONSETS, LEASES, NODES, PODS, VTEP_CONFIGS,
                                  VTEP_CONFIGS_V2ALPHA1)
@@ -201,6 +204,11 @@ class Scene:
     layers: list[str] = field(default_factory=lambda: ["network", "cluster", "hybrid", "gateway",
                                                        "karpenter", "demo"])
     pods: dict[str, dict] = field(default_factory=dict)
+    #: The stack (the outputs file's name), and when the run starts (default: now); the
+    #: lab's clock, and the tool's, run on from there.
+    stack: str = "lab"
+    started: Optional[datetime.datetime] = None
+    now: Callable[[], datetime.datetime] = utc_now
 
     @property
     def leader(self) -> Node:
@@ -219,7 +227,7 @@ class Scene:
         return eni
 
     def plant(self) -> None:
-        e, now = self.emulator, utc_now()
+        e, now = self.emulator, self.now()
         # The API server's clock stands still at the planting: the Lease's age (Date - renewTime)
         # is then exactly renewed_ago, however long a loaded machine takes to reach the read.
         e.server_clock = lambda: now
@@ -317,7 +325,7 @@ class Scene:
                                               "image": "example", "imageID": "example"}]}})
 
     def outputs_file(self) -> Path:
-        path = self.tmp / "lab.json"
+        path = self.tmp / f"{self.stack}.json"
         path.write_text(json.dumps({
             "region": REGION, "kubeconfig": "{}", "clusterName": "eks-hybrid-lab",
             "hybridPodCidr": POD_CIDR, "cloudVpcCidr": VPC_CIDR, "gatewayNamespace": GW_NS,
@@ -330,6 +338,11 @@ class Scene:
         return path
 
     def run(self, *extra: str) -> "Run":
+        if self.started is not None:
+            begin, started = utc_now(), self.started
+            self.now = lambda: started + (utc_now() - begin)
+            self.monkeypatch.setattr("rehearse.context.Context",
+                                     functools.partial(Context, clock=self.now))
         self.plant()
         self.monkeypatch.setattr(cli, "_connect", lambda args, outputs: Kube.connect(self.emulator.endpoint))
         out = self.tmp / "runs"
@@ -726,6 +739,7 @@ def test_a_log_refused_with_a_status_is_reported_in_the_check(scene, refusal, me
                     reason="records tests/fixtures/rehearse/gateway-* when RECORD_GATEWAY=1")
 @pytest.mark.parametrize("recording", ["gateway-healthy", "gateway-route-elsewhere"])
 def test_record_the_committed_runs(scene, recording):
+    scene.stack, scene.started = rehearsal_evening.STACK, rehearsal_evening.STARTED[recording]
     if recording == "gateway-route-elsewhere":
         scene.route_eni = scene.gateways[1].eni
     run = scene.run()
@@ -796,12 +810,20 @@ def test_report_out_writes_elsewhere_and_leaves_the_recording_byte_for_byte(tmp_
 
     fixture = FIXTURES / "gateway-route-elsewhere"
     before = digest(fixture)
-    out = tmp_path / "again"
-    assert cli.main(["report", str(fixture), "--out", str(out)]) == 1
+    rehearsals = tmp_path / "again"
+    assert cli.main(["report", str(fixture), "--out", str(rehearsals)]) == 1
     assert digest(fixture) == before
+    # A run folder of the rehearsals folder, named as the live run's would be.
+    [out] = rehearsals.iterdir()
+    started = read_events(fixture)[0]
+    assert out.name == record.folder_for(rehearsals, started["stack"], "verify gateway",
+                                         record.parse_time(started["at"])).name
     assert (out / "report.md").read_text() == (fixture / "report.md").read_text()
     assert (out / "report.json").read_text() == (fixture / "report.json").read_text()
-    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["events.jsonl", "report.json", "report.md"]
+    # Replayed again into the same rehearsals folder: the same folder, rewritten.
+    assert cli.main(["report", str(fixture), "--out", str(rehearsals)]) == 1
+    assert [p.name for p in rehearsals.iterdir()] == [out.name]
 
 
 # --- the analysis alone, over a recording ---------------------------------------------------

@@ -398,11 +398,12 @@ def test_a_stack_without_the_gpu_host_cannot_run(emulator, verify):
 
 def test_recorded_run_gives_the_figures_worked_out_by_hand(tmp_path):
     """tests/fixtures/rehearse/gpu-recorded/events.jsonl (recorded with ``--window 15`` at
-    10:00:10Z, so the window opens at 09:45:10Z), worked out by hand from its lines:
+    2026-12-01 18:35:00Z, tests/rehearsal_evening.py, so the window opens at 18:20:00Z),
+    worked out by hand from its lines:
 
-    The client's log holds 32 result lines. Two are before the window (09:44:20 ok in 9.99 s,
-    09:44:50 ok in 7.77 s) and must not count. Of the 30 inside it, one is ``FAIL in 60.01s``
-    (09:47:20): 29 of 30 succeed, 96.7 %, at least 95 %, and the latest (09:59:50) is ok: PASS.
+    The client's log holds 32 result lines. Two are before the window (18:19:10 ok in 9.99 s,
+    18:19:40 ok in 7.77 s) and must not count. Of the 30 inside it, one is ``FAIL in 60.01s``
+    (18:22:10): 29 of 30 succeed, 96.7 %, at least 95 %, and the latest (18:34:40) is ok: PASS.
 
     The 29 ok times, sorted, with their ranks: 0.35 (1), 0.36 (2-3), 0.37 (4-5), 0.38 (6-8),
     0.39 (9-11), 0.40 (12-14), 0.41 (15-17), 0.42 (18-19), 0.43 (20-21), 0.44 (22-23),
@@ -411,7 +412,7 @@ def test_recorded_run_gives_the_figures_worked_out_by_hand(tmp_path):
     before the window, p95 would be the 30th of 31: 7.77 s.)
 
     The Pulled event says ``in 4m27.912s (4m28.104s including waiting)``: 4·60 + 27.912 =
-    267.912 s. The pod was scheduled at 09:02:10Z and its container started at 09:06:41Z:
+    267.912 s. The pod was scheduled at 17:37:00Z and its container started at 17:41:31Z:
     271 s. The completion took 100.512 − 100.0 = 0.512 s on the recorder's monotonic clock.
     """
     folder = tmp_path / "run"

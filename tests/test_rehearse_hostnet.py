@@ -23,7 +23,7 @@ import pytest
 from rehearse import cli, hostnet
 from rehearse.connection import Kube
 from rehearse.record import read_events
-from tests import kube_emulator
+from tests import kube_emulator, rehearsal_evening
 from tests.offline_guard import forbid_non_loopback
 from tests.kube_emulator import NODES, PODS
 from tests.kube_emulator import emulator  # noqa: F401 (fixture)
@@ -84,10 +84,13 @@ class Scene:
     t: float = 0.0
     progress: list = field(default_factory=list)
     played: set = field(default_factory=set)
+    #: The stack (the outputs file's name) and when the run starts on the played clock.
+    stack: str = "lab"
+    t0: datetime.datetime = T0
 
     # the clock
     def clock(self) -> datetime.datetime:
-        return T0 + datetime.timedelta(seconds=self.t)
+        return self.t0 + datetime.timedelta(seconds=self.t)
 
     def monotonic(self) -> float:
         return 1000.0 + self.t
@@ -184,7 +187,7 @@ class Scene:
                 "status": {"phase": "Running", "podIP": ip, "hostIP": CLOUD_IP}})
 
     def outputs_file(self) -> Path:
-        path = self.tmp / "lab.json"
+        path = self.tmp / f"{self.stack}.json"
         path.write_text(json.dumps({
             "region": REGION, "kubeconfig": "{}", "clusterName": "eks-hybrid-lab",
             "hybridPodCidr": POD_CIDR, "remoteNodeCidr": NODE_CIDR, "cloudVpcCidr": VPC_CIDR,
@@ -571,6 +574,7 @@ def test_the_committed_recording_replays_to_its_committed_report(tmp_path):
 @pytest.mark.skipif(not __import__("os").environ.get("RECORD_HOSTNET"),
                     reason="records tests/fixtures/rehearse/hostnet-healthy when RECORD_HOSTNET=1")
 def test_record_the_healthy_run(scene):
+    scene.stack, scene.t0 = rehearsal_evening.STACK, rehearsal_evening.STARTED["hostnet-healthy"]
     run = scene.run()
     target = FIXTURES / "hostnet-healthy"
     shutil.rmtree(target, ignore_errors=True)

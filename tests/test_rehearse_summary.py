@@ -18,6 +18,7 @@ import pytest
 
 from rehearse import cli, outcome, record, summary_page
 from rehearse.summary_page import inline_svg
+from tests import rehearsal_evening
 from tests.report_replays import replayed
 
 #: The page inlines the charts the runs drew: these replays draw them (tests/conftest.py).
@@ -26,15 +27,14 @@ pytestmark = pytest.mark.charts
 FIXTURES = Path(__file__).parent / "fixtures" / "rehearse"
 XHTML = "{http://www.w3.org/1999/xhtml}"
 SVG = "{http://www.w3.org/2000/svg}"
-#: The recorded runs' start times (their first event's ``at``).
-ROUTE_ELSEWHERE_STARTED = datetime.datetime(2026, 12, 1, 16, 37, 53, 246314, tzinfo=datetime.timezone.utc)
-#: Replayed under these names: "z-" sorts the older run last, so neither the name nor the
-#: modification time (set newest below) can be what picks the latest.
-REPLAYED = {"gateway-healthy": "z-gateway-healthy", "gateway-route-elsewhere": "gateway-route-elsewhere",
-            "failover-healthy": "failover-healthy", "hostnet-healthy": "hostnet-healthy",
-            "burst-b-no-get-nodes": "burst-b-no-get-nodes", "gpu-recorded": "gpu-recorded",
-            "verify-burst-c-old-karpenter": "verify-burst-c-old-karpenter"}
-NOW = ROUTE_ELSEWHERE_STARTED + datetime.timedelta(hours=2, minutes=5)
+STACK = rehearsal_evening.STACK
+#: Every recording, replayed under its own name but one: "z-" sorts the day-before failing
+#: gateway run last, so neither the name nor the modification time (set newest below) can be
+#: what picks the latest.
+REPLAYED = {name: name for name in rehearsal_evening.STARTED} | {
+    "gateway-route-elsewhere": "z-gateway-route-elsewhere"}
+#: Two hours after the evening's failover run started (tests/rehearsal_evening.py).
+NOW = rehearsal_evening.STARTED["failover-healthy"] + datetime.timedelta(hours=2)
 RUNBOOK = ("preflight", "verify gateway", "failover", "burst", "verify burst", "verify gpu")
 
 
@@ -47,9 +47,18 @@ def rehearsals(tmp_path_factory) -> Path:
         for fixture, name in REPLAYED.items():
             # Replayed once for the process: tests/test_rehearse_charts.py replays some too.
             shutil.copytree(replayed(FIXTURES / fixture, replays), root / name)
-    newest = (root / "z-gateway-healthy" / "report.json").stat().st_mtime + 3600
-    os.utime(root / "z-gateway-healthy" / "report.json", (newest, newest))
-    os.utime(root / "z-gateway-healthy", (newest, newest))
+    newest = (root / "gateway-healthy" / "report.json").stat().st_mtime + 3600
+    os.utime(root / "z-gateway-route-elsewhere" / "report.json", (newest, newest))
+    os.utime(root / "z-gateway-route-elsewhere", (newest, newest))
+    return root
+
+
+def without(rehearsals: Path, tmp_path: Path, *names: str) -> Path:
+    """A copy of the rehearsals folder without the runs ``names``."""
+    root = tmp_path / "r"
+    shutil.copytree(rehearsals, root)
+    for name in names:
+        shutil.rmtree(root / name)
     return root
 
 
@@ -69,65 +78,82 @@ def text_of(element: ET.Element) -> str:
     return " ".join("".join(element.itertext()).split())
 
 
-def test_the_page_names_every_demo_and_marks_what_was_never_run(rehearsals, tmp_path):
+def test_the_evening_shows_every_demo_ready_and_the_open_questions(rehearsals, tmp_path):
     root = tmp_path / "r"
     shutil.copytree(rehearsals, root)
-    page, _, md = pages(root, "lab")
+    page, _, md = pages(root, STACK)
     headings = [text_of(h) for h in page.iter(f"{XHTML}h2")]
     for part in ("Pre-check", "Demo 1: gateway failover", "Demo 2: bursting and scale-in",
-                 "Demo 3: GPU inference"):
+                 "Demo 3: GPU inference", "Open questions"):
         assert part in headings and f"## {part}" in md
     shown = commands(page)
-    assert set(RUNBOOK) <= set(shown)
-    # Stack lab: only demo 1's runs (and hostnet) were recorded for it.
+    assert set(RUNBOOK) | {"gateway-throughput", "hostnet"} <= set(shown)
+    # The evening ran every command of the runbook but the pre-check, each healthy last.
     never = {c for c, d in shown.items() if d.get("data-state") == "NEVER RUN"}
-    # gateway-throughput is an open question, shown beside hostnet's run, not a demo's.
-    assert never == {"preflight", "burst", "verify burst", "verify gpu", "gateway-throughput"}
+    assert never == {"preflight"}
+    assert all(d.get("data-state") == "PASS" for c, d in shown.items() if c != "preflight")
+    checklist = {li.get("data-part"): text_of(li) for ul in page.iter(f"{XHTML}ul")
+                 if ul.get("class") == "checklist" for li in ul}
+    for demo in ("Demo 1: gateway failover", "Demo 2: bursting and scale-in", "Demo 3: GPU inference"):
+        assert "READY" in checklist[demo] and "NOT READY" not in checklist[demo]
+        assert f"- [x] **{demo}**: READY" in md
+    assert "NOT RUN" in checklist["Pre-check"]
+
+
+def test_a_demo_whose_runs_are_missing_or_failed_is_not_ready(rehearsals, tmp_path):
+    # Without the evening's gateway run, the day-before failing one is demo 1's latest; without
+    # the GPU run, demo 3 was never run.
+    root = without(rehearsals, tmp_path, "gateway-healthy", "gpu-recorded")
+    page, _, md = pages(root, STACK)
+    shown = commands(page)
+    never = {c for c, d in shown.items() if d.get("data-state") == "NEVER RUN"}
+    assert never == {"preflight", "verify gpu"}
     listed = {li.get("data-command") for ul in page.iter(f"{XHTML}ul")
               if ul.get("class") == "never-run" for li in ul}
-    assert listed == never - {"gateway-throughput"}
+    assert listed == never
     for command in never:
         assert f"### `python -m rehearse {command}`: NEVER RUN" in md
-        assert (f"- `{command}`: no run of this stack" in md) == (command != "gateway-throughput")
+        assert f"- `{command}`: no run of this stack" in md
     checklist = {li.get("data-part"): text_of(li) for ul in page.iter(f"{XHTML}ul")
                  if ul.get("class") == "checklist" for li in ul}
     assert "NOT READY" in checklist["Demo 1: gateway failover"]
     assert "NOT RUN" in checklist["Demo 3: GPU inference"]
     assert "- [ ] **Demo 1: gateway failover**: NOT READY" in md
-    # The open questions appear when they have a run.
-    assert shown["hostnet"].get("data-state") == "PASS" and "## Open questions" in md
 
 
-def test_the_latest_run_is_by_its_recorded_start_and_says_how_old_and_the_fix(rehearsals, tmp_path):
+def test_the_latest_run_is_by_its_recorded_start_and_says_how_old(rehearsals, tmp_path):
     root = tmp_path / "r"
     shutil.copytree(rehearsals, root)
-    page, _, md = pages(root, "lab")
+    page, _, md = pages(root, STACK)
     gateway = commands(page)["verify gateway"]
-    # The route on the standby's ENI started 0.17 s after the healthy run: it is the latest,
-    # though the healthy run's folder is the newer file and sorts last by name.
-    assert gateway.get("data-state") == "FAIL"
-    words = text_of(gateway)
-    assert "folder gateway-route-elsewhere" in words and "2 h 5 min ago" in words
-    assert "VPC route to the leader" in words and "Fix: the leader writes the route once" in words
-    assert "folder gateway-route-elsewhere" in md and "2 h 5 min ago" in md
-    assert "  - Fix: the leader writes the route once" in md
-    # Numbers beside the demo guide's: failover's Lease handover and "AWS documents 3–5 s".
+    # The evening's healthy run is the latest, though the day before's failing run's folder
+    # is the newer file and sorts last by name.
+    assert gateway.get("data-state") == "PASS"
+    assert "folder gateway-healthy" in text_of(gateway)
+    # failover-healthy started at NOW less 2 h.
     failover = text_of(commands(page)["failover"])
+    assert "folder failover-healthy" in failover and "2 h 0 min ago" in failover
+    assert "folder failover-healthy" in md
+    # Numbers beside the demo guide's: failover's Lease handover and "AWS documents 3–5 s".
     assert "Lease handover" in failover and "AWS documents 3–5 s" in failover
     # The handover test_rehearse_failover works out from the recording: acquireTime
-    # 09:00:03.214567 less the deletion.
+    # 18:05:03.214567 less the deletion at 18:05:00.
     assert "| Lease handover (new acquireTime − deletion) | 3.215 s | AWS documents 3–5 s" in md
 
 
-def test_a_run_older_than_a_day_says_to_run_it_again(rehearsals, tmp_path):
-    root = tmp_path / "r"
-    shutil.copytree(rehearsals, root)
-    page, _, md = pages(root, "dev")
-    gpu = text_of(commands(page)["verify gpu"])
-    # Recorded 2026-10-15T10:00:10Z; 47 days 8 h 37 min before NOW.
-    assert "47 d 8 h ago" in gpu and "older than a day: run it again" in gpu
+def test_a_failed_run_shows_its_fix_and_one_older_than_a_day_says_to_run_it_again(
+        rehearsals, tmp_path):
+    root = without(rehearsals, tmp_path, "gateway-healthy")
+    page, _, md = pages(root, STACK)
+    gateway = commands(page)["verify gateway"]
+    assert gateway.get("data-state") == "FAIL"
+    words = text_of(gateway)
+    # Started the day before at 18:00:00.02: 1 d 2 h 4 min 59.98 s before NOW.
+    assert "folder z-gateway-route-elsewhere" in words and "1 d 2 h ago" in words
+    assert "older than a day: run it again" in words
+    assert "VPC route to the leader" in words and "Fix: the leader writes the route once" in words
+    assert "  - Fix: the leader writes the route once" in md
     assert "older than a day" not in text_of(commands(page)["verify burst"])
-    assert "NEVER RUN" == commands(page)["verify gateway"].get("data-state")
 
 
 def test_an_interrupted_run_is_shown_as_such_with_what_it_left(tmp_path):
@@ -137,10 +163,10 @@ def test_an_interrupted_run_is_shown_as_such_with_what_it_left(tmp_path):
                                        "reason": "Ctrl-C"}]
     from rehearse import failover
 
-    folder = tmp_path / "20261201T090000Z-lab-failover"
+    folder = tmp_path / "20261201T180500Z-dev-failover"
     folder.mkdir()
     outcome.analyse_run(failover.analyse, partial).write(folder)
-    page, _, md = pages(tmp_path, "lab")
+    page, _, md = pages(tmp_path, STACK)
     run = commands(page)["failover"]
     assert run.get("data-state") == "INTERRUPTED"
     assert "deleted the leader's pod" in text_of(run)
@@ -230,11 +256,12 @@ def _latest_runs(root: Path, stack: str) -> dict[str, dict]:
 def test_every_chart_the_latest_runs_list_is_inlined_and_exists(rehearsals, tmp_path):
     root = tmp_path / "r"
     shutil.copytree(rehearsals, root)
-    page, _, md = pages(root, "lab")
-    listed = {(run["folder"], chart["name"]): chart for run in _latest_runs(root, "lab").values()
+    page, _, md = pages(root, STACK)
+    listed = {(run["folder"], chart["name"]): chart for run in _latest_runs(root, STACK).values()
               for chart in run.get("charts") or []}
-    # The recorded runs draw (the failover timeline, hostnet's paths): the page is not vacuous.
-    assert {name for _, name in listed} >= {"failover-timeline", "hostnet-paths"}
+    # The recorded runs draw: the page is not vacuous.
+    assert {name for _, name in listed} >= {"failover-timeline", "hostnet-paths", "burst-scale-in",
+                                            "gpu-latency", "gateway-throughput"}
     figures = list(page.iter(f"{XHTML}figure"))
     assert sorted(f.get("data-chart") for f in figures) == sorted(name for _, name in listed)
     for figure in figures:
@@ -252,7 +279,7 @@ def test_older_runs_without_charts_show_none(rehearsals, tmp_path):
         report = json.loads(report_json.read_text())
         report.pop("charts", None)
         report_json.write_text(json.dumps(report))
-    page, _, _ = pages(root, "lab")
+    page, _, _ = pages(root, STACK)
     assert not list(page.iter(f"{XHTML}figure")) and not list(page.iter(f"{SVG}svg"))
 
 
@@ -299,44 +326,122 @@ def test_the_command_writes_both_pages_and_asks_for_a_stack_when_runs_are_of_sev
         rehearsals, tmp_path, capsys):
     root = tmp_path / "r"
     shutil.copytree(rehearsals, root)
+    assert cli.main(["summary", "--out", str(root)]) == 0  # the evening is one stack's
+    assert f"{STACK}-summary.html" in capsys.readouterr().out
+    assert (root / f"{STACK}-summary.html").is_file() and (root / f"{STACK}-summary.md").is_file()
+    other = charted_run(root, [], {})
     assert cli.main(["summary", "--out", str(root)]) == 2
     assert "several stacks (dev, lab): pass --stack NAME" in capsys.readouterr().err
-    assert cli.main(["summary", "--out", str(root), "--stack", "dev"]) == 0
-    assert (root / "dev-summary.html").is_file() and (root / "dev-summary.md").is_file()
-    shutil.rmtree(root / "z-gateway-healthy")
-    for name in ("gateway-route-elsewhere", "failover-healthy", "hostnet-healthy"):
-        shutil.rmtree(root / name)
-    assert cli.main(["summary", "--out", str(root)]) == 0  # only dev's runs are left
-    assert "dev-summary.html" in capsys.readouterr().out
+    assert cli.main(["summary", "--out", str(root), "--stack", "lab"]) == 0
+    assert (root / "lab-summary.html").is_file()
+    shutil.rmtree(other)
+    assert cli.main(["summary", "--out", str(root)]) == 0
+
+
+def test_report_out_and_summary_out_name_the_same_rehearsals_folder(tmp_path, capsys):
+    rehearsals = tmp_path / "replay"
+    for name in ("failover-healthy", "gateway-route-elsewhere"):
+        assert cli.main(["report", str(FIXTURES / name), "--out", str(rehearsals)]) in (0, 1)
+    # Each run in its own folder, named as the live run's: its start, stack and command.
+    started = {name: rehearsal_evening.STARTED[name] for name in ("failover-healthy",)}
+    out = capsys.readouterr().out
+    expected = record.folder_for(rehearsals, STACK, "failover", started["failover-healthy"])
+    assert f"replayed into {expected}" in out and (expected / "report.json").is_file()
+    assert len(list(rehearsals.iterdir())) == 2
+    assert cli.main(["summary", "--out", str(rehearsals)]) == 0
+    md = (rehearsals / f"{STACK}-summary.md").read_text()
+    assert f"folder {expected.name}" in md
+
+
+def test_a_missing_or_empty_rehearsals_folder_says_which(tmp_path, capsys):
+    assert cli.main(["summary", "--out", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'nowhere'} does not exist" in err and "holds no" not in err
+    assert not (tmp_path / "nowhere").exists()
+    (tmp_path / "empty" / "notes").mkdir(parents=True)
+    assert cli.main(["summary", "--out", str(tmp_path / "empty")]) == 2
+    assert "holds no rehearsal runs" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("report", [
     "{not json",
-    json.dumps({"command": "failover", "stack": "lab", "started": "2026-12-01T10:00:00Z",
+    json.dumps({"version": 2, "command": "failover", "stack": "dev", "started": "2026-12-01T10:00:00Z",
                 "checks": ["x"]}),
-    json.dumps({"command": "failover", "stack": "lab", "started": "2026-12-01T10:00:00Z",
+    json.dumps({"version": 2, "command": "failover", "stack": "dev", "started": "2026-12-01T10:00:00Z",
                 "measurements": "7 s"}),
+    json.dumps(["a report", "of another shape"]),
 ])
 def test_a_report_json_of_another_shape_is_listed_unreadable_not_a_crash(rehearsals, tmp_path, report):
     root = tmp_path / "r"
     shutil.copytree(rehearsals, root)
-    odd = root / "2026-12-01T10-00-00Z-lab-failover"
+    odd = root / "2026-12-01T10-00-00Z-dev-failover"
     odd.mkdir()
     (odd / "report.json").write_text(report)
-    page, text, md = pages(root, "lab")
+    page, text, md = pages(root, STACK)
     assert odd.name in text and "report.json unreadable" in text and odd.name in md
     # The recorded failover run is still the one shown.
     assert commands(page)["failover"].get("data-state") == "PASS"
 
 
+def _unreadable(root: Path) -> dict[str, str]:
+    """Run folders the summary cannot read, each named as a run of the evening's stack would
+    be, with what makes it so."""
+    at = datetime.datetime(2026, 12, 1, 21, 0, tzinfo=datetime.timezone.utc)
+    folders = {}
+    for i, (why, files) in enumerate([
+            ("no report.json", {"events.jsonl": json.dumps(
+                {"at": "2026-12-01T21:00:00Z", "kind": "run.started", "command": "failover",
+                 "stack": STACK}) + "\n"}),
+            ("report.json unreadable (JSONDecodeError", {"report.json": "{not json"}),
+            ("report.json unreadable (ValueError: it is of version 99", {"report.json": json.dumps(
+                {"version": 99, "command": "failover", "stack": STACK, "started": "2026-12-01T21:00:00Z",
+                 "checks": []})}),
+            ("report.json unreadable (TypeError: it holds a JSON list", {"report.json": "[]"})]):
+        folder = record.folder_for(root, STACK, "failover", at + datetime.timedelta(minutes=i))
+        folder.mkdir(parents=True)
+        for name, body in files.items():
+            (folder / name).write_text(body)
+        folders[folder.name] = why
+    return folders
+
+
+def test_every_run_folder_the_summary_cannot_read_is_listed_with_why(rehearsals, tmp_path):
+    root = tmp_path / "r"
+    shutil.copytree(rehearsals, root)
+    broken = _unreadable(root)
+    # Another stack's run without its report is that stack's, not an unreadable one of ours.
+    theirs = record.folder_for(root, "lab", "failover", NOW)
+    theirs.mkdir()
+    (theirs / "events.jsonl").write_text(json.dumps({"at": "2026-12-01T21:00:00Z", "kind": "run.started",
+                                                     "command": "failover", "stack": "lab"}) + "\n")
+    page, text, md = pages(root, STACK)
+    section = " ".join(text_of(li) for ul in page.iter(f"{XHTML}ul") for li in ul
+                       if any(name in text_of(li) for name in broken))
+    for name, why in broken.items():
+        assert f"{name}: {why}" in section and f"{name}: {why}" in md
+    assert theirs.name not in text and theirs.name not in md
+    # The readable runs are still the page's.
+    assert commands(page)["failover"].get("data-state") == "PASS"
+
+
+def test_a_folder_of_only_unreadable_runs_lists_them_not_that_it_holds_none(tmp_path, capsys):
+    root = tmp_path / "r"
+    broken = _unreadable(root)
+    assert cli.main(["summary", "--out", str(root)]) == 0
+    assert "holds no" not in capsys.readouterr().err
+    md = (root / f"{STACK}-summary.md").read_text()
+    for name, why in broken.items():
+        assert f"{name}: {why}" in md
+
+
 def test_a_run_folder_without_its_report_is_listed_for_its_own_stack_only(rehearsals, tmp_path):
     root = tmp_path / "r"
     shutil.copytree(rehearsals, root)
-    ours, theirs = root / "20261201T100000Z-lab-failover", root / "20261201T100000Z-lab-gpu-failover"
+    ours, theirs = root / "20261201T100000Z-dev-failover", root / "20261201T100000Z-dev-gpu-failover"
     for folder in (ours, theirs):
         folder.mkdir()
         (folder / "events.jsonl").write_text("")
-    _, text, md = pages(root, "lab")
+    _, text, md = pages(root, STACK)
     assert f"{ours.name}: no report.json" in text and f"{ours.name}: no report.json" in md
-    # Stack lab-gpu's run, not lab's: stack names hold dashes too.
+    # Stack dev-gpu's run, not dev's: stack names hold dashes too.
     assert theirs.name not in text and theirs.name not in md

@@ -21,7 +21,7 @@ from rehearse import record as rec
 from rehearse.connection import Kube
 from rehearse.context import Context
 from rehearse.report import FAIL, PASS
-from tests import fake_pulumi as fake_pulumi_cli
+from tests import fake_pulumi as fake_pulumi_cli, rehearsal_evening
 from tests.offline_guard import forbid_non_loopback
 from tests.kube_checks import pod_problems
 from tests.kube_emulator import CONFIGMAPS, LEASES, NODES, emulator  # noqa: F401 fixture
@@ -247,10 +247,15 @@ def run(emulator, cluster, tmp_path, monkeypatch, loopback_only, capsys):
     """Runs `python -m rehearse gateway-throughput` in-process against the emulator, on the
     cluster's simulated clock: (exit code, run folder or None, report.json or None, stdout,
     stderr)."""
+    return _runner(emulator, cluster, tmp_path, monkeypatch, capsys)
+
+
+def _runner(emulator, cluster, tmp_path, monkeypatch, capsys, stack: str = "lab"):
+    """The ``run`` fixture's runner, for ``stack`` (the outputs file's name and --stack)."""
     monkeypatch.setattr(cli, "_connect", lambda args, outputs: Kube.connect(emulator.endpoint))
     monkeypatch.setattr("rehearse.context.Context", functools.partial(
         Context, clock=cluster.clock, sleep=cluster.sleep, monotonic=cluster.monotonic))
-    outputs = tmp_path / "lab.json"
+    outputs = tmp_path / f"{stack}.json"
     outputs.write_text(json.dumps({
         "region": "ap-northeast-2", "kubeconfig": "{}", "layers": ["network", "cluster", "demo"],
         "gatewayNamespace": "eks-hybrid-nodes-gateway", "gatewayLeaseName": "hybrid-gateway-leader",
@@ -261,10 +266,10 @@ def run(emulator, cluster, tmp_path, monkeypatch, loopback_only, capsys):
         # A run that switches the stack names it (item 15: the file's name is not a stack) and,
         # stdin not being a terminal, applies each previewed switch with --yes.
         switching = "--instance-types" in args
-        extra = (["--stack", "lab"] if switching and named else []) + (["--yes"] if switching and yes else [])
+        extra = (["--stack", stack] if switching and named else []) + (["--yes"] if switching and yes else [])
         code = cli.main(["gateway-throughput", "--outputs", str(outputs), "--out", str(out), *extra, *args])
         captured = capsys.readouterr()
-        folders = sorted(out.glob("*-lab-gateway-throughput")) if out.exists() else []
+        folders = sorted(out.glob(f"*-{stack}-gateway-throughput")) if out.exists() else []
         folder = folders[-1] if folders else None
         report = (json.loads((folder / "report.json").read_text())
                   if folder and (folder / "report.json").exists() else None)
@@ -440,7 +445,11 @@ def test_a_stack_without_the_demo_layer_cannot_run(emulator, run, tmp_path):
 @pytest.fixture
 def fake_pulumi(tmp_path, monkeypatch):
     """A `pulumi` on PATH that answers from a state file; returns (state path, log path)."""
-    return fake_pulumi_cli.install(tmp_path, monkeypatch, {"selected": "lab", "stacks": {"lab": {
+    return _install_fake_pulumi(tmp_path, monkeypatch)
+
+
+def _install_fake_pulumi(tmp_path, monkeypatch, stack: str = "lab"):
+    return fake_pulumi_cli.install(tmp_path, monkeypatch, {"selected": stack, "stacks": {stack: {
         "outputs": {"demo1": {"namespace": NS}},
         "config": {throughput.CONFIG_KEY: "m6i.large"}}}})
 
@@ -450,7 +459,7 @@ def _calls(log: Path) -> list[list[str]]:
             for line in log.read_text().splitlines()]
 
 
-def _relabelling(emulator, state: Path) -> Callable:
+def _relabelling(emulator, state: Path, stack_name: str = "lab") -> Callable:
     """open_stack whose up relabels the gateway nodes with the configured type, as the node
     group's replacement would."""
     real = throughput.open_stack
@@ -461,7 +470,7 @@ def _relabelling(emulator, state: Path) -> Callable:
 
         def up_and_play(**kwargs):
             result = up(**kwargs)
-            wanted = json.loads(state.read_text())["stacks"]["lab"]["config"][throughput.CONFIG_KEY]
+            wanted = json.loads(state.read_text())["stacks"][stack_name]["config"][throughput.CONFIG_KEY]
             for node in GW_NODES:
                 emulator.put(NODES, None, node, _node(node, gateway=True, instance_type=wanted))
             return result
@@ -507,9 +516,13 @@ def _scaled(sample: str, factor: float) -> str:
 
 @pytest.mark.skipif(not __import__("os").environ.get("RECORD_THROUGHPUT"),
                     reason="records tests/fixtures/rehearse/throughput-two-types when RECORD_THROUGHPUT=1")
-def test_record_the_committed_run(emulator, cluster, run, fake_pulumi):
-    """Two instance types, the second (m6in.large) measuring 70 % of the first's figures."""
-    state, _ = fake_pulumi
+def test_record_the_committed_run(emulator, cluster, tmp_path, monkeypatch, loopback_only, capsys):
+    """Two instance types, the second (m6in.large) measuring 70 % of the first's figures; as
+    the stack, and at the start, tests/rehearsal_evening.py gives it."""
+    stack = rehearsal_evening.STACK
+    cluster.t0 = rehearsal_evening.STARTED["throughput-two-types"]
+    run = _runner(emulator, cluster, tmp_path, monkeypatch, capsys, stack)
+    state, _ = _install_fake_pulumi(tmp_path, monkeypatch, stack)
     plant(emulator)
     clients = []
 
@@ -518,7 +531,7 @@ def test_record_the_committed_run(emulator, cluster, run, fake_pulumi):
         sample = GOOD_H2C if on_hybrid else GOOD_C2H
         return sample if len(clients) <= 2 else _scaled(sample, 0.7)
 
-    with mock.patch.object(throughput, "open_stack", _relabelling(emulator, state)), \
+    with mock.patch.object(throughput, "open_stack", _relabelling(emulator, state, stack)), \
             Kubelet(cluster, logs):
         code, folder, report, out, err = run("-t", "10", "--instance-types", "c6in.xlarge", "m6in.large")
     assert code == 0, out + err

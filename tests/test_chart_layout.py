@@ -4,7 +4,8 @@ under another, no text is cut short with "…", and a picture of a run that meas
 has neither empty axes nor a legend.
 
 The recordings are discovered, not listed: when the fixtures are recorded again (another stack,
-other times, another run), this covers what is there. Each is replayed as `python -m rehearse
+other times, another run), this covers what is there; and each once more cut short half-way,
+for the "not measured" drawings a complete recording never needs. Each is replayed as `python -m rehearse
 report` does (``outcome.analyse_run`` with the command's ``analyse``) and each chart drawn once,
 in memory (``rehearse.charts.draw``): the extents are the renderer's own, from the texts and
 lines the figure actually drew, never from the data the chart was given."""
@@ -26,13 +27,22 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "rehearse"
 SLACK = 1.0
 
 
+def _cut_short(events: list[dict]) -> list[dict]:
+    """The run stopped half-way (Ctrl-C): what it had not reached yet is drawn as not
+    measured, which a complete recording never shows."""
+    kept = events[:len(events) // 2]
+    return kept + [{"at": kept[-1]["at"], "kind": outcome.RUN_INTERRUPTED, "reason": "Ctrl-C"}]
+
+
 def _recorded_charts() -> list[tuple[str, Any]]:
     found = []
     for events_file in sorted(FIXTURES.glob(f"*/{record.EVENTS}")):
         events = record.read_events(events_file.parent)
         started = record.first(events, record.RUN_STARTED) or {}
-        report = outcome.analyse_run(cli._module(started["command"]).analyse, events)
-        found += [(f"{events_file.parent.name}/{chart.name}", chart) for chart in report.charts]
+        analyse = cli._module(started["command"]).analyse
+        for variant, replayed in (("", events), (" cut short", _cut_short(events))):
+            report = outcome.analyse_run(analyse, replayed)
+            found += [(f"{events_file.parent.name}{variant}/{chart.name}", chart) for chart in report.charts]
     return found
 
 
@@ -41,7 +51,7 @@ CHARTS = _recorded_charts()
 
 def test_the_recordings_have_charts_to_measure():
     # A glob that found nothing would pass every test below.
-    assert len({name.split("/")[0] for name, _ in CHARTS}) >= 5, CHARTS
+    assert len({name.split("/")[0] for name, _ in CHARTS if "cut short" not in name}) >= 5, CHARTS
 
 
 class Drawn:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -266,6 +265,23 @@ def test_the_gpu_chart_marks_p50_p95_and_the_pull_beside_the_guide(runs):
     # line, this run's pull as the one bar.
     assert "demo guide: 4 min 28 s (268 s)" in shown
     assert f"this run: 4 min 28 s ({numbers['vLLM image pull (kubelet)']:g} s)" in shown
+
+
+def test_the_pull_panel_draws_one_bar_for_the_one_pull():
+    """The recording holds one vLLM pod's one pull (which is the demo guide's own 4m28s, the
+    same pull): one bar, the guide's figure a line beside it, not a second bar of the same
+    length."""
+    from matplotlib.patches import Rectangle
+
+    from rehearse import charts, outcome
+
+    events = record.read_events(FIXTURES / "gpu-recorded")
+    [chart] = outcome.analyse_run(cli._module("verify gpu").analyse, events).charts
+    pulled = [e for e in events for ev in e.get("events") or [] if ev.get("reason") == "Pulled"]
+    figure = charts.draw(chart.name, chart.title, chart.data)
+    pull = figure.axes[-1]
+    assert pull.get_title("left") == "vLLM image pull (kubelet)"
+    assert len([p for p in pull.patches if isinstance(p, Rectangle)]) == len(pulled) == 1
 
 
 # --- hostnet -----------------------------------------------------------------------------------

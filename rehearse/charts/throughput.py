@@ -49,8 +49,9 @@ def draw(data: dict, title: str) -> Any:
                         fontsize=9, color=common.INK if clear else "white", fontweight="normal" if clear else "bold")
             else:
                 ax.bar(at, top * 0.5, WIDTH * 0.9, fill=False, edgecolor=common.GRID, linestyle="--", label=label)
-                ax.text(at, top * 0.25, f"{common.NOT_MEASURED}\n({d['status']})" if d["status"] != "not measured"
-                        else common.NOT_MEASURED, ha="center", va="center", rotation=90, color=common.MUTED, fontsize=9)
+                ax.text(at, _clear_of(baseline, top), f"{common.NOT_MEASURED}\n({d['status']})"
+                        if d["status"] != "not measured" else common.NOT_MEASURED, ha="center", va="bottom",
+                        rotation=90, color=common.MUTED, fontsize=9)
         tick = [row["instance_type"]]
         if baseline is not None:
             ax.hlines(baseline, x - 2 * WIDTH * 0.75, x + 2 * WIDTH * 0.75, colors=common.INK,
@@ -71,6 +72,21 @@ def draw(data: dict, title: str) -> Any:
     ax.set_axisbelow(True)
     fig.legend(loc="outside lower center", ncol=3, frameon=False, fontsize=9)
     return fig
+
+
+#: The upright "not measured" of an empty slot, as fractions of the y axis: its length (two
+#: lines of 9 pt, about 30 characters at most, on an axis about 3.3 in tall) and its margin.
+UPRIGHT_LENGTH, UPRIGHT_MARGIN = 0.3, 0.03
+
+
+def _clear_of(baseline: Any, top: float) -> float:
+    """Where an empty slot's upright text starts: near the axis, unless the baseline line
+    would cross it there; then just under the line, or, with no room there, above it."""
+    start = UPRIGHT_MARGIN * top
+    if baseline is None or not start - UPRIGHT_MARGIN * top < baseline < start + (UPRIGHT_LENGTH + UPRIGHT_MARGIN) * top:
+        return start
+    under = baseline - (UPRIGHT_LENGTH + UPRIGHT_MARGIN) * top
+    return under if under >= start else baseline + UPRIGHT_MARGIN * top
 
 
 def _paths(rows: list[dict]) -> set[tuple[Any, Any]]:

@@ -59,24 +59,29 @@ class Drawn:
 
     def __init__(self, chart: Any):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.text import Text
 
         self.figure = draw(chart.name, chart.title, chart.data)
         canvas = FigureCanvasAgg(self.figure)
         self.renderer = canvas.get_renderer()
         drawn: dict[int, Any] = {}
-        original = self.renderer.draw_text
+        original = Text.draw
 
-        def draw_text(gc, x, y, s, prop, angle, ismath=False, mtext=None):
-            # Only the texts the renderer actually draws: a tick label on an axis turned off,
+        def draw_text(text, renderer):
+            # Only the texts the figure actually draws: a tick label on an axis turned off,
             # or an empty annotation, has a Text object but puts nothing on the picture.
-            if mtext is not None and s.strip():
-                drawn[id(mtext)] = mtext
-            return original(gc, x, y, s, prop, angle, ismath, mtext)
+            # (Text.draw, not the renderer's draw_text: that one is not told which Text a
+            # line of a multi-line text belongs to.)
+            if text.get_visible() and text.get_text().strip():
+                drawn[id(text)] = text
+            return original(text, renderer)
 
-        self.renderer.draw_text = draw_text
-        with common.style():
-            self.figure.draw(self.renderer)
-        self.renderer.draw_text = original
+        Text.draw = draw_text
+        try:
+            with common.style():
+                self.figure.draw(self.renderer)
+        finally:
+            Text.draw = original
         self.texts = list(drawn.values())
 
     def extent(self, text: Any) -> Any:

@@ -12,6 +12,7 @@ lines the figure actually drew, never from the data the chart was given."""
 
 from __future__ import annotations
 
+import importlib
 import itertools
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ def _recorded_charts() -> list[tuple[str, Any]]:
     for events_file in sorted(FIXTURES.glob(f"*/{record.EVENTS}")):
         events = record.read_events(events_file.parent)
         started = record.first(events, record.RUN_STARTED) or {}
-        analyse = cli._module(started["command"]).analyse
+        analyse = importlib.import_module(cli.COMMANDS[started["command"]]).analyse
         for variant, replayed in (("", events), (" cut short", _cut_short(events))):
             report = outcome.analyse_run(analyse, replayed)
             found += [(f"{events_file.parent.name}{variant}/{chart.name}", chart) for chart in report.charts]

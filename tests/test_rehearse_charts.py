@@ -273,10 +273,12 @@ def test_the_pull_panel_draws_one_bar_for_the_one_pull():
     length."""
     from matplotlib.patches import Rectangle
 
+    import importlib
+
     from rehearse import charts, outcome
 
     events = record.read_events(FIXTURES / "gpu-recorded")
-    [chart] = outcome.analyse_run(cli._module("verify gpu").analyse, events).charts
+    [chart] = outcome.analyse_run(importlib.import_module(cli.COMMANDS["verify gpu"]).analyse, events).charts
     pulled = [e for e in events for ev in e.get("events") or [] if ev.get("reason") == "Pulled"]
     figure = charts.draw(chart.name, chart.title, chart.data)
     pull = figure.axes[-1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from typing import Any
 
 #: Chart name (the files' stem) -> the module that draws it.
 DRAWERS = {
@@ -21,9 +22,20 @@ DRAWERS = {
 }
 
 
-def write(folder: Path, name: str, title: str, data: dict) -> None:
+def draw(name: str, title: str, data: dict) -> Any:
+    """The chart as a matplotlib Figure, not yet saved: what ``write`` saves, and what the
+    layout tests measure. Draw it (``fig.canvas.draw()``) inside ``common.style()``: the
+    layout settles when it is drawn."""
     from rehearse.charts import common
 
     module = importlib.import_module(DRAWERS[name])
     with common.style():
-        common.save(module.draw(data, title), folder, name)
+        return module.draw(data, title)
+
+
+def write(folder: Path, name: str, title: str, data: dict) -> None:
+    from rehearse.charts import common
+
+    figure = draw(name, title, data)
+    with common.style():
+        common.save(figure, folder, name)

@@ -5,6 +5,7 @@ glance. A step the run did not reach is drawn as "not measured", never as an emp
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from rehearse.charts import common
@@ -12,24 +13,47 @@ from rehearse.charts import common
 VERDICT_COLOUR = {"same": common.OK, "explained": "#b8860b", "unexplained": common.FAILED}
 
 
+#: Characters a line of a picture that is only text holds (10 in at 10 pt, with a margin).
+TEXT_WIDTH = 110
+
+
 def draw(data: dict, title: str) -> Any:
     scenarios = data["scenarios"]
+    if not any(_measured(s) for s in scenarios):
+        return common.only_text(title, _why_nothing(scenarios))
     widest = max((len(s["states"]) + len(s["not_measured"]) for s in scenarios), default=1)
     fig = common.figure(max(7.0, 1.15 * widest * len(scenarios)), 5.2)
     fig.suptitle(title, x=0.01, ha="left", fontweight="bold")
     peak = max((s["hybrid"] + s["cloud"] for sc in scenarios for s in sc["states"]), default=1)
     axes = fig.subplots(1, max(1, len(scenarios)), sharey=True, squeeze=False)[0]
+    scale = None
     for ax, scenario in zip(axes, scenarios):
         ax.set_title(f"Scenario {scenario['scenario']}\n{scenario['words']}", fontsize=9)
-        if scenario["refused"] or not scenario["states"]:
-            common.not_measured(ax, scenario["why"])
+        if not _measured(scenario):
+            common.not_measured(ax, scenario["why"], width=int(38 * fig.get_figwidth() / len(scenarios) / 5))
             continue
         _panel(ax, scenario, peak)
-    axes[0].set_ylabel("burst pods")
+        scale = scale or ax
+    # The first measured panel carries the scale: the panels left of it show only their text.
+    scale.set_ylabel("burst pods")
+    scale.tick_params(labelleft=True)
     handles = [common.patch(common.HYBRID, "on hybrid nodes"), common.patch(common.CLOUD, "on cloud-burst nodes")]
     fig.legend(handles=handles, loc="outside lower center", ncol=2, frameon=False,
                title="under each scale-in: pods removed and pods forecast, hybrid + cloud", title_fontsize=9)
     return fig
+
+
+def _measured(scenario: dict) -> bool:
+    return not scenario["refused"] and bool(scenario["states"])
+
+
+def _why_nothing(scenarios: list[dict]) -> list[str]:
+    """Each scenario's name and, wrapped, why it measured nothing."""
+    lines = []
+    for scenario in scenarios:
+        lines.append(f"Scenario {scenario['scenario']} ({scenario['words']}): {common.NOT_MEASURED}")
+        lines += textwrap.wrap(scenario["why"], TEXT_WIDTH, initial_indent="  ", subsequent_indent="  ")
+    return lines
 
 
 def _panel(ax: Any, scenario: dict, peak: int) -> None:

@@ -57,16 +57,24 @@ def save(fig: Any, folder: Path, name: str) -> None:
     FigureCanvasAgg(fig).print_png(folder / f"{name}.png", metadata=PNG_METADATA)
 
 
-def not_measured(ax: Any, why: str = "") -> None:
-    """An empty panel says so, and why, instead of looking like a zero."""
-    # The reason shortened and wrapped to the panel: the report's tables give it in full.
-    why = textwrap.fill(textwrap.shorten(why, 150, placeholder=" …"), 44) if why else ""
+def not_measured(ax: Any, why: str = "", width: int = 44) -> None:
+    """An empty panel says so, and why, instead of looking like a zero: its text alone, no
+    frame or ticks (an empty frame reads as a measured nothing)."""
+    # Wrapped to the panel, in full: a reason cut short mid-sentence says less than none.
+    why = textwrap.fill(why, width) if why else ""
     ax.text(0.5, 0.5, NOT_MEASURED + (f"\n{why}" if why else ""), transform=ax.transAxes,
             ha="center", va="center", color=MUTED, fontsize=11)
-    # Ticks hidden, not removed: a panel sharing its y axis with a measured one keeps its scale.
-    ax.tick_params(left=False, bottom=False, labelleft=False, labelbottom=False)
-    for spine in ax.spines.values():
-        spine.set_color(GRID)
+    ax.set_axis_off()
+
+
+def only_text(title: str, lines: list[str]) -> Any:
+    """A picture of a run that measured nothing: its title and why, no axes to stand empty
+    and no legend for marks that are not there. Sized to the lines it holds."""
+    height = 0.75 + 0.21 * len(lines)
+    fig = figure(10, height, layout=None)
+    fig.text(0.01, 1 - 0.12 / height, title, va="top", fontsize=12, fontweight="bold", color=INK)
+    fig.text(0.01, 1 - 0.5 / height, "\n".join(lines), va="top", fontsize=10, color=MUTED, linespacing=1.45)
+    return fig
 
 
 def seconds(value: float) -> str:

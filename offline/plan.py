@@ -43,7 +43,7 @@ from offline.timing import (SAFETY_FACTOR, awaits, estimate_destroy, estimate_la
                            estimate_up)
 from offline.pulumi_cli import CliConfigError, StackFileError
 from offline.runner import (ProgramRun, Secret, load_stack_config, provider_default_tags,
-                            run_program, stack_of_file)
+                            run_program, stack_of_file, written_in_stack_file)
 
 _MAX_NAMES = 4
 
@@ -307,7 +307,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         run = run_program(config, stack=args.stack)
     except ConfigError as exc:
         source = args.stack_file or f"Pulumi.{args.stack}.yaml"
-        print(f"error: {source}: {exc}", file=sys.stderr)
+        print(f"error: {source}: {exc.as_written(written_in_stack_file(args.stack, args.stack_file))}",
+              file=sys.stderr)
         return 1
     render(run, sys.stdout, args.stack_file)
     return 0

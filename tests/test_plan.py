@@ -133,8 +133,9 @@ def test_plan_of_an_invalid_stack_file_fails_with_the_rule(tmp_path, capsys, mon
     assert done.returncode == 1
     assert done.stdout == ""
     assert "invalid configuration (2 problems); nothing was created" in done.stderr
-    assert 'hybridPodCidr = "10.0.0.0/16": must not overlap cloudVpcCidr (10.0.0.0/16)' in done.stderr
-    assert 'hybridNodeCount = "42": must be from 1 to 10' in done.stderr
+    # Each value as the stack file writes it (yaml.safe_dump writes neither one quoted).
+    assert 'hybridPodCidr = 10.0.0.0/16: must not overlap cloudVpcCidr (10.0.0.0/16)' in done.stderr
+    assert 'hybridNodeCount = 42: must be from 1 to 10' in done.stderr
     assert "Traceback" not in done.stderr
 
 

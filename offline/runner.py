@@ -223,7 +223,7 @@ class ProgramRun:
         return [r for r in self.registrations if r.custom]
 
     def counts(self) -> "ResourceCounts":
-        """The one resource count the plan and the benchmark print (README, "Speed")."""
+        """The one resource count the plan and the benchmark print (docs/testing.md#speed)."""
         custom = self.resources()
         return ResourceCounts(
             resources=len(custom),

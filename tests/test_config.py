@@ -423,8 +423,8 @@ def test_dev_stack_writes_out_every_default():
             assert f"# {setting.key} is left out: it defaults per stack to {setting.derived_default}" in text
 
 
-def test_readme_documents_every_setting_with_its_default():
-    readme = (PROJECT_DIR / "README.md").read_text()
+def test_the_configuration_page_documents_every_setting_with_its_default():
+    readme = (PROJECT_DIR / "docs" / "configuration.md").read_text()
     for setting in SETTINGS:
         if setting.derived_default:
             default = setting.derived_default

@@ -117,7 +117,7 @@ def test_plan_of_the_dev_stack(dev_run):
     assert "BLOCKED" not in flows and "Internet exposure: none" in flows
     # A quick command: its own work (running the program and the models) costs at most two and
     # a half times what importing the code costs in the same process; it costs 1.0-1.5 times
-    # that now, depending on whether the project's bytecode is cached (README "Speed"). Not a
+    # that now, depending on whether the project's bytecode is cached (docs/testing.md#speed). Not a
     # number of seconds: this machine's speed varies from hour to hour by a factor of two and
     # more (the same plan took 2.9 s and 6.0 s of CPU), and both sides of the ratio move with it.
     # Wall time spent importing is never shorter than its CPU time (the other worker may hold a

@@ -75,8 +75,8 @@ class _RootParser(_Parser):
         # they typed says it instead, with its own usage.
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
-            _typed_subcommand(self, parsed).error(_unknown_arguments(
-                _typed_subcommand(self, parsed), extras))
+            typed = _typed_subcommand(self, parsed)
+            typed.error(_unknown_arguments(typed, extras))
         return parsed
 
 

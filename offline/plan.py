@@ -1,13 +1,14 @@
 """The offline plan: what `pulumi up` would build for a stack, without AWS or the Pulumi CLI.
 
-    python -m offline.plan [--stack dev | --stack-file PATH]
+    python -m offline.plan [--stack dev | --stack-file PATH] [--details]
 
 Reads ``Pulumi.<stack>.yaml``, runs the real program against a stand-in for AWS and prints the
 layers in creation order with their resources, the destroy order, the nodeadm release the hybrid
 hosts install and when its SSM signing key expires, cost and time, where every
 pod would run (the scheduling and capacity model), the flows the lab needs with whether what
-registers allows them (the reachability model), and any warnings. Invalid
-config prints the validation error and exits 1, as `pulumi preview` would fail.
+registers allows them (the reachability model), and any warnings, in lines that fit a
+120-column terminal; ``--details`` adds the chart values the chart source the models render does
+not read. Invalid config prints the validation error and exits 1, as `pulumi preview` would fail.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ if __name__ == "__main__":
 
 import argparse
 import datetime
+import io
 import os
 import re
 import sys
+import textwrap
 from pathlib import Path
 from collections import Counter, defaultdict
 from typing import Optional, TextIO
@@ -43,9 +46,11 @@ from offline.timing import (SAFETY_FACTOR, awaits, estimate_destroy, estimate_la
                            estimate_up)
 from offline.pulumi_cli import CliConfigError, StackFileError
 from offline.runner import (ProgramRun, Secret, load_stack_config, provider_default_tags,
-                            run_program, stack_of_file)
+                            run_program, stack_of_file, written_in_stack_file)
 
 _MAX_NAMES = 4
+#: A host's Node cleanup (components/cleanup/node_objects.py).
+NODE_CLEANUP_TYPE = "pulumi-python:dynamic/cleanup:HybridNodeObjects"
 
 
 def short_type(token: str) -> str:
@@ -55,9 +60,44 @@ def short_type(token: str) -> str:
 
 
 
-def render(run: ProgramRun, out: TextIO, stack_file: Optional[Path] = None) -> None:
+#: The plan is read in a terminal: no line wider than this.
+WIDTH = 120
+
+
+def fit(text: str, width: int = WIDTH) -> str:
+    """``text`` with every line wider than ``width`` wrapped at spaces. A continuation starts
+    under the line's last column (the text after its last run of two or more spaces, if that
+    starts in the left half), else under a warning's text or four in from the line's indent,
+    so a wrapped row still reads as one row of its table."""
+    lines = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            lines.append(line)
+            continue
+        lines.extend(textwrap.wrap(line, width=width, subsequent_indent=" " * _hanging(line, width),
+                                   break_on_hyphens=False))
+    return "\n".join(lines)
+
+
+def _hanging(line: str, width: int) -> str:
+    lead = len(line) - len(line.lstrip(" "))
+    columns = [m.end() for m in re.finditer(r"\S {2,}(?=\S)", line) if m.end() <= width // 2]
+    if columns:
+        indent = columns[-1]
+    elif line[lead:].startswith("! "):
+        indent = lead + 2
+    else:
+        indent = lead + 4
+    # A word that would not fit after that indent (a long resource name) gets the narrower one.
+    longest = max(len(word) for word in line.split())
+    return indent if indent + longest <= width else lead + 4
+
+
+def render(run: ProgramRun, out: TextIO, stack_file: Optional[Path] = None, *,
+           details: bool = False) -> None:
     """The plan of ``run``; ``stack_file`` when its settings came from that file rather than
-    ``Pulumi.<stack>.yaml``."""
+    ``Pulumi.<stack>.yaml``; ``details`` adds the chart values the models' chart source does
+    not read. Lines are as long as they come: ``main`` fits them to the terminal."""
     cfg = run.config
     region = cfg.get("aws:region", "?")
     built = run.outputs.get("layers", [])
@@ -65,10 +105,12 @@ def render(run: ProgramRun, out: TextIO, stack_file: Optional[Path] = None) -> N
     for reg in run.resources():
         by_layer[run.layer_of(reg)].append(reg)
 
-    what = (f"stack '{run.stack}'" if stack_file is None
-            else f"stack file {stack_file} (as stack '{run.stack}')")
-    out.write(f"eks-hybrid-lab plan for {what} in {region}: "
-              f"{len(built)} of {len(LAYERS)} layers, {run.counts().describe()}\n")
+    counts = run.counts()
+    out.write(f"eks-hybrid-lab plan for stack '{run.stack}' in {region}: "
+              f"{len(built)} of {len(LAYERS)} layers, {counts.resources} resources\n")
+    out.write(f"  ({counts.describe().split(' (', 1)[1]}\n")
+    if stack_file is not None:
+        out.write(f"Stack file: {stack_file}\n")
     out.write("Offline: the program ran against a stand-in for AWS; nothing was created.\n")
     # Which credentials pulumi up, the kubeconfig and the cleanups use, and the account they
     # must be in (an unpinned stack is also among the warnings, with the command that pins it).
@@ -110,8 +152,8 @@ def render(run: ProgramRun, out: TextIO, stack_file: Optional[Path] = None) -> N
     _render_costs(run, out)
     _render_times(run, out)
     render_scheduling(scheduling.evaluate(run), out)
-    _render_values_not_read(run, out)
-    out.write("\n")
+    if details:
+        _render_values_not_read(run, out)
     reachability.render(reachability.evaluate(run), out, reachability.internet_exposure(run))
 
     out.write("\nWarnings\n")
@@ -120,6 +162,9 @@ def render(run: ProgramRun, out: TextIO, stack_file: Optional[Path] = None) -> N
             out.write(f"  ! {warning}\n")
     else:
         out.write("  none\n")
+    if not details:
+        out.write("\n--details adds the chart values the lab sets that the chart source the models "
+                  "render does not read.\n")
 
 
 _NODEADM_RELEASE = re.compile(r"^NODEADM_URL='[^']*/releases/([^/']+)/bin/linux/", re.M)
@@ -218,8 +263,8 @@ def render_scheduling(model: scheduling.SchedulingModel, out: TextIO) -> None:
         others = ", ".join(f"{name} {n}x{cpu}m" for name, n, cpu in b.co_tenants) or "none"
         verdict = (f"{b.fewest} fit" if b.fewest == b.most
                    else f"{b.fewest} to {b.most} fit, depending on where the others land")
-        out.write(f"  hybrid capacity for burst ({b.request_m}m each): {nodes}; shared with "
-                  f"{others}: {verdict}, for every placement of the others\n")
+        out.write(f"  hybrid capacity for burst ({b.request_m}m each): {verdict}, for every "
+                  f"placement of the others\n    hosts: {nodes}\n    shared with: {others}\n")
     for unchecked in model.unchecked:
         out.write(f"  not checked: {unchecked}\n")
     problems = model.problems
@@ -256,11 +301,20 @@ def _render_costs(run: ProgramRun, out: TextIO) -> None:
         out.write(f"  no price for {', '.join(sorted(book.missing))}: set priceOverrides\n")
 
 
+def _is_node_cleanup(run: ProgramRun, name: str) -> bool:
+    return any(reg.name == name for reg in run.of_type(NODE_CLEANUP_TYPE))
+
+
 def _render_times(run: ProgramRun, out: TextIO) -> None:
     up, down = estimate_up(run), estimate_destroy(run)
     layered = estimate_layer_by_layer(run)
     out.write("\nTime (critical path; typical durations per resource type in offline/timing.py)\n")
     out.write(f"  pulumi up       ~{up.seconds / 60:.0f} min: {' -> '.join(up.chain)}\n")
+    if any(_is_node_cleanup(run, name) for name in up.chain):
+        # The host depends on its cleanup (and labels its Node with the cleanup's token), so
+        # that destroy deletes the Node, which EKS bills while it exists, after the host.
+        out.write("  node cleanup    <host>-node comes before its host so destroy deletes the Node "
+                  "(billed while it exists) after the host\n")
     out.write(f"  pulumi destroy  ~{down.seconds / 60:.0f} min: {' -> '.join(down.chain)}\n")
     out.write(f"  layer by layer  ~{layered / 60:.0f} min (if each layer waited for the whole "
               "previous one)\n")
@@ -288,6 +342,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                        help="plan this stack file instead (a config variant you have not made "
                             "a stack for), as the stack its name Pulumi.<stack>.yaml gives, "
                             "else as dev")
+    parser.add_argument("--details", action="store_true",
+                        help="also list the chart values the lab sets that the chart source the "
+                             "models render does not read (offline/chart_render.py)")
     args = parser.parse_args(argv)
     args.stack = args.stack or stack_of_file(args.stack_file)
     try:
@@ -307,9 +364,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         run = run_program(config, stack=args.stack)
     except ConfigError as exc:
         source = args.stack_file or f"Pulumi.{args.stack}.yaml"
-        print(f"error: {source}: {exc}", file=sys.stderr)
+        print(f"error: {source}: {exc.as_written(written_in_stack_file(args.stack, args.stack_file))}",
+              file=sys.stderr)
         return 1
-    render(run, sys.stdout, args.stack_file)
+    text = io.StringIO()
+    render(run, text, args.stack_file, details=args.details)
+    sys.stdout.write(fit(text.getvalue()))
     return 0
 
 

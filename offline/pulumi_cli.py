@@ -43,7 +43,12 @@ import yaml
 
 
 class CliConfigError(ValueError):
-    """What the CLI prints before it refuses to run the program (its own words)."""
+    """What the CLI prints before it refuses to run the program (its own words); ``key`` is
+    the configuration key whose value has the wrong type, when that is what it refuses."""
+
+    def __init__(self, message: str, key: Optional[str] = None):
+        super().__init__(message)
+        self.key = key
 
 
 class StackFileError(ValueError):
@@ -241,7 +246,7 @@ def merge_config(stack: str, project: Mapping[str, Any],
                                                        value.content()):
                 raise CliConfigError(
                     f"Stack '{stack}' with configuration key '{key}' must be of type "
-                    f"'{full_type_name(decl['type'], decl.get('items'))}'")
+                    f"'{full_type_name(decl['type'], decl.get('items'))}'", key=full)
     if missing:
         raise CliConfigError(_missing_error(stack, missing))
     return merged
@@ -274,6 +279,54 @@ def load_stack_file(path: Path, project_name: str) -> dict[str, StackValue]:
                 "keys should be of the form `<namespace>:<name>`)")
         result[key] = stack_value(raw)
     return result
+
+
+def written_values(path: Path, project_name: str) -> dict[str, str]:
+    """Each config value of a stack file as its text there (``"20"`` quoted, ``20`` not), keyed
+    as ``load_stack_file`` keys it, for messages that show a value as the user wrote it. A
+    value written over several lines is left out (it does not fit a one-line message)."""
+    text = Path(path).read_text()
+    try:
+        root = yaml.compose(text, Loader=_GoYamlLoader)
+    except yaml.YAMLError:
+        return {}
+    if not isinstance(root, yaml.MappingNode):
+        return {}
+    config = next((v for k, v in root.value if k.value == "config"), None)
+    if not isinstance(config, yaml.MappingNode):
+        return {}
+    found = {}
+    for key_node, value_node in config.value:
+        key = str(key_node.value)
+        if key.count(":") == 2 and key.split(":")[1] == "config":
+            key = key.replace(":config:", ":", 1)
+        elif ":" not in key:
+            key = f"{project_name}:{key}"
+        source = text[value_node.start_mark.index:value_node.end_mark.index].strip()
+        if source and "\n" not in source:
+            found[key] = source
+    return found
+
+
+#: How a value of each YAML type is named, and what to write instead, for a value whose type
+#: the CLI refuses.
+_YAML_TYPES = ((bool, "a boolean"), (int, "a number"), (float, "a number"), (str, "a string"),
+               (list, "a list"), (dict, "a map"), (type(None), "empty"))
+_INSTEAD = {"integer": "a whole number such as 2", "boolean": "true or false",
+            "string": "text", "array": "a list such as []"}
+
+
+def wrong_type(key: str, written: str, type_name: str) -> str:
+    """``hybridNodeCount: "two" is a string; write a whole number such as 2``: the value as
+    the file writes it, its YAML type, and what the declared type wants."""
+    try:
+        loaded = read_yaml(written)
+    except StackFileError:
+        loaded = written
+    kind = next(name for cls, name in _YAML_TYPES if isinstance(loaded, cls)) \
+        if isinstance(loaded, tuple(cls for cls, _ in _YAML_TYPES)) else "a value"
+    instead = _INSTEAD.get(type_name.split("<")[0], f"a value of type '{type_name}'")
+    return f"{key.split(':', 1)[-1]}: {written} is {kind}; write {instead}"
 
 
 def program_config(merged: Mapping[str, StackValue]) -> dict[str, str]:

@@ -28,7 +28,7 @@ from pulumi.runtime.sync_await import _sync_await
 
 from offline import pulumi_cli
 from offline.fake_cloud import FakeCloud
-from stacks.config import PROJECT, load_keyed_config
+from stacks.config import PROJECT, ConfigError, load_keyed_config
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 PROGRAM = PROJECT_DIR / "__main__.py"
@@ -223,7 +223,7 @@ class ProgramRun:
         return [r for r in self.registrations if r.custom]
 
     def counts(self) -> "ResourceCounts":
-        """The one resource count the plan and the benchmark print (README, "Speed")."""
+        """The one resource count the plan and the benchmark print (docs/testing.md#speed)."""
         custom = self.resources()
         return ResourceCounts(
             resources=len(custom),
@@ -375,8 +375,26 @@ def load_stack_config(stack: str, path: Optional[Path] = None) -> dict[str, str]
         if value.secure:
             raise ValueError(f"{path.name}: {key} is encrypted; the offline plan cannot read "
                              "secrets (use a plain value in a copy of the stack file)")
-    merged = pulumi_cli.merge_config(stack, project, values)
+    try:
+        merged = pulumi_cli.merge_config(stack, project, values)
+    except pulumi_cli.CliConfigError as refused:
+        written = pulumi_cli.written_values(path, project.get("name", PROJECT)).get(refused.key or "")
+        if written is None:
+            raise
+        # The CLI names the key and the type, not the value: say what the file holds.
+        declared = (project.get("config") or {}).get(refused.key.split(":", 1)[1]) or {}
+        type_name = declared.get("type", "") if isinstance(declared, dict) else ""
+        raise pulumi_cli.CliConfigError(
+            f"{refused} ({pulumi_cli.wrong_type(refused.key, written, type_name)})",
+            key=refused.key) from None
     return pulumi_cli.program_config(merged)
+
+
+def written_in_stack_file(stack: str, path: Optional[Path] = None) -> dict[str, str]:
+    """Each value of ``Pulumi.<stack>.yaml`` (or ``path``) as the file writes it, for a
+    ``ConfigError.as_written``."""
+    path = path or PROJECT_DIR / f"Pulumi.{stack}.yaml"
+    return pulumi_cli.written_values(path, pulumi_cli.load_project(PROJECT_DIR).get("name", PROJECT))
 
 
 def stack_of_file(path: Optional[Path]) -> str:
@@ -396,7 +414,10 @@ def config_from_stack_file(stack: str, path: Optional[Path] = None,
     command-line tools that run outside Pulumi (the plan, preflight, the leftovers audit).
     ``region`` overrides ``aws:region``. Raises what ``load_stack_config`` raises, and
     ``ConfigError`` for a value the lab's own rules refuse."""
-    return config_from_stack_values(load_stack_config(stack, path=path), stack, region)
+    try:
+        return config_from_stack_values(load_stack_config(stack, path=path), stack, region)
+    except ConfigError as refused:
+        raise refused.as_written(written_in_stack_file(stack, path)) from None
 
 
 def config_from_stack_values(raw: Mapping[str, str], stack: str, region: Optional[str] = None):

@@ -8,6 +8,7 @@ happens, with a report of what was done (rehearse.outcome)."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import shutil
@@ -50,6 +51,16 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, allow_abbrev: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
 
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # argparse lists every choice of a misspelt command or demo; name the one meant.
+        if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
+            kind = (action.metavar or action.dest).lower()
+            names = list(action.choices)
+            close = difflib.get_close_matches(value, names, n=1)
+            hint = f"did you mean {close[0]}?" if close else f"the {kind}s: {', '.join(names)}"
+            raise argparse.ArgumentError(None, f"no {kind} {value!r}; {hint}")
+        super()._check_value(action, value)
+
 
 class _RootParser(_Parser):
     def error(self, message: str) -> None:
@@ -57,6 +68,39 @@ class _RootParser(_Parser):
         if message.startswith("the following arguments are required: COMMAND"):
             message = "name a command; in the order of a rehearsal:\n" + _command_lines()
         super().error(message)
+
+    def parse_args(self, args: Optional[Sequence[str]] = None,  # type: ignore[override]
+                   namespace: Optional[argparse.Namespace] = None) -> argparse.Namespace:
+        # argparse reports a subcommand's unknown option from the root parser, with the root's
+        # usage: the user sees every command and not the option they meant. The subcommand
+        # they typed says it instead, with its own usage.
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            typed = _typed_subcommand(self, parsed)
+            typed.error(_unknown_arguments(typed, extras))
+        return parsed
+
+
+def _typed_subcommand(parser: argparse.ArgumentParser,
+                      parsed: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost parser of the command the user typed (``verify gateway``'s, not the root's)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = getattr(parsed, action.dest, None)
+            if chosen in action.choices:
+                return _typed_subcommand(action.choices[chosen], parsed)
+    return parser
+
+
+def _unknown_arguments(parser: argparse.ArgumentParser, extras: Sequence[str]) -> str:
+    known = [o for action in parser._actions for o in action.option_strings]
+    for extra in extras:
+        if extra.startswith("-"):
+            option = extra.split("=", 1)[0]
+            close = difflib.get_close_matches(option, known, n=1)
+            hint = f"did you mean {close[0]}?" if close else "--help lists its options"
+            return f"no option {option}; {hint}"
+    return f"unrecognized arguments: {' '.join(extras)} ({parser.prog} --help lists what it takes)"
 
 
 def _command_lines() -> str:

@@ -9,6 +9,7 @@ mistake, and nothing is created.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import difflib
 import ipaddress
@@ -174,6 +175,35 @@ class ConfigError(pulumi.RunError):
             f"nothing was created:\n{lines}"
         )
 
+    def as_written(self, written: Mapping[str, str], project: str = PROJECT) -> "ConfigError":
+        """The same problems, each value shown as the stack file writes it. ``written`` maps a
+        full key (``eks-hybrid-lab:hybridNodeCount``) to its text in the file (``"20"``); a
+        value the rule judged other than the file's (a derived default) keeps its own."""
+        def full(key: str) -> str:
+            return key if ":" in key else f"{project}:{key}"
+        return ConfigError([
+            dataclasses.replace(v, written=written[full(v.key)])
+            if full(v.key) in written and _same_text(v.value, written[full(v.key)]) else v
+            for v in self.violations])
+
+
+def _same_text(value: Any, written: str) -> bool:
+    """Whether ``written`` (YAML source text of a scalar or flow value) is ``value`` as text."""
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(written)
+    except yaml.YAMLError:
+        return False
+    if isinstance(loaded, bool):
+        loaded = "true" if loaded else "false"
+    elif isinstance(loaded, (list, dict)):
+        try:
+            return isinstance(value, str) and json.loads(value) == loaded
+        except ValueError:
+            return False
+    return str(loaded) == str(value)
+
 
 @dataclass(frozen=True)
 class LabConfig:
@@ -258,6 +288,24 @@ def _parse(setting: Setting, raw: Optional[str]) -> tuple[Any, Optional[str]]:
             f"pulumi config set --path '{setting.key}[0]' <value>"
         )
     raise AssertionError(f"unknown setting type {setting.type}")  # pragma: no cover
+
+
+def _written(setting: Setting, raw: Optional[str]) -> Optional[str]:
+    """How a value Pulumi handed over as text is best shown: a number, a boolean or a list the
+    way a stack file writes it (``20``, not ``"20"``), anything else quoted as text."""
+    if raw is None or setting.type == "string":
+        return None
+    if setting.type == "integer" and re.fullmatch(r"[+-]?\d+", raw.strip()):
+        return raw.strip()
+    if setting.type == "boolean" and raw in _TRUE | _FALSE:
+        return raw
+    if setting.type == "array":
+        try:
+            json.loads(raw)
+        except ValueError:
+            return None
+        return raw
+    return None
 
 
 # --- rules --------------------------------------------------------------------------------------
@@ -486,7 +534,7 @@ def load_config(values: Mapping[str, str], *, stack: str, region: Optional[str],
         if problem is None:
             parsed[setting.key] = value
         else:
-            violations.append(Violation(setting.key, raw, problem))
+            violations.append(Violation(setting.key, raw, problem, _written(setting, raw)))
 
     version = parsed.get("kubernetesVersion")
     if version is not None:

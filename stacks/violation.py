@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 #: An IAM role ARN (adminRoleArns, aws:assumeRoles).
 ROLE_ARN = re.compile(r"arn:aws(-[a-z]+)*:iam::\d{12}:role/[\w+=,.@/-]{1,512}")
@@ -17,7 +17,14 @@ class Violation:
     key: str
     value: Any
     rule: str
+    #: The value as the user wrote it (``20``, ``"20"``, ``[]``), when that is known; else the
+    #: value is shown as JSON. Pulumi hands the program every value as text, so only a tool
+    #: that reads the stack file itself knows whether ``20`` was written quoted.
+    written: Optional[str] = None
 
     def __str__(self) -> str:
-        shown = "(not set)" if self.value is None else json.dumps(self.value)
+        if self.written is not None:
+            shown = self.written
+        else:
+            shown = "(not set)" if self.value is None else json.dumps(self.value)
         return f"{self.key} = {shown}: {self.rule}"

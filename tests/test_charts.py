@@ -217,7 +217,7 @@ def test_without_helm_or_a_recording_the_release_is_said_not_modelled(dev_run, m
 
 def test_the_plan_lists_the_values_the_chart_source_does_not_read(dev_run):
     out = io.StringIO()
-    plan.render(dev_run, out)
+    plan.render(dev_run, out, details=True)
     section = out.getvalue().split("Chart values not read by the chart source here", 1)[1]
     section = section.split("\n\n", 1)[0]
     for r in chart_render.registered_releases(dev_run):

@@ -122,7 +122,17 @@ def test_each_rule_rejects_a_bad_value(key, value, rule):
     assert [v.key for v in found] == [key]
     message = str(found[0])
     assert rule in message
-    assert key in message and json.dumps(value) in message, "the error names the key and the value"
+    assert f"{key} = {_shown(key, value)}: " in message, "the error names the key and the value"
+
+
+def _shown(key: str, value: str) -> str:
+    """A number, boolean or list setting's text as a stack file writes it (unquoted), any
+    other text quoted."""
+    try:
+        json.loads(value)
+    except ValueError:
+        return json.dumps(value)
+    return value if config_module.SETTINGS_BY_KEY[key].type != "string" else json.dumps(value)
 
 
 def test_every_setting_has_a_failing_input():
@@ -413,8 +423,8 @@ def test_dev_stack_writes_out_every_default():
             assert f"# {setting.key} is left out: it defaults per stack to {setting.derived_default}" in text
 
 
-def test_readme_documents_every_setting_with_its_default():
-    readme = (PROJECT_DIR / "README.md").read_text()
+def test_the_configuration_page_documents_every_setting_with_its_default():
+    readme = (PROJECT_DIR / "docs" / "configuration.md").read_text()
     for setting in SETTINGS:
         if setting.derived_default:
             default = setting.derived_default

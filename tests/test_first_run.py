@@ -102,7 +102,7 @@ def test_rehearse_subcommands_refuse_a_prefix_of_outputs(tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         cli.main(["predict", "--replicas", "3", "--out", str(tmp_path / "x.json")])
     assert done.value.code == 2
-    assert "unrecognized arguments: --out" in capsys.readouterr().err
+    assert "python -m rehearse predict: error: no option --out;" in capsys.readouterr().err
 
 
 # --- a bare `python -m rehearse` -------------------------------------------------------------------

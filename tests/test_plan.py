@@ -72,8 +72,11 @@ def test_plan_of_the_dev_stack(dev_run):
     done, seconds = plan()
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
+    # The counts' detail goes on a line of its own, so the first line fits a terminal.
+    described = dev_run.counts().describe()
     assert out.splitlines()[0] == ("eks-hybrid-lab plan for stack 'dev' in ap-northeast-2: 6 of 6 "
-                                   f"layers, {dev_run.counts().describe()}")
+                                   f"layers, {described.split(' (', 1)[0]}")
+    assert out.splitlines()[1] == f"  ({described.split(' (', 1)[1]}"
     assert "nothing was created" in out
     assert "1. network" in out
     for type_ in ("aws.ec2.Vpc", "aws.ec2.NatGateway", "aws.ec2transitgateway.TransitGateway",
@@ -91,7 +94,9 @@ def test_plan_of_the_dev_stack(dev_run):
     assert f"\n  nodeadm {NODEADM_VERSION} on 2 hosts (hybrid-hosts-node-0, hybrid-hosts-node-1): " in out
     # The dev stack leaves adminCidrs empty and pins no account (it cannot know yours): the
     # open endpoint and the unpinned account are its two warnings.
-    warnings = out.split("\nWarnings\n", 1)[1].strip().splitlines()
+    # (A warning wider than the terminal goes on over lines of its own, indented.)
+    warnings = [line for line in out.split("\nWarnings\n", 1)[1].splitlines()
+                if line.startswith("  ! ")]
     assert len(warnings) == 2, warnings
     assert "aws:allowedAccountIds is not set" in warnings[0], warnings
     assert "adminCidrs is empty" in warnings[1], warnings
@@ -112,7 +117,7 @@ def test_plan_of_the_dev_stack(dev_run):
     assert "BLOCKED" not in flows and "Internet exposure: none" in flows
     # A quick command: its own work (running the program and the models) costs at most two and
     # a half times what importing the code costs in the same process; it costs 1.0-1.5 times
-    # that now, depending on whether the project's bytecode is cached (README "Speed"). Not a
+    # that now, depending on whether the project's bytecode is cached (docs/testing.md#speed). Not a
     # number of seconds: this machine's speed varies from hour to hour by a factor of two and
     # more (the same plan took 2.9 s and 6.0 s of CPU), and both sides of the ratio move with it.
     # Wall time spent importing is never shorter than its CPU time (the other worker may hold a
@@ -133,8 +138,9 @@ def test_plan_of_an_invalid_stack_file_fails_with_the_rule(tmp_path, capsys, mon
     assert done.returncode == 1
     assert done.stdout == ""
     assert "invalid configuration (2 problems); nothing was created" in done.stderr
-    assert 'hybridPodCidr = "10.0.0.0/16": must not overlap cloudVpcCidr (10.0.0.0/16)' in done.stderr
-    assert 'hybridNodeCount = "42": must be from 1 to 10' in done.stderr
+    # Each value as the stack file writes it (yaml.safe_dump writes neither one quoted).
+    assert 'hybridPodCidr = 10.0.0.0/16: must not overlap cloudVpcCidr (10.0.0.0/16)' in done.stderr
+    assert 'hybridNodeCount = 42: must be from 1 to 10' in done.stderr
     assert "Traceback" not in done.stderr
 
 
@@ -144,9 +150,9 @@ def test_plan_of_a_stack_file_names_the_file_and_the_stack_it_would_be(tmp_path,
     variant.write_text((PROJECT_DIR / "Pulumi.dev.yaml").read_text())
     done = planned(capsys, monkeypatch, "--stack-file", str(variant))
     assert done.returncode == 0, done.stderr
-    first = done.stdout.splitlines()[0]
-    assert first.startswith(f"eks-hybrid-lab plan for stack file {variant} (as stack 'variant') "
-                            "in ap-northeast-2:")
+    first, _, file_line = done.stdout.splitlines()[:3]
+    assert first.startswith("eks-hybrid-lab plan for stack 'variant' in ap-northeast-2:")
+    assert file_line == f"Stack file: {variant}"
     assert "eks-hybrid-lab:stack=eks-hybrid-lab/variant" in done.stdout
 
 

@@ -596,7 +596,7 @@ def test_bad_config_exits_2(tmp_path, capsys):
     code = main(["--stack-file", str(stack_file(tmp_path, availabilityZoneCount=7))],
                 session=object(), which=lambda _: None, run=None)
     assert code == 2
-    assert 'availabilityZoneCount = "7": must be 2 or 3' in capsys.readouterr().err
+    assert 'availabilityZoneCount = 7: must be 2 or 3' in capsys.readouterr().err
 
 
 def test_quota_classes():

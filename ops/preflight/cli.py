@@ -29,7 +29,8 @@ from ops.preflight.checks import (FAIL, PASS, SKIP, WARN, Check, InstanceNeed, L
                                   run_command)
 from ops.preflight.nodeadm_key import Clock, utc_now
 from ops.preflight.sequence import counts, run_preflight
-from offline.runner import config_from_stack_values, load_stack_config, stack_of_file
+from offline.runner import (config_from_stack_values, load_stack_config, stack_of_file,
+                           written_in_stack_file)
 from stacks.config import ConfigError, LabConfig, unknown_provider_keys
 from stacks.layers.cluster import SYSTEM_NODE_COUNT
 from stacks.layers.gateway import GATEWAY_NODE_COUNT
@@ -120,7 +121,8 @@ def main(argv: Optional[list[str]] = None, *, session: Optional[boto3.Session] =
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except ConfigError as exc:
-        print(f"error: {source}: {exc}", file=sys.stderr)
+        print(f"error: {source}: {exc.as_written(written_in_stack_file(args.stack, args.stack_file))}",
+              file=sys.stderr)
         return 2
     if session is None:
         try:

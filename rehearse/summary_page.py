@@ -31,11 +31,13 @@ def _rehearsal_rows(summary: Summary) -> list[tuple[str, str, str]]:
 
 
 def run_page_link(run: Run) -> tuple[str, str]:
-    """(the link to the run's own page, relative to the summary, its words): a run older than
-    the pages has report.md alone."""
+    """(the link to the run's own page, relative to the summary, or "" when there is nothing
+    to link; its words): a run older than the pages has report.md alone."""
     if (run.folder / "report.html").is_file():
         return f"{run.folder.name}/report.html", "the run's page"
-    return f"{run.folder.name}/report.md", "report.md (a run older than the run pages has no page)"
+    if (run.folder / "report.md").is_file():
+        return f"{run.folder.name}/report.md", "report.md (a run older than the run pages has no page)"
+    return "", "no report.html or report.md in its folder"
 
 
 # --- HTML ---------------------------------------------------------------------------------
@@ -63,8 +65,9 @@ def _html_command(summary: Summary, command: str) -> list[str]:
         out.append(f"<p class=\"NEVER-RUN\">{text_html(_never_line(summary, command))}</p>")
     else:
         href, words = run_page_link(run)
-        out.append(f"<p>{e(run.report.get('title', ''))}: {e(_run_line(summary, run))} — "
-                   f"<a class=\"run-page\" href=\"{e(href)}\">{e(words)}</a></p>")
+        link = (f"<a class=\"run-page\" href=\"{e(href)}\">{e(words)}</a>" if href
+                else f"<span class=\"missing\">{e(words)}</span>")
+        out.append(f"<p>{e(run.report.get('title', ''))}: {e(_run_line(summary, run))} — {link}</p>")
         # Each chart's ids prefixed by the command and the chart's place: unique in the page.
         slug = re.sub(r"[^A-Za-z0-9]+", "-", command)
         out += _html_checks(run) + _html_numbers(run) + [
@@ -121,8 +124,8 @@ def _md_command(summary: Summary, command: str) -> list[str]:
     if run is None:
         return out + [_md(_never_line(summary, command)), ""]
     href, words = run_page_link(run)
-    out += [f"{_md(run.report.get('title', ''))}: {_md(_run_line(summary, run))} — "
-            f"[{_md(words)}]({href})", ""]
+    link = f"[{_md(words)}]({href})" if href else _md(words)
+    out += [f"{_md(run.report.get('title', ''))}: {_md(_run_line(summary, run))} — {link}", ""]
     for group in failure_groups(run.failures):
         for c in group:
             out.append(f"- **{_md(c.get('name', '?'))}** — FAIL: {_md(c.get('seen', ''))}")

@@ -123,7 +123,7 @@ def test_the_svg_carries_no_date_or_version_and_draws_with_agg(runs):
 def test_a_report_without_charts_writes_none_and_an_empty_list(tmp_path):
     cli.run_report(FIXTURES / "gateway-healthy", tmp_path)
     assert report_of(tmp_path)["charts"] == []
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "report.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "report.json", "report.md"]
 
 
 # --- demo 1: the failover timeline -------------------------------------------------------------

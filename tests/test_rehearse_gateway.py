@@ -801,7 +801,7 @@ def test_report_out_writes_elsewhere_and_leaves_the_recording_byte_for_byte(tmp_
     assert digest(fixture) == before
     assert (out / "report.md").read_text() == (fixture / "report.md").read_text()
     assert (out / "report.json").read_text() == (fixture / "report.json").read_text()
-    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "report.md"]
 
 
 # --- the analysis alone, over a recording ---------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import html.parser
 import io
 import json
 import os
@@ -18,6 +17,7 @@ import pytest
 
 from rehearse import cli, outcome, record, summary_page
 from rehearse.summary_page import inline_svg
+from tests.page_checks import assert_no_fractional_times, assert_resolves, assert_self_contained, parse
 from tests.report_replays import replayed
 
 #: The page inlines the charts the runs drew: these replays draw them (tests/conftest.py).
@@ -57,8 +57,10 @@ def pages(root: Path, stack: str, now=NOW, **kwargs) -> tuple[ET.Element, str, s
     html_path, md_path = summary_page.write(root, stack, now, **kwargs)
     assert (html_path.name, md_path.name) == (f"{stack}-summary.html", f"{stack}-summary.md")
     text = html_path.read_text()
-    html.parser.HTMLParser().feed(text)  # an HTML parser reads it too
-    return ET.fromstring(text), text, md_path.read_text()
+    page = parse(text)
+    # Self-contained, whatever the test: its only links are to the runs' pages beside it.
+    assert_self_contained(page, root)
+    return page, text, md_path.read_text()
 
 
 def commands(page: ET.Element) -> dict[str, ET.Element]:
@@ -177,15 +179,16 @@ def test_every_listed_chart_is_embedded_and_a_missing_one_is_reported(tmp_path):
     assert figure.get("data-chart") == "gaps"
     [svg] = list(figure.iter(f"{SVG}svg"))
     assert svg.find(f"{SVG}rect").get("fill") == "#1f77b4"
-    assert "Gaps <each way>" in text_of(figure) and "Gaps &lt;each way&gt;" in text
+    # The drawing holds the title (rehearse.charts): the figure names it for a screen reader.
+    assert figure.get("aria-label") == "Gaps <each way>" and "Gaps &lt;each way&gt;" in text
     [missing] = [p for p in run.iter(f"{XHTML}p") if p.get("data-chart") == "routes"]
     assert "routes.svg is missing" in text_of(missing)
     assert f"![Gaps <each way>]({folder.name}/gaps.png)" in md
     assert "Chart Route switch: its SVG routes.svg is missing" in md and "routes.png is missing" in md
-    # Self-contained: nothing fetched, nothing run.
+    # Self-contained: nothing fetched, nothing run (pages() checks the whole page).
     for element in page.iter():
         assert element.tag.rsplit("}", 1)[-1] not in ("script", "link", "img", "iframe", "object")
-        assert not any(k in ("src", "href") for k in element.attrib), element.tag
+        assert "src" not in element.attrib, element.tag
 
 
 CLIPPED_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">'
@@ -340,3 +343,92 @@ def test_a_run_folder_without_its_report_is_listed_for_its_own_stack_only(rehear
     assert f"{ours.name}: no report.json" in text and f"{ours.name}: no report.json" in md
     # Stack lab-gpu's run, not lab's: stack names hold dashes too.
     assert theirs.name not in text and theirs.name not in md
+
+
+# --- what the page shows a reader: code as code, a title once, a fix once, times to the second --
+
+def test_markdown_code_is_code_on_the_page_and_stays_markdown_in_the_md(rehearsals, tmp_path):
+    root = tmp_path / "r"
+    shutil.copytree(rehearsals, root)
+    page, _, md = pages(root, "lab")
+    [never] = [ul for ul in page.iter(f"{XHTML}ul") if ul.get("class") == "never-run"]
+    for li in never:
+        [code] = list(li.iter(f"{XHTML}code"))
+        assert code.text == f"python -m rehearse {li.get('data-command')}"
+        assert "`" not in text_of(li)
+        assert f"`python -m rehearse {li.get('data-command')}`" in md
+    # A fix's backticks too (the route's: hand over with `kubectl ... delete pod ...`).
+    gateway = commands(page)["verify gateway"]
+    assert "`" not in text_of(gateway)
+    assert any((c.text or "").startswith("kubectl -n eks-hybrid-nodes-gateway delete pod")
+               for c in gateway.iter(f"{XHTML}code"))
+
+
+def test_each_chart_title_is_shown_once(rehearsals, tmp_path):
+    root = tmp_path / "r"
+    shutil.copytree(rehearsals, root)
+    page, _, _ = pages(root, "lab")
+    titles = {chart["name"]: chart["title"] for run in _latest_runs(root, "lab").values()
+              for chart in run.get("charts") or []}
+    figures = list(page.iter(f"{XHTML}figure"))
+    assert figures and {f.get("data-chart") for f in figures} == set(titles)
+    for figure in figures:
+        title = titles[figure.get("data-chart")]
+        # The drawing's own title (an SVG <text>), and no caption saying it again.
+        assert text_of(figure).count(title) == 1, title
+        assert [t.tag for t in figure.iter() if (t.text or "").strip() == title] == [f"{SVG}text"]
+
+
+def test_a_fix_shared_by_several_checks_is_said_once_after_them(tmp_path):
+    root = tmp_path / "r"
+    with contextlib.redirect_stdout(io.StringIO()):
+        shutil.copytree(replayed(FIXTURES / "failover-slow-standby", tmp_path / "replays"),
+                        root / "failover-slow-standby")
+    report = json.loads((root / "failover-slow-standby" / "report.json").read_text())
+    gaps = [c for c in report["checks"] if c["status"] == "FAIL" and c["name"].startswith("gap ")]
+    # The recording: the four probes' gaps all over 10 s, each with the same advice.
+    assert len(gaps) == 4 and len({c["fix"] for c in gaps}) == 1
+    fix = gaps[0]["fix"]
+    page, text, md = pages(root, report["stack"])
+    failover = commands(page)["failover"]
+    assert text_of(failover).count(fix) == 1 and md.count(fix) == 1
+    [fixed] = [p for p in failover.iter(f"{XHTML}p") if p.get("class") == "fix"]
+    assert text_of(fixed) == f"Fix, for the 4 above: {fix}"
+    [listed] = [ul for ul in failover.iter(f"{XHTML}ul") if len(ul) == 4]
+    assert [text_of(li).split(" — ")[0] for li in listed] == [c["name"] for c in gaps]
+    assert f"Fix, for the 4 above: {fix}" in md
+    for check in gaps:
+        assert f"- **{check['name']}** — FAIL" in md
+
+
+def test_times_are_to_the_second_and_said_to_be_utc_once(rehearsals, tmp_path):
+    root = tmp_path / "r"
+    shutil.copytree(rehearsals, root)
+    page, text, md = pages(root, "lab")
+    assert_no_fractional_times(text_of(page))
+    assert text_of(page).count("Times are UTC.") == 1 and md.count("Times are UTC.") == 1
+    # NOW to the second, and the routed run's start (16:37:53.246314) to its second.
+    assert "Written 2026-12-01 18:42:53 from" in text_of(page) and "Written 2026-12-01 18:42:53" in md
+    assert "started 2026-12-01 16:37:53 (2 h 5 min ago)" in text_of(commands(page)["verify gateway"])
+    assert_no_fractional_times(md.split("## Checklist")[0])
+
+
+def test_each_run_links_its_own_page_and_an_older_run_its_report_md(rehearsals, tmp_path):
+    root = tmp_path / "r"
+    shutil.copytree(rehearsals, root)
+    page, _, md = pages(root, "lab")
+    latest = _latest_runs(root, "lab")
+    shown = commands(page)
+    for command, run in latest.items():
+        [link] = [a for a in shown[command].iter(f"{XHTML}a") if a.get("class") == "run-page"]
+        assert link.get("href") == f"{run['folder'].name}/report.html"
+        assert_resolves(link.get("href"), root)
+        assert f"]({run['folder'].name}/report.html)" in md
+    # A run written before the run pages: said so, and its report.md linked instead.
+    older = latest["failover"]["folder"]
+    (older / "report.html").unlink()
+    page, _, md = pages(root, "lab")
+    [link] = [a for a in commands(page)["failover"].iter(f"{XHTML}a") if a.get("class") == "run-page"]
+    assert link.get("href") == f"{older.name}/report.md"
+    assert "older than the run pages has no page" in text_of(link)
+    assert f"]({older.name}/report.md)" in md

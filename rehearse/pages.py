@@ -29,7 +29,9 @@ figure { margin: 1em 0; } figure svg { max-width: 100%; height: auto; }
 figcaption { font-size: .9em; color: #6c757d; } .missing { color: #b02a37; }
 code { background: #f1f3f5; padding: 0 .2em; border-radius: 3px; overflow-wrap: anywhere; }
 .verdict { font-size: 1.3em; } details { margin: .5em 0; } summary { cursor: pointer; }
-li { margin: .2em 0; } td.value { white-space: nowrap; } .fix { margin: .2em 0 .8em 1.5em; }
+li { margin: .2em 0; } td.value { white-space: nowrap; }
+/* A long token (an image digest, a node name) wraps rather than widening the page. */
+li, p, summary { overflow-wrap: anywhere; } td { overflow-wrap: break-word; } .fix { margin: .2em 0 .8em 1.5em; }
 """
 #: Said once on each page, so the times themselves stay short.
 TIMES_ARE_UTC = "Times are UTC."

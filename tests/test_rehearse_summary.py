@@ -346,29 +346,41 @@ def test_a_run_folder_without_its_report_is_listed_for_its_own_stack_only(rehear
 
 
 # --- what the page shows a reader: code as code, a title once, a fix once, times to the second --
+# Whichever stack the recordings are of and whichever of them is a command's latest run.
 
-def test_markdown_code_is_code_on_the_page_and_stays_markdown_in_the_md(rehearsals, tmp_path):
-    root = tmp_path / "r"
-    shutil.copytree(rehearsals, root)
-    page, _, md = pages(root, "lab")
+def _most_runs(root: Path) -> str:
+    """The stack with the most runs under ``root``."""
+    stacks = [json.loads(p.read_text())["stack"] for p in root.glob("*/report.json")]
+    return max(sorted(set(stacks)), key=stacks.count)
+
+
+def test_markdown_code_is_code_on_the_page_and_stays_markdown_in_the_md(tmp_path):
+    folder = charted_run(tmp_path, [], {})
+    report = json.loads((folder / "report.json").read_text())
+    report["passed"] = False
+    report["checks"] = [{"name": "leader pod deleted", "status": "FAIL", "seen": "`gw-a` still Running",
+                         "fix": "hand over: `kubectl -n gw delete pod gw-a`", "command": ""}]
+    (folder / "report.json").write_text(json.dumps(report))
+    page, _, md = pages(tmp_path, "lab")
     [never] = [ul for ul in page.iter(f"{XHTML}ul") if ul.get("class") == "never-run"]
+    assert len(never)
     for li in never:
         [code] = list(li.iter(f"{XHTML}code"))
         assert code.text == f"python -m rehearse {li.get('data-command')}"
         assert "`" not in text_of(li)
         assert f"`python -m rehearse {li.get('data-command')}`" in md
-    # A fix's backticks too (the route's: hand over with `kubectl ... delete pod ...`).
-    gateway = commands(page)["verify gateway"]
-    assert "`" not in text_of(gateway)
-    assert any((c.text or "").startswith("kubectl -n eks-hybrid-nodes-gateway delete pod")
-               for c in gateway.iter(f"{XHTML}code"))
+    failover = commands(page)["failover"]
+    assert [c.text for c in failover.iter(f"{XHTML}code")][1:] == ["gw-a", "kubectl -n gw delete pod gw-a"]
+    assert "`" not in text_of(failover)
+    assert "`gw-a` still Running" in md and "  - Fix: hand over: `kubectl -n gw delete pod gw-a`" in md
 
 
 def test_each_chart_title_is_shown_once(rehearsals, tmp_path):
     root = tmp_path / "r"
     shutil.copytree(rehearsals, root)
-    page, _, _ = pages(root, "lab")
-    titles = {chart["name"]: chart["title"] for run in _latest_runs(root, "lab").values()
+    stack = _most_runs(root)
+    page, _, _ = pages(root, stack)
+    titles = {chart["name"]: chart["title"] for run in _latest_runs(root, stack).values()
               for chart in run.get("charts") or []}
     figures = list(page.iter(f"{XHTML}figure"))
     assert figures and {f.get("data-chart") for f in figures} == set(titles)
@@ -404,31 +416,43 @@ def test_a_fix_shared_by_several_checks_is_said_once_after_them(tmp_path):
 def test_times_are_to_the_second_and_said_to_be_utc_once(rehearsals, tmp_path):
     root = tmp_path / "r"
     shutil.copytree(rehearsals, root)
-    page, text, md = pages(root, "lab")
+    stack = _most_runs(root)
+    page, text, md = pages(root, stack)
     assert_no_fractional_times(text_of(page))
-    assert text_of(page).count("Times are UTC.") == 1 and md.count("Times are UTC.") == 1
-    # NOW to the second, and the routed run's start (16:37:53.246314) to its second.
-    assert "Written 2026-12-01 18:42:53 from" in text_of(page) and "Written 2026-12-01 18:42:53" in md
-    assert "started 2026-12-01 16:37:53 (2 h 5 min ago)" in text_of(commands(page)["verify gateway"])
     assert_no_fractional_times(md.split("## Checklist")[0])
+    assert text_of(page).count("Times are UTC.") == 1 and md.count("Times are UTC.") == 1
+    # NOW (18:42:53.246314) to the second, and each run's start to its second.
+    assert "Written 2026-12-01 18:42:53 from" in text_of(page) and "Written 2026-12-01 18:42:53" in md
+    for command, run in _latest_runs(root, stack).items():
+        started = record.parse_time(run["started"]).strftime("%Y-%m-%d %H:%M:%S")
+        assert f"started {started} (" in text_of(commands(page)[command]), command
+        assert f"started {started} (" in md
 
 
 def test_each_run_links_its_own_page_and_an_older_run_its_report_md(rehearsals, tmp_path):
     root = tmp_path / "r"
     shutil.copytree(rehearsals, root)
-    page, _, md = pages(root, "lab")
-    latest = _latest_runs(root, "lab")
+    stack = _most_runs(root)
+    page, _, md = pages(root, stack)
+    latest = _latest_runs(root, stack)
     shown = commands(page)
+    assert latest
     for command, run in latest.items():
         [link] = [a for a in shown[command].iter(f"{XHTML}a") if a.get("class") == "run-page"]
         assert link.get("href") == f"{run['folder'].name}/report.html"
         assert_resolves(link.get("href"), root)
         assert f"]({run['folder'].name}/report.html)" in md
     # A run written before the run pages: said so, and its report.md linked instead.
-    older = latest["failover"]["folder"]
+    command, run = sorted(latest.items())[0]
+    older = run["folder"]
     (older / "report.html").unlink()
-    page, _, md = pages(root, "lab")
-    [link] = [a for a in commands(page)["failover"].iter(f"{XHTML}a") if a.get("class") == "run-page"]
+    page, _, md = pages(root, stack)
+    [link] = [a for a in commands(page)[command].iter(f"{XHTML}a") if a.get("class") == "run-page"]
     assert link.get("href") == f"{older.name}/report.md"
     assert "older than the run pages has no page" in text_of(link)
     assert f"]({older.name}/report.md)" in md
+    # Nor that: nothing to link, and said so.
+    (older / "report.md").unlink()
+    page, _, md = pages(root, stack)
+    assert not [a for a in commands(page)[command].iter(f"{XHTML}a") if a.get("class") == "run-page"]
+    assert "no report.html or report.md in its folder" in text_of(commands(page)[command])

@@ -78,6 +78,19 @@ def document(title: str, body: Iterable[str]) -> str:
     return "\n".join(out) + "\n"
 
 
+#: report.json's statuses a reader must act on, in the order to show them
+#: (rehearse.report.STATUSES); the others (PASS, SKIP) come after.
+ATTENTION = ("FAIL", "NOT READ")
+
+
+def to_act_on(checks: list[Any]) -> list[dict[str, Any]]:
+    """The checks that failed, then those not read; a status the pages do not know is shown
+    with them, never hidden among the passes."""
+    checks = [c for c in checks if isinstance(c, dict)]
+    return [c for s in ATTENTION for c in checks if c.get("status") == s] + \
+        [c for c in checks if c.get("status") not in (*ATTENTION, "PASS", "SKIP")]
+
+
 def failure_groups(checks: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """Checks that share one fix, together where the first of them came; each check without
     a fix, or with a fix of its own, alone: a fix that applies to four gaps is said once,

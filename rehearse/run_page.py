@@ -14,11 +14,9 @@ from typing import Any
 
 from rehearse import markdown_html
 from rehearse.pages import (TIMES_ARE_UTC, checks_html, document, e, html_chart, numbers_html,
-                            short_times, text_html)
+                            short_times, text_html, to_act_on)
 
 PAGE = "report.html"
-#: report.json's statuses, the ones a reader must act on first (rehearse.report.STATUSES).
-ATTENTION = ("FAIL", "NOT READ")
 #: Up to this many checks that passed are listed open; more are folded.
 OPEN_UP_TO = 12
 
@@ -45,9 +43,7 @@ def _verdict(report: dict[str, Any]) -> list[str]:
 
 def _checks(report: dict[str, Any]) -> list[str]:
     checks = [c for c in report.get("checks") or [] if isinstance(c, dict)]
-    first = [c for s in ATTENTION for c in checks if c.get("status") == s]
-    # A status this page does not know is shown with those to act on, never hidden.
-    first += [c for c in checks if c.get("status") not in (*ATTENTION, "PASS", "SKIP")]
+    first = to_act_on(checks)
     rest = [c for c in checks if c.get("status") in ("PASS", "SKIP")]
     out = []
     if first:

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from rehearse.pages import (TIMES_ARE_UTC, checks_html, css_class, document, e, failure_groups,
-                            html_chart, inline_svg, measured, numbers_html, text_html, when)
+                            html_chart, inline_svg, measured, numbers_html, text_html, to_act_on,
+                            when)
 from rehearse.summary import NEVER_RUN, OPEN_QUESTIONS, PARTS, Run, Step, Summary, gather
 
 
@@ -43,7 +44,9 @@ def run_page_link(run: Run) -> tuple[str, str]:
 # --- HTML ---------------------------------------------------------------------------------
 
 def _html_checks(run: Run) -> list[str]:
-    out = ["<div class=\"failures\">", *checks_html(run.failures), "</div>"] if run.failures else []
+    # The failures, and the checks not read: a run with one has not passed either.
+    shown = to_act_on(run.report.get("checks") or [])
+    out = ["<div class=\"failures\">", *checks_html(shown), "</div>"] if shown else []
     if run.state not in ("PASS", "FAIL") and run.report.get("notes"):
         out.append("<ul class=\"notes\">" + "".join(f"<li>{text_html(n)}</li>"
                                                    for n in run.report["notes"]) + "</ul>")
@@ -126,9 +129,11 @@ def _md_command(summary: Summary, command: str) -> list[str]:
     href, words = run_page_link(run)
     link = f"[{_md(words)}]({href})" if href else _md(words)
     out += [f"{_md(run.report.get('title', ''))}: {_md(_run_line(summary, run))} — {link}", ""]
-    for group in failure_groups(run.failures):
+    shown = to_act_on(run.report.get("checks") or [])
+    for group in failure_groups(shown):
         for c in group:
-            out.append(f"- **{_md(c.get('name', '?'))}** — FAIL: {_md(c.get('seen', ''))}")
+            out.append(f"- **{_md(c.get('name', '?'))}** — {_md(c.get('status', '?'))}: "
+                       f"{_md(c.get('seen', ''))}")
             if c.get("fix") and len(group) == 1:
                 out.append(f"  - Fix: {_md(c['fix'])}")
             if c.get("command"):
@@ -137,7 +142,7 @@ def _md_command(summary: Summary, command: str) -> list[str]:
             out += ["", f"Fix, for the {len(group)} above: {_md(group[0]['fix'])}", ""]
     if run.state not in ("PASS", "FAIL"):
         out += [f"- {_md(n)}" for n in run.report.get("notes") or []]
-    if run.failures or run.state not in ("PASS", "FAIL"):
+    if shown or run.state not in ("PASS", "FAIL"):
         out.append("")
     numbers = run.report.get("measurements") or []
     if numbers:

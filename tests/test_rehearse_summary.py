@@ -456,3 +456,21 @@ def test_each_run_links_its_own_page_and_an_older_run_its_report_md(rehearsals, 
     page, _, md = pages(root, stack)
     assert not [a for a in commands(page)[command].iter(f"{XHTML}a") if a.get("class") == "run-page"]
     assert "no report.html or report.md in its folder" in text_of(commands(page)[command])
+
+
+def test_a_check_not_read_is_shown_after_the_failures(tmp_path):
+    folder = charted_run(tmp_path, [], {})
+    report = json.loads((folder / "report.json").read_text())
+    report["passed"] = False
+    report["checks"] = [
+        {"name": "route switched", "status": "NOT READ", "seen": "the run ended before the route was read",
+         "fix": "", "command": ""},
+        {"name": "baseline healthy", "status": "PASS", "seen": "18 probes", "fix": "", "command": ""},
+        {"name": "leader pod deleted", "status": "FAIL", "seen": "still there", "fix": "delete it",
+         "command": ""}]
+    (folder / "report.json").write_text(json.dumps(report))
+    page, _, md = pages(tmp_path, "lab")
+    shown = [li.get("data-status") for li in commands(page)["failover"].iter(f"{XHTML}li")]
+    assert shown == ["FAIL", "NOT READ"]
+    assert md.index("- **leader pod deleted** — FAIL: still there") < \
+        md.index("- **route switched** — NOT READ: the run ended before the route was read")

@@ -1,13 +1,17 @@
 """What a run found: checks (PASS/FAIL with what was seen, the fix, and the command to see it
 yourself) and measurements (beside the demo guide's figure, docs/demo-guide.md), rendered as ``report.md`` and
-``report.json`` (versioned), with the run's charts (rehearse.charts) beside them."""
+``report.json`` (versioned), with the run's charts (rehearse.charts) beside them and the run's
+own page, ``report.html`` (rehearse.run_page), which shows them inline."""
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
+
+from rehearse import run_page
 
 #: 2: ``charts`` lists the charts written beside the report (1 had none, and demo 2's
 #: ``chart``).
@@ -112,21 +116,31 @@ class Report:
             lines += ["", "## Notes", ""] + [f"- {note}" for note in self.notes]
         return "\n".join(lines) + "\n"
 
+    def own_sections(self) -> str:
+        """The Markdown a report of a kind adds to report.md (demo 2's scenario tables, the
+        throughput comparison), without what every report writes: the run's page
+        (rehearse.run_page) renders those from report.json, and these as they are."""
+        base, full = Report.to_markdown(self).splitlines(), self.to_markdown().splitlines()
+        added = [line for tag, _, _, j1, j2 in
+                 difflib.SequenceMatcher(None, base, full, autojunk=False).get_opcodes()
+                 if tag in ("insert", "replace") for line in full[j1:j2] + [""]]
+        return "\n".join(added).strip("\n")
+
     def write(self, folder: Path) -> None:
-        """report.json and report.md first, then the charts: a chart that cannot be drawn, or
-        a Ctrl-C while the plotting library loads and draws (a second or so), must not cost the
-        report of a run that may already have changed the lab. A chart that failed is left out
-        of the report with a note; on Ctrl-C the report says which were not drawn, and the
-        interrupt goes on."""
-        self._write_files(folder)
+        """report.json and report.md first, then the charts, then the run's page (report.html,
+        which inlines them): a chart that cannot be drawn, or a Ctrl-C while the plotting
+        library loads and draws (a second or so), must not cost the report of a run that may
+        already have changed the lab. A chart that failed is left out of the report with a
+        note; on Ctrl-C the report says which were not drawn, and the interrupt goes on."""
+        self._write_files(folder, page=not self.charts)
         if not self.charts:
             return
-        # Imported here: a report without charts never loads the plotting library.
-        from rehearse import charts
-
         drawn: list[Chart] = []
         failed: list[str] = []
         try:
+            # Imported here: a report without charts never loads the plotting library.
+            from rehearse import charts
+
             for chart in self.charts:
                 try:
                     charts.write(folder, chart.name, chart.title, chart.data)
@@ -146,10 +160,21 @@ class Report:
             self.charts = drawn
             self.notes.extend(failed)
             self._write_files(folder)
+        else:
+            self._write_page(folder)
 
-    def _write_files(self, folder: Path) -> None:
+    def _write_files(self, folder: Path, page: bool = True) -> None:
         (folder / "report.json").write_text(json.dumps(self.to_json(), indent=2) + "\n")
         (folder / "report.md").write_text(self.to_markdown())
+        if page:
+            self._write_page(folder)
+        else:
+            # A page left from an earlier write of this folder (a replay) would show the old
+            # report until the charts are drawn.
+            (folder / run_page.PAGE).unlink(missing_ok=True)
+
+    def _write_page(self, folder: Path) -> None:
+        run_page.write(folder, self.to_json(), self.own_sections())
 
     def summary(self) -> str:
         lines = [f"{self.title}: {'PASS' if self.passed else 'FAIL'}"]

@@ -125,7 +125,7 @@ def test_the_svg_carries_no_date_or_version_and_draws_with_agg(runs):
 def test_a_report_without_charts_writes_none_and_an_empty_list(tmp_path):
     folder = report_into(FIXTURES / "gateway-healthy", tmp_path)
     assert report_of(folder)["charts"] == []
-    assert sorted(p.name for p in folder.iterdir()) == ["events.jsonl", "report.json", "report.md"]
+    assert sorted(p.name for p in folder.iterdir()) == ["events.jsonl", "report.html", "report.json", "report.md"]
 
 
 # --- demo 1: the failover timeline -------------------------------------------------------------

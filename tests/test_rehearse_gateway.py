@@ -820,7 +820,7 @@ def test_report_out_writes_elsewhere_and_leaves_the_recording_byte_for_byte(tmp_
                                          record.parse_time(started["at"])).name
     assert (out / "report.md").read_text() == (fixture / "report.md").read_text()
     assert (out / "report.json").read_text() == (fixture / "report.json").read_text()
-    assert sorted(p.name for p in out.iterdir()) == ["events.jsonl", "report.json", "report.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["events.jsonl", "report.html", "report.json", "report.md"]
     # Replayed again into the same rehearsals folder: the same folder, rewritten.
     assert cli.main(["report", str(fixture), "--out", str(rehearsals)]) == 1
     assert [p.name for p in rehearsals.iterdir()] == [out.name]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import html.parser
 import io
 import json
 import os
@@ -19,6 +18,7 @@ import pytest
 from rehearse import cli, outcome, record, summary_page
 from rehearse.summary_page import inline_svg
 from tests import rehearsal_evening
+from tests.page_checks import assert_no_fractional_times, assert_resolves, assert_self_contained, parse
 from tests.report_replays import replayed
 
 #: The page inlines the charts the runs drew: these replays draw them (tests/conftest.py).
@@ -34,7 +34,7 @@ STACK = rehearsal_evening.STACK
 REPLAYED = {name: name for name in rehearsal_evening.STARTED} | {
     "gateway-route-elsewhere": "z-gateway-route-elsewhere"}
 #: Two hours after the evening's failover run started (tests/rehearsal_evening.py).
-NOW = rehearsal_evening.STARTED["failover-healthy"] + datetime.timedelta(hours=2)
+NOW = rehearsal_evening.STARTED["failover-healthy"] + datetime.timedelta(hours=2, microseconds=246314)
 RUNBOOK = ("preflight", "verify gateway", "failover", "burst", "verify burst", "verify gpu")
 
 
@@ -66,8 +66,10 @@ def pages(root: Path, stack: str, now=NOW, **kwargs) -> tuple[ET.Element, str, s
     html_path, md_path = summary_page.write(root, stack, now, **kwargs)
     assert (html_path.name, md_path.name) == (f"{stack}-summary.html", f"{stack}-summary.md")
     text = html_path.read_text()
-    html.parser.HTMLParser().feed(text)  # an HTML parser reads it too
-    return ET.fromstring(text), text, md_path.read_text()
+    page = parse(text)
+    # Self-contained, whatever the test: its only links are to the runs' pages beside it.
+    assert_self_contained(page, root)
+    return page, text, md_path.read_text()
 
 
 def commands(page: ET.Element) -> dict[str, ET.Element]:
@@ -203,15 +205,16 @@ def test_every_listed_chart_is_embedded_and_a_missing_one_is_reported(tmp_path):
     assert figure.get("data-chart") == "gaps"
     [svg] = list(figure.iter(f"{SVG}svg"))
     assert svg.find(f"{SVG}rect").get("fill") == "#1f77b4"
-    assert "Gaps <each way>" in text_of(figure) and "Gaps &lt;each way&gt;" in text
+    # The drawing holds the title (rehearse.charts): the figure names it for a screen reader.
+    assert figure.get("aria-label") == "Gaps <each way>" and "Gaps &lt;each way&gt;" in text
     [missing] = [p for p in run.iter(f"{XHTML}p") if p.get("data-chart") == "routes"]
     assert "routes.svg is missing" in text_of(missing)
     assert f"![Gaps <each way>]({folder.name}/gaps.png)" in md
     assert "Chart Route switch: its SVG routes.svg is missing" in md and "routes.png is missing" in md
-    # Self-contained: nothing fetched, nothing run.
+    # Self-contained: nothing fetched, nothing run (pages() checks the whole page).
     for element in page.iter():
         assert element.tag.rsplit("}", 1)[-1] not in ("script", "link", "img", "iframe", "object")
-        assert not any(k in ("src", "href") for k in element.attrib), element.tag
+        assert "src" not in element.attrib, element.tag
 
 
 CLIPPED_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">'
@@ -445,3 +448,136 @@ def test_a_run_folder_without_its_report_is_listed_for_its_own_stack_only(rehear
     assert f"{ours.name}: no report.json" in text and f"{ours.name}: no report.json" in md
     # Stack dev-gpu's run, not dev's: stack names hold dashes too.
     assert theirs.name not in text and theirs.name not in md
+
+
+# --- what the page shows a reader: code as code, a title once, a fix once, times to the second --
+# Whichever stack the recordings are of and whichever of them is a command's latest run.
+
+def _most_runs(root: Path) -> str:
+    """The stack with the most runs under ``root``."""
+    stacks = [json.loads(p.read_text())["stack"] for p in root.glob("*/report.json")]
+    return max(sorted(set(stacks)), key=stacks.count)
+
+
+def test_markdown_code_is_code_on_the_page_and_stays_markdown_in_the_md(tmp_path):
+    folder = charted_run(tmp_path, [], {})
+    report = json.loads((folder / "report.json").read_text())
+    report["passed"] = False
+    report["checks"] = [{"name": "leader pod deleted", "status": "FAIL", "seen": "`gw-a` still Running",
+                         "fix": "hand over: `kubectl -n gw delete pod gw-a`", "command": ""}]
+    (folder / "report.json").write_text(json.dumps(report))
+    page, _, md = pages(tmp_path, "lab")
+    [never] = [ul for ul in page.iter(f"{XHTML}ul") if ul.get("class") == "never-run"]
+    assert len(never)
+    for li in never:
+        [code] = list(li.iter(f"{XHTML}code"))
+        assert code.text == f"python -m rehearse {li.get('data-command')}"
+        assert "`" not in text_of(li)
+        assert f"`python -m rehearse {li.get('data-command')}`" in md
+    failover = commands(page)["failover"]
+    assert [c.text for c in failover.iter(f"{XHTML}code")][1:] == ["gw-a", "kubectl -n gw delete pod gw-a"]
+    assert "`" not in text_of(failover)
+    assert "`gw-a` still Running" in md and "  - Fix: hand over: `kubectl -n gw delete pod gw-a`" in md
+
+
+def test_each_chart_title_is_shown_once(rehearsals, tmp_path):
+    root = tmp_path / "r"
+    shutil.copytree(rehearsals, root)
+    stack = _most_runs(root)
+    page, _, _ = pages(root, stack)
+    titles = {chart["name"]: chart["title"] for run in _latest_runs(root, stack).values()
+              for chart in run.get("charts") or []}
+    figures = list(page.iter(f"{XHTML}figure"))
+    assert figures and {f.get("data-chart") for f in figures} == set(titles)
+    for figure in figures:
+        title = titles[figure.get("data-chart")]
+        # The drawing's own title (an SVG <text>), and no caption saying it again.
+        assert text_of(figure).count(title) == 1, title
+        assert [t.tag for t in figure.iter() if (t.text or "").strip() == title] == [f"{SVG}text"]
+
+
+def test_a_fix_shared_by_several_checks_is_said_once_after_them(tmp_path):
+    root = tmp_path / "r"
+    with contextlib.redirect_stdout(io.StringIO()):
+        shutil.copytree(replayed(FIXTURES / "failover-slow-standby", tmp_path / "replays"),
+                        root / "failover-slow-standby")
+    report = json.loads((root / "failover-slow-standby" / "report.json").read_text())
+    gaps = [c for c in report["checks"] if c["status"] == "FAIL" and c["name"].startswith("gap ")]
+    # The recording: the four probes' gaps all over 10 s, each with the same advice.
+    assert len(gaps) == 4 and len({c["fix"] for c in gaps}) == 1
+    fix = gaps[0]["fix"]
+    page, text, md = pages(root, report["stack"])
+    failover = commands(page)["failover"]
+    assert text_of(failover).count(fix) == 1 and md.count(fix) == 1
+    [fixed] = [p for p in failover.iter(f"{XHTML}p") if p.get("class") == "fix"]
+    assert text_of(fixed) == f"Fix, for the 4 above: {fix}"
+    [listed] = [ul for ul in failover.iter(f"{XHTML}ul") if len(ul) == 4]
+    assert [text_of(li).split(" — ")[0] for li in listed] == [c["name"] for c in gaps]
+    assert f"Fix, for the 4 above: {fix}" in md
+    for check in gaps:
+        assert f"- **{check['name']}** — FAIL" in md
+
+
+def test_times_are_to_the_second_and_said_to_be_utc_once(rehearsals, tmp_path):
+    root = tmp_path / "r"
+    shutil.copytree(rehearsals, root)
+    stack = _most_runs(root)
+    page, text, md = pages(root, stack)
+    assert_no_fractional_times(text_of(page))
+    assert_no_fractional_times(md.split("## Checklist")[0])
+    assert text_of(page).count("Times are UTC.") == 1 and md.count("Times are UTC.") == 1
+    # NOW to the second (its microseconds dropped), and each run's start to its second.
+    assert NOW.microsecond, "NOW has no fraction to drop: the test would prove nothing"
+    written = NOW.strftime("%Y-%m-%d %H:%M:%S")
+    assert f"Written {written} from" in text_of(page) and f"Written {written}" in md
+    for command, run in _latest_runs(root, stack).items():
+        started = record.parse_time(run["started"]).strftime("%Y-%m-%d %H:%M:%S")
+        assert f"started {started} (" in text_of(commands(page)[command]), command
+        assert f"started {started} (" in md
+
+
+def test_each_run_links_its_own_page_and_an_older_run_its_report_md(rehearsals, tmp_path):
+    root = tmp_path / "r"
+    shutil.copytree(rehearsals, root)
+    stack = _most_runs(root)
+    page, _, md = pages(root, stack)
+    latest = _latest_runs(root, stack)
+    shown = commands(page)
+    assert latest
+    for command, run in latest.items():
+        [link] = [a for a in shown[command].iter(f"{XHTML}a") if a.get("class") == "run-page"]
+        assert link.get("href") == f"{run['folder'].name}/report.html"
+        assert_resolves(link.get("href"), root)
+        assert f"]({run['folder'].name}/report.html)" in md
+    # A run written before the run pages: said so, and its report.md linked instead.
+    command, run = sorted(latest.items())[0]
+    older = run["folder"]
+    (older / "report.html").unlink()
+    page, _, md = pages(root, stack)
+    [link] = [a for a in commands(page)[command].iter(f"{XHTML}a") if a.get("class") == "run-page"]
+    assert link.get("href") == f"{older.name}/report.md"
+    assert "older than the run pages has no page" in text_of(link)
+    assert f"]({older.name}/report.md)" in md
+    # Nor that: nothing to link, and said so.
+    (older / "report.md").unlink()
+    page, _, md = pages(root, stack)
+    assert not [a for a in commands(page)[command].iter(f"{XHTML}a") if a.get("class") == "run-page"]
+    assert "no report.html or report.md in its folder" in text_of(commands(page)[command])
+
+
+def test_a_check_not_read_is_shown_after_the_failures(tmp_path):
+    folder = charted_run(tmp_path, [], {})
+    report = json.loads((folder / "report.json").read_text())
+    report["passed"] = False
+    report["checks"] = [
+        {"name": "route switched", "status": "NOT READ", "seen": "the run ended before the route was read",
+         "fix": "", "command": ""},
+        {"name": "baseline healthy", "status": "PASS", "seen": "18 probes", "fix": "", "command": ""},
+        {"name": "leader pod deleted", "status": "FAIL", "seen": "still there", "fix": "delete it",
+         "command": ""}]
+    (folder / "report.json").write_text(json.dumps(report))
+    page, _, md = pages(tmp_path, "lab")
+    shown = [li.get("data-status") for li in commands(page)["failover"].iter(f"{XHTML}li")]
+    assert shown == ["FAIL", "NOT READ"]
+    assert md.index("- **leader pod deleted** — FAIL: still there") < \
+        md.index("- **route switched** — NOT READ: the run ended before the route was read")

@@ -49,6 +49,13 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, allow_abbrev: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
 
+    def error(self, message: str) -> None:
+        # A command's option with a value it cannot take is one line, as every other input
+        # the tool cannot use; --help shows the usage.
+        if isinstance(self, _RootParser):
+            super().error(message)
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
 
 class _RootParser(_Parser):
     def error(self, message: str) -> None:
@@ -182,17 +189,44 @@ def run_command(command: str, args: argparse.Namespace) -> int:
     return execute(command, args).code
 
 
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """The command's own options, as its collector's context has them."""
+    return {k: v for k, v in vars(args).items()
+            if k not in ("command", "target", "stack", "outputs", "work_dir", "kubeconfig", "out")}
+
+
+def check_inputs(command: str, args: argparse.Namespace, stack_outputs: Any) -> None:
+    """Input ``command`` cannot use, as one line (RunError) before anything is read or made:
+    the outputs its collector reads, its options' shape, a --kubeconfig file that cannot be
+    used, a --out that is not a folder."""
+    from rehearse import inputs
+
+    inputs.check(_module(command), command, inputs.Given(stack_outputs, _options(args),
+                                                         args.work_dir))
+    stack_outputs.get("region")
+    if args.kubeconfig:
+        from rehearse.connection import check_kubeconfig
+
+        check_kubeconfig(args.kubeconfig)
+    else:
+        stack_outputs.get("kubeconfig")
+    if args.out.exists() and not args.out.is_dir():
+        raise RunError(f"--out {args.out}: is a file, not a folder for the run folders; name a "
+                       "folder (default ./rehearsals)")
+
+
 def execute(command: str, args: argparse.Namespace) -> RunResult:
     """One command's run into its folder. Raises before the folder exists (the stack's
-    outputs, the cluster); once it exists, every ending is a report in it."""
+    outputs, the command's input, the cluster); once it exists, every ending is a report in
+    it."""
     from rehearse.context import Context, boto3_clients
 
     module = _module(command)
     stack_outputs = _outputs(args)
+    check_inputs(command, args, stack_outputs)
     region = stack_outputs.get("region")
     kube = _connect(args, stack_outputs)
-    options = {k: v for k, v in vars(args).items()
-               if k not in ("command", "target", "stack", "outputs", "work_dir", "kubeconfig", "out")}
+    options = _options(args)
     from rehearse.account import stack_account
 
     account = stack_account(stack_outputs.stack, args.work_dir)
@@ -308,13 +342,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "report":
+            if not args.folder.is_dir():
+                raise RunError(f"the run folder {args.folder} does not exist: name a folder "
+                               "under rehearsals/ (`ls rehearsals`) or a recorded one")
             return run_report(args.folder, args.out)
         if args.command == "summary":
+            if not args.out.is_dir():
+                raise RunError(f"--out {args.out}: the rehearsals folder does not exist: name "
+                               "the folder the runs were written to (default ./rehearsals)")
             return run_summary(args.out, args.stack)
         if args.command == "all":
             return importlib.import_module("rehearse.rehearsal").main(
                 args, runner=execute, read_outputs=_outputs, parse=build_parser().parse_args,
-                as_run_error=_as_run_error)
+                as_run_error=_as_run_error, check_inputs=check_inputs)
         if args.command == "predict":
             # The CLI's own readers, looked up here when it runs (tests replace ``_connect``).
             return importlib.import_module("rehearse.predict").main(args, _outputs, _connect)

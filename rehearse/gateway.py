@@ -73,6 +73,19 @@ def _pod_view(pod: dict) -> dict:
             "restarts": sum(c.get("restartCount", 0) for c in status.get("containerStatuses") or [])}
 
 
+#: What collect reads from the stack, checked before a run starts (rehearse.inputs).
+LAYERS = (("gateway", "the gateway it verifies"),
+          ("demo", "the demo 1 probers that show traffic both ways"))
+OUTPUTS = ("gatewayNamespace", "gatewayLeaseName", "gatewayRouteTableIds", "hybridPodCidr", "demo1")
+
+
+def check_inputs(given: Any) -> None:
+    demo1 = given.outputs.get("demo1")
+    if not isinstance(demo1, dict) or not demo1.get("namespace"):
+        raise RunError(f"the stack {given.outputs.stack}'s demo1 output names no namespace: "
+                       "run `pulumi up` with this version of the lab")
+
+
 def collect(ctx: Any, record: Any) -> None:
     from lightkube.resources.apps_v1 import DaemonSet
     from lightkube.resources.core_v1 import ConfigMap, Node, Pod

@@ -85,6 +85,11 @@ def names_from_outputs(outputs: Any) -> dict[str, Any]:
     return names
 
 
+def check_inputs(given: Any) -> None:
+    """Before a run starts: the stack has demo 3's names (rehearse.inputs)."""
+    names_from_outputs(given.outputs)
+
+
 def collect(ctx: Any, record: Any) -> None:
     import httpx2
     from lightkube.resources.apps_v1 import Deployment

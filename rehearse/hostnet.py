@@ -50,6 +50,7 @@ from rehearse.errors import RunError
 from rehearse.gateway import ROUTE_TABLE, _collect_route_tables, _node_view
 from rehearse.leader import not_found
 from rehearse.record import RUN_STARTED, every, first
+from rehearse.outcome import ending, not_read
 from rehearse.report import FAIL, PASS, Chart, Check, Report
 
 TITLE = "which path host-network pods take between hybrid and cloud nodes"
@@ -236,6 +237,22 @@ def _pod_view(pod: dict) -> dict:
 
 def _is_hybrid(node: dict) -> bool:
     return (node.get("labels") or {}).get(COMPUTE_TYPE) == "hybrid"
+
+
+#: What collect reads from the stack, checked before a run starts (rehearse.inputs).
+LAYERS = (("demo", "echo-cloud, the cloud pod the host-network pod requests"),)
+OUTPUTS = ("demo1", "hybridPodCidr")
+
+
+def check_inputs(given: Any) -> None:
+    port = int(given.options.get("port") or PORT)
+    if not 1024 < port < 65536:
+        raise RunError(f"--port {port}: choose a port above 1024 (no NET_BIND_SERVICE is given) "
+                       "and below 65536")
+    demo1 = given.outputs.get("demo1")
+    if not isinstance(demo1, dict) or not demo1.get("namespace"):
+        raise RunError(f"the stack {given.outputs.stack}'s demo1 output names no namespace: "
+                       "run `pulumi up` with this version of the lab")
 
 
 def collect(ctx: Any, record: Any) -> None:
@@ -737,8 +754,12 @@ def _not_running_fix(pod: dict) -> str:
 def _check_cleanup(run: _Run) -> Check:
     command = f"kubectl get namespace {NAMESPACE}"
     made = [f"{'namespace' if e['object'] == 'Namespace' else 'pod'}/{e['name']}" for e in run.created.values()]
+    if run.cleanup is None and not made:
+        return not_read(CHECK_CLEANUP, "a cleanup: nothing was created", run.events, command)
     if run.cleanup is None:
-        return Check(CHECK_CLEANUP, FAIL, "no cleanup was recorded", f"`kubectl delete namespace {NAMESPACE}`", command)
+        # Something this run created may still be there: a verdict on the cluster, with its fix.
+        return Check(CHECK_CLEANUP, FAIL, "no cleanup was recorded after creating " + ", ".join(made),
+                     f"`kubectl delete namespace {NAMESPACE}`", command)
     left = [m for m in made if m not in run.cleanup.get("deleted", [])] + list(run.cleanup.get("failed", []))
     if left or not run.cleanup.get("namespaceGone", True):
         return Check(CHECK_CLEANUP, FAIL, "left behind: " + (", ".join(dict.fromkeys(left)) or
@@ -752,6 +773,10 @@ def analyse(events: list[dict]) -> Report:
     run = _Run(events)
     checks = [_check_from_host(run, HOST_TO_POD), _check_from_host(run, HOST_TO_SVC),
               _check_to_host(run), _check_cleanup(run)]
+    if ending(events) is not None and run.cleanup is None:
+        # The logs the probe checks read are collected just before the cleanup.
+        checks[:3] = [c if c.status == PASS else not_read(c.name, "the probe pods' logs", events, c.command)
+                      for c in checks[:3]]
     notes = [
         "Evidence, not assumption: each path is named from the source address the server logged "
         "(echo-cloud's nginx for the requests from the hybrid host network; busybox `httpd -vv` on "

@@ -10,11 +10,11 @@ recorded as ``run.step`` events, so the report can say what was done and what wa
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from rehearse.errors import first_line
 from rehearse.record import RUN_STARTED, every, first
-from rehearse.report import FAIL, Check, Report
+from rehearse.report import FAIL, NOT_READ, SKIP, Check, Report
 
 RUN_STEP = "run.step"
 RUN_INTERRUPTED = "run.interrupted"
@@ -47,6 +47,41 @@ UNDONE_BY = {"scenario.switched": "scenario.restored", "throughput.switched": "t
 def ending(events: list[dict]) -> dict | None:
     """The ``run.interrupted`` or ``run.failed`` event, or None for a run that finished."""
     return first(events, RUN_INTERRUPTED) or first(events, RUN_FAILED)
+
+
+def not_read(name: str, what: str, events: list[dict], command: str = "") -> Check:
+    """The check ``name`` whose input (``what``, e.g. "the Lease") was never read: the run
+    ended before it, or stopped at an earlier read. Not a verdict on the cluster, so no fix."""
+    return Check(name, NOT_READ, "not read: " + why_not_read(what, events), command=command)
+
+
+def why_not_read(what: str, events: list[dict]) -> str:
+    ended = ending(events)
+    if ended is None:
+        return f"the run recorded no {what.removeprefix('the ')}"
+    if ended["kind"] == RUN_INTERRUPTED:
+        return f"the run was interrupted before reading {what}"
+    return f"the run failed before reading {what} (see '{CHECK_COMPLETED}')"
+
+
+def mark_unread(report: Report, events: list[dict],
+                reads: "Mapping[str, tuple[str, tuple[str, ...]]] | Callable[[str], Any]") -> None:
+    """In a run that ended early, the checks whose input the collector had not finished reading
+    become NOT READ: ``reads`` gives, by check name, (what it reads, the event kinds any one of
+    which the collector records once that read is done). A PASS stays (what was read passed);
+    a FAIL or SKIP that only says its input is missing does not stand, and a NOT READ says
+    how the run ended."""
+    if ending(events) is None:
+        return
+    lookup = reads.get if isinstance(reads, Mapping) else reads
+    present = {e["kind"] for e in events}
+    for index, check in enumerate(report.checks):
+        entry = lookup(check.name)
+        if entry is None or check.status not in (FAIL, SKIP, NOT_READ):
+            continue
+        what, done = entry
+        if not present & set(done):
+            report.checks[index] = not_read(check.name, what, events, check.command)
 
 
 def analyse_run(analyse: Callable[[list[dict]], Report], events: list[dict]) -> Report:

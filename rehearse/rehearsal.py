@@ -87,10 +87,13 @@ def main(args: argparse.Namespace, *, runner: Callable[[str, argparse.Namespace]
          read_outputs: Callable[[argparse.Namespace], Any],
          parse: Callable[[list[str]], argparse.Namespace],
          as_run_error: Callable[[BaseException], Optional[RunError]],
+         check_inputs: Callable[[str, argparse.Namespace, Any], None] = lambda *_: None,
          clock: Callable[[], Any] = utc_now,
          confirm: Callable[[str], Optional[bool]] = ask,
          interactive: Callable[[], bool] = _interactive) -> int:
-    """Run the steps, write the summary; 0 when every step that ran passed, else 1."""
+    """Run the steps, write the summary; 0 when every step that ran passed, else 1.
+    ``check_inputs(command, options, outputs)`` raises RunError for a step's input it cannot
+    use, before the first step starts."""
     changing = () if args.read_only else CHANGING
     if changing and not args.yes and not interactive():
         raise RunError("rehearse all asks before the steps that change the lab (failover, "
@@ -102,9 +105,12 @@ def main(args: argparse.Namespace, *, runner: Callable[[str, argparse.Namespace]
     if not outputs.optional("demo3"):
         skipped[GPU_STEP] = f"the stack {outputs.stack} has no GPU host (no output demo3)"
     plan = list(READ_ONLY + changing)
-    # Every step's options parsed before anything runs: a bad --scenarios stops here, not
-    # after the checks.
+    # Every step's options parsed and its input checked before anything runs: a bad
+    # --scenarios, or an output only the burst reads, stops here, not after the checks.
     parsed = {command: parse(_argv(command, args)) for command in plan}
+    for command in plan:
+        if command not in skipped:
+            check_inputs(command, parsed[command], outputs)
     stop: Optional[str] = None
     defect: Optional[BaseException] = None
     try:

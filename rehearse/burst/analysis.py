@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
 from rehearse.record import iso, parse_time
+from rehearse.outcome import not_read
 from rehearse.report import FAIL, PASS, SKIP, Check, Measurement
 from rehearse.burst.names import (ABORTED, COSTS_SETTLED, C_COMPLETED, C_COSTS_SETTLED, C_FORECAST,
                                   C_IN_PLACE, C_RESTART, C_RULE, C_SCALEUP, C_SWITCH, DONE,
@@ -387,6 +388,10 @@ def analyse_scenario(scenario: str, events: list[dict], settings: dict) -> Scena
     if result.consolidation is not None:
         result.checks.append(consolidation_check(scenario, result.consolidation))
     completed = next(iter(kinds(DONE)), None) is not None
+    if not completed and not result.aborted:
+        result.checks.append(not_read(check_name(scenario, C_COMPLETED),
+                                      f"scenario {scenario}'s scale sequence to its end", events))
+        return result
     result.checks.append(Check(check_name(scenario, C_COMPLETED), PASS if completed else FAIL,
                                " → ".join(map(str, settings.get("sequence") or []))
                                if completed else f"stopped: {result.aborted or 'not recorded'}",

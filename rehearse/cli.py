@@ -354,7 +354,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "all":
             return importlib.import_module("rehearse.rehearsal").main(
                 args, runner=execute, read_outputs=_outputs, parse=build_parser().parse_args,
-                as_run_error=_as_run_error, check_inputs=check_inputs)
+                as_run_error=_as_run_error, check_inputs=check_inputs,
+                reach=lambda options, stack_outputs: _connect(options, stack_outputs).close())
         if args.command == "predict":
             # The CLI's own readers, looked up here when it runs (tests replace ``_connect``).
             return importlib.import_module("rehearse.predict").main(args, _outputs, _connect)

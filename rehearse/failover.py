@@ -350,12 +350,12 @@ OUTPUTS = ("gatewayNamespace", "gatewayLeaseName", "gatewayRouteTableIds", "hybr
 def check_inputs(given: Any) -> None:
     out = given.outputs
     if not list(out.get("gatewayRouteTableIds") or []):
-        raise RunError(f"the stack {out.stack} has no gateway route tables "
-                       "(gatewayRouteTableIds is empty): build the gateway layer and run `pulumi up`")
+        raise RunError(f"{out.origin} names no gateway route tables (gatewayRouteTableIds is "
+                       f"empty): build the gateway layer and run `pulumi up`{out.rewrite()}")
     demo = out.get("demo1")
     if not isinstance(demo, dict) or not demo.get("namespace"):
-        raise RunError(f"the stack {out.stack}'s demo1 output names no namespace: "
-                       "run `pulumi up` with this version of the lab")
+        raise RunError(f"{out.origin}: the output demo1 names no namespace: run `pulumi up` "
+                       f"with this version of the lab{out.rewrite()}")
 
 
 def collect(ctx: Any, record: Any) -> None:

@@ -46,6 +46,7 @@ import re
 import uuid
 from typing import Any, Callable, Iterable, Optional
 
+from rehearse.arguments import seconds, whole
 from rehearse.errors import RunError
 from rehearse.gateway import ROUTE_TABLE, _collect_route_tables, _node_view
 from rehearse.leader import not_found
@@ -115,12 +116,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("the probes")
     group.add_argument("--node", metavar="NAME", help="the hybrid node to probe (default: the "
                        "first Ready one)")
-    group.add_argument("--port", type=int, default=PORT, metavar="PORT",
+    group.add_argument("--port", type=whole(1025, 65535, "no NET_BIND_SERVICE is given"), default=PORT,
+                       metavar="PORT",
                        help=f"the host-network server's port, above 1024 (default {PORT}: the "
                             "hybrid hosts' security group admits it from the cloud VPC)")
-    group.add_argument("--attempts", type=int, default=ATTEMPTS, metavar="N",
+    group.add_argument("--attempts", type=whole(1), default=ATTEMPTS, metavar="N",
                        help=f"requests per probe (default {ATTEMPTS})")
-    group.add_argument("--timeout", type=float, default=TIMEOUT, metavar="SECONDS",
+    group.add_argument("--timeout", type=seconds(1.0), default=TIMEOUT, metavar="SECONDS",
                        help=f"how long to wait for the pods to run and finish (default {TIMEOUT:g})")
 
 
@@ -251,8 +253,8 @@ def check_inputs(given: Any) -> None:
                        "and below 65536")
     demo1 = given.outputs.get("demo1")
     if not isinstance(demo1, dict) or not demo1.get("namespace"):
-        raise RunError(f"the stack {given.outputs.stack}'s demo1 output names no namespace: "
-                       "run `pulumi up` with this version of the lab")
+        raise RunError(f"{given.outputs.origin}: the output demo1 names no namespace: run "
+                       f"`pulumi up` with this version of the lab{given.outputs.rewrite()}")
 
 
 def collect(ctx: Any, record: Any) -> None:

@@ -70,6 +70,16 @@ class StackOutputs:
         return self.values.get(key)
 
     @property
+    def origin(self) -> str:
+        """Where the values come from, for a message: the outputs file, or the stack."""
+        return f"the outputs file {self.source}" if self.source is not None else f"the stack {self.stack}"
+
+    def rewrite(self) -> str:
+        """What an outputs file needs after the stack is fixed ("" for a stack's own outputs)."""
+        return (f", then write {self.source} again with `{WRITE_COMMAND} > {self.source}`"
+                if self.source is not None else "")
+
+    @property
     def layers(self) -> list[str]:
         return list(self.values.get("layers") or [])
 

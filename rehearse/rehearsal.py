@@ -88,12 +88,14 @@ def main(args: argparse.Namespace, *, runner: Callable[[str, argparse.Namespace]
          parse: Callable[[list[str]], argparse.Namespace],
          as_run_error: Callable[[BaseException], Optional[RunError]],
          check_inputs: Callable[[str, argparse.Namespace, Any], None] = lambda *_: None,
+         reach: Callable[[argparse.Namespace, Any], None] = lambda *_: None,
          clock: Callable[[], Any] = utc_now,
          confirm: Callable[[str], Optional[bool]] = ask,
          interactive: Callable[[], bool] = _interactive) -> int:
     """Run the steps, write the summary; 0 when every step that ran passed, else 1.
     ``check_inputs(command, options, outputs)`` raises RunError for a step's input it cannot
-    use, before the first step starts."""
+    use, and ``reach(options, outputs)`` for a cluster it cannot reach, before the first step
+    starts."""
     changing = () if args.read_only else CHANGING
     if changing and not args.yes and not interactive():
         raise RunError("rehearse all asks before the steps that change the lab (failover, "
@@ -111,6 +113,9 @@ def main(args: argparse.Namespace, *, runner: Callable[[str, argparse.Namespace]
     for command in plan:
         if command not in skipped:
             check_inputs(command, parsed[command], outputs)
+    # The cluster too: one that cannot be reached (or refuses the credentials) stops the
+    # rehearsal here, with nothing run and no summary of nothing.
+    reach(parsed[plan[0]], outputs)
     stop: Optional[str] = None
     defect: Optional[BaseException] = None
     try:

@@ -366,8 +366,8 @@ def check_inputs(given: Any) -> None:
     --instance-types a stack named and someone to confirm each switch."""
     demo1 = given.outputs.optional("demo1")
     if not demo1 or not demo1.get("namespace"):
-        raise RunError(f"the stack {given.outputs.stack} has no output demo1 (the lab's "
-                       "demo-gateway namespace): set upToLayer to demo and run `pulumi up`")
+        raise RunError(f"{given.outputs.origin} has no output demo1 (the lab's demo-gateway "
+                       f"namespace): set upToLayer to demo and run `pulumi up`{given.outputs.rewrite()}")
     if given.options.get("instance_types"):
         require_stack(given, "gateway-throughput --instance-types")
         require_confirmation(given, "gateway-throughput --instance-types")

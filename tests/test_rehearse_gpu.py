@@ -390,7 +390,7 @@ def test_a_stack_without_the_gpu_host_cannot_run(emulator, verify):
     assert folder is None and report is None
     assert err.count("\n") == 1 and "Traceback" not in err
     assert "gpuEnabled" in err and "pulumi up" in err
-    assert err.startswith("error: the stack lab has no GPU host (no output demo3)")
+    assert err.startswith("error: the outputs file ") and "has no GPU host (no output demo3)" in err
 
 
 # --- a recorded run -------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any, Optional
 from rehearse.record import RUN_STARTED, every, first
 from rehearse.report import FAIL, NOT_READ, PASS, SKIP, Chart, Check, Report
 from rehearse.burst.names import (CHECK_RESTORED, ORIGINAL, PRECONDITIONS, RESTORED, SCENARIO_WORDS,
-                                  SETTINGS, SWITCHED)
+                                  SETTINGS, SWITCHED, C_COMPLETED)
 from rehearse.outcome import not_read
 from rehearse.burst.preconditions import in_place, scenario_checks
 from rehearse.burst.capacity import capacity, capacity_check, nodepool_check
@@ -166,6 +166,11 @@ def _place_of(row: StepRow, name: str) -> Optional[str]:
 
 
 def _analyse_burst(events: list[dict], settings: dict, report: BurstReport) -> Report:
+    if not settings:
+        # The run ended before its settings were recorded: which scenarios it would have
+        # measured is not known, and nothing was.
+        report.checks.append(not_read(C_COMPLETED, "the stack's demo 2 settings", events))
+        return report
     scenarios = settings.get("scenarios") or []
     results = []
     for scenario in scenarios:

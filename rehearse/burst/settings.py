@@ -94,14 +94,14 @@ def settings_from(ctx: Any, mode: str) -> Settings:
     demo2 = outputs.optional("demo2")
     if not isinstance(demo2, dict):
         if outputs.layers and "demo" not in outputs.layers:
-            raise RunError(f"the stack {outputs.stack} has no demo layer (no output demo2): set "
-                           "upToLayer to demo and run `pulumi up`")
-        raise RunError(f"the stack {outputs.stack} has no output demo2 (demo 2's names): run "
-                       "`pulumi up` with this version of the lab")
+            raise RunError(f"{outputs.origin} has no demo layer (no output demo2): set "
+                           f"upToLayer to demo and run `pulumi up`{outputs.rewrite()}")
+        raise RunError(f"{outputs.origin} has no output demo2 (demo 2's names): run "
+                       f"`pulumi up` with this version of the lab{outputs.rewrite()}")
     scenario = str(demo2.get("scenario") or "A").upper()
     sequence = tuple(int(n) for n in (demo2.get("scaleSequence") or DEFAULT_SEQUENCE))
     if len(sequence) < 3 or max(sequence) != sequence[1]:
-        raise RunError(f"the stack's demo2 scaleSequence {list(sequence)} is not a scale-up "
+        raise RunError(f"{outputs.origin}: demo2's scaleSequence {list(sequence)} is not a scale-up "
                        "followed by scale-ins (the demo guide's is 3, 15, 12, 10, 3)")
     options = ctx.options
 

@@ -314,6 +314,17 @@ def run_summary(out: Path, stack: Optional[str], now: Optional[Any] = None) -> i
     return 0
 
 
+def _stacks_with_runs(out: Path) -> set[str]:
+    """The stacks the run folders under ``out`` say they are of (their report.json)."""
+    stacks = set()
+    for path in out.glob("*/report.json"):
+        try:
+            stacks.add(str(json.loads(path.read_text(encoding="utf-8"))["stack"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return stacks
+
+
 def _as_run_error(error: BaseException) -> Optional[RunError]:
     """Errors that mean the run could not be made, as one line."""
     if isinstance(error, RunError):
@@ -343,13 +354,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.command == "report":
             if not args.folder.is_dir():
-                raise RunError(f"the run folder {args.folder} does not exist: name a folder "
-                               "under rehearsals/ (`ls rehearsals`) or a recorded one")
+                what = "is a file, not a run folder" if args.folder.exists() else "does not exist"
+                raise RunError(f"the run folder {args.folder} {what}: name a folder under "
+                               "rehearsals/ (`ls rehearsals`) or a recorded one")
             return run_report(args.folder, args.out)
         if args.command == "summary":
             if not args.out.is_dir():
                 raise RunError(f"--out {args.out}: the rehearsals folder does not exist: name "
                                "the folder the runs were written to (default ./rehearsals)")
+            if args.stack is not None:
+                stacks = _stacks_with_runs(args.out)
+                if stacks and args.stack not in stacks:
+                    raise RunError(f"--stack {args.stack}: {args.out} holds no run of that stack; "
+                                   f"its runs are of {', '.join(sorted(stacks))}")
             return run_summary(args.out, args.stack)
         if args.command == "all":
             return importlib.import_module("rehearse.rehearsal").main(

@@ -314,6 +314,21 @@ def test_report_of_a_missing_folder_says_it_does_not_exist(lab):
     assert not missing.exists()
 
 
+def test_report_of_a_file_says_it_is_not_a_run_folder(lab):
+    events = FIXTURES / "gateway-healthy" / "events.jsonl"
+    refused(lab("report", str(events), outputs=None, stack=False), str(events), "is a file, not a run folder")
+
+
+def test_summary_of_a_stack_with_no_runs_lists_the_stacks_that_have_some(lab):
+    run = lab.out / "20261201T090000Z-lab-verify-gateway"
+    run.mkdir(parents=True)
+    (run / "report.json").write_text(json.dumps({"stack": "lab", "command": "verify gateway"}))
+    code, lines, made = lab("summary", "--out", str(lab.out), "--stack", "dve", outputs=None, stack=False)
+    assert code == 2 and len(lines) == 1, lines
+    assert "--stack dve" in lines[0] and "its runs are of lab" in lines[0]
+    assert made == [run.name], "nothing written beside the runs"
+
+
 def test_summary_of_a_missing_folder_says_it_does_not_exist(lab):
     missing = lab.tmp / "elsewhere"
     line = refused(lab("summary", "--out", str(missing), outputs=None, stack=False),

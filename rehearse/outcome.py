@@ -10,6 +10,7 @@ recorded as ``run.step`` events, so the report can say what was done and what wa
 from __future__ import annotations
 
 import collections
+import sys
 from typing import Any, Callable, Mapping
 
 from rehearse.errors import first_line
@@ -101,9 +102,30 @@ def analyse_run(analyse: Callable[[list[dict]], Report], events: list[dict]) -> 
         report.notes.append(f"The checks could not be worked out from this partial run "
                             f"({first_line(error)}); what was recorded is below and in "
                             "events.jsonl.")
+    _fail_the_read_that_failed(report, ended, analyse)
     report.checks.insert(0, _completed(ended, events))
     report.notes[:0] = _what_was_done(events)
     return report
+
+
+def _fail_the_read_that_failed(report: Report, ended: dict, analyse: Callable) -> None:
+    """A run that failed (not a defect of this tool, not an interrupt) failed at a read: the
+    first check, in the order the collector reads, whose input was not read is the one whose
+    read failed — a FAIL with the error. The checks after it stay NOT READ. The order is the
+    analysis module's ``READ_ORDER`` (check names) where its report's order differs."""
+    if ended["kind"] != RUN_FAILED or ended.get("details"):
+        return
+    order = getattr(sys.modules.get(getattr(analyse, "__module__", ""), None), "READ_ORDER", ())
+    rank = {name: index for index, name in enumerate(order)}
+    unread = [(rank.get(c.name, len(rank) + i), i) for i, c in enumerate(report.checks)
+              if c.status == NOT_READ]
+    if not unread:
+        return
+    index = min(unread)[1]
+    check = report.checks[index]
+    report.checks[index] = Check(check.name, FAIL, f"its read failed: {ended.get('reason', '?')}",
+                                 f"fix the cause and run again (see '{CHECK_COMPLETED}')",
+                                 check.command)
 
 
 def _completed(ended: dict, events: list[dict]) -> Check:

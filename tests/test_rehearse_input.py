@@ -11,8 +11,9 @@ no traceback, and no run folder. What each command reads is written out here fro
 
 The second half cuts the recorded runs of tests/fixtures/rehearse/ after every event, ends each
 cut as a failed or an interrupted run, and analyses it as ``rehearse report`` would: no check may
-FAIL unless the whole recording FAILs it too (a verdict on what was read) or the cut leaves a
-change of this run not undone; a check that was not read is NOT READ, says why, and has no fix.
+FAIL unless the whole recording FAILs it too (a verdict on what was read), the cut leaves a
+change of this run not undone, or it is the one read the failed run was making (a FAIL with the
+run's error); a check that was not read is NOT READ, says why, and has no fix.
 The expectations come from the events (their kinds and order), not from the recordings' stack
 names or times, which change when they are recorded again.
 """
@@ -358,6 +359,11 @@ def ended(events: list[dict], kind: str) -> list[dict]:
     return events + [{"at": events[-1]["at"], "kind": kind, **extra}]
 
 
+def read_failed(events: list[dict]) -> str:
+    """What the check whose read failed says: the run's own error."""
+    return f"its read failed: {events[-1]['reason']}"
+
+
 def analyse(events: list[dict]):
     started = record.first(events, record.RUN_STARTED)
     return outcome.analyse_run(cli._module(started["command"]).analyse, events)
@@ -386,8 +392,15 @@ def test_a_run_cut_after_any_event_fails_only_what_it_read(folder):
             first, *checks = report.checks
             assert first.name == outcome.CHECK_COMPLETED and first.status == FAIL, where
             assert not report.passed, where
+            failed_read = [c for c in checks if c.status == FAIL and c.seen == read_failed(part)]
+            if kind == outcome.RUN_INTERRUPTED:
+                assert failed_read == [], where
+            else:
+                # One read failed, if any was left to make.
+                assert len(failed_read) == (1 if failed_read or any(
+                    c.status == NOT_READ for c in checks) else 0), (where, failed_read)
             for check in checks:
-                if check.status == FAIL:
+                if check.status == FAIL and check not in failed_read:
                     undo = UNDO_CHECKS.get(check.name)
                     assert full.get(check.name) == FAIL or (undo and left_undone(part, undo)), (
                         f"{where}: {check.name} FAILs on input it never read: {check.seen}")
@@ -402,10 +415,18 @@ def test_a_run_cut_after_any_event_fails_only_what_it_read(folder):
 @pytest.mark.parametrize("kind", [outcome.RUN_FAILED, outcome.RUN_INTERRUPTED])
 def test_a_run_that_ended_before_reading_anything_has_every_check_not_read(folder, kind):
     events = record.read_events(folder)
-    report = analyse(ended(events[:1], kind))
+    part = ended(events[:1], kind)
+    report = analyse(part)
     first, *checks = report.checks
     assert first.name == outcome.CHECK_COMPLETED and checks
-    assert {c.name: c.status for c in checks} == {c.name: NOT_READ for c in checks}
+    statuses = [c.status for c in checks]
+    if kind == outcome.RUN_INTERRUPTED:
+        assert statuses == [NOT_READ] * len(checks)
+    else:
+        # The first read failed; every other check needed a read after it.
+        [failed] = [c for c in checks if c.status == FAIL]
+        assert failed.seen == read_failed(part)
+        assert sorted(statuses) == sorted([FAIL] + [NOT_READ] * (len(checks) - 1))
 
 
 #: The linear collectors' reads: a check and the events it judges, by kind and, where one kind
@@ -416,12 +437,13 @@ LINEAR = {
     "verify gateway": {"gateway pods": "gateway.pods", "lease holder": "gateway.lease",
                        "gateway healthz": "gateway.healthz",
                        "leader by its own metrics": "gateway.metrics",
-                       "VPC route to the leader": "ec2.route_table",
+                       # The route tables, and the leader node's instance (its primary ENI).
+                       "VPC route to the leader": ["ec2.route_table", ("ec2.instance", "LEADER")],
                        "CiliumVTEPConfig names the leader": "cilium.vtep_config",
-                       "traffic cloud → hybrid": ("prober.log", "cloudToHybrid"),
-                       "traffic hybrid → cloud": ("prober.log", "hybridToCloud"),
                        "Cilium: VTEP on, L7 proxy off": "cilium.config",
-                       "Pod Identity agent": "kube.pod_identity_agent"},
+                       "Pod Identity agent": "kube.pod_identity_agent",
+                       "traffic cloud → hybrid": ("prober.log", "cloudToHybrid"),
+                       "traffic hybrid → cloud": ("prober.log", "hybridToCloud")},
     "verify gpu": {"nvidia.com/gpu allocatable on the hybrid GPU host": "gpu.nodes",
                    "vLLM pod Ready on the GPU host": "gpu.server_pods",
                    "the cloud client's calls succeed": "gpu.client_log",
@@ -434,11 +456,21 @@ LINEAR = {
 def test_a_check_whose_events_were_not_all_recorded_is_not_read(folder):
     events = record.read_events(folder)
     reads = LINEAR[events[0]["command"]]
+    lease = record.first(events, "gateway.lease") or {}
+    leader = (lease.get("holderIdentity") or "").rsplit("_", 1)[0]
     for cut in range(1, len(events)):
-        part = ended(events[:cut], outcome.RUN_FAILED)
-        statuses = {c.name: c.status for c in analyse(part).checks}
-        later = {e["kind"] for e in events[cut:]} | {(e["kind"], e.get("direction")) for e in events[cut:]}
-        for name, kind in reads.items():
-            if kind in later:
-                # Its read was not over when the run ended (an event of it comes later).
-                assert statuses[name] == NOT_READ, (folder.name, cut, name, statuses[name])
+        later = {e["kind"] for e in events[cut:]} | {(e["kind"], e.get("direction")) for e in events[cut:]} | {
+            (e["kind"], "LEADER") for e in events[cut:] if e.get("node") and e.get("node") == leader}
+        # Its read was not over when the run ended (an event of it comes later).
+        unread = [name for name, kinds in reads.items()
+                  if any(kind in later for kind in (kinds if isinstance(kinds, list) else [kinds]))]
+        for ending in (outcome.RUN_FAILED, outcome.RUN_INTERRUPTED):
+            part = ended(events[:cut], ending)
+            checks = {c.name: c for c in analyse(part).checks}
+            for name in unread:
+                if ending == outcome.RUN_FAILED and name == unread[0]:
+                    # The read the run was making when it failed: a FAIL with its error.
+                    assert (checks[name].status, checks[name].seen) == (FAIL, read_failed(part)), (
+                        folder.name, cut, name)
+                else:
+                    assert checks[name].status == NOT_READ, (folder.name, cut, name, checks[name])

@@ -12,7 +12,9 @@ folder, the interrupted one its report of what was done.
 
 Each step is the command's own run, into its own folder, with this
 command's stack, outputs, kubeconfig and --out; the commands' other options keep their
-defaults."""
+defaults. Every step's input (the outputs it reads, its options) and the cluster are checked
+before the first step starts: input a step cannot use stops the rehearsal there, in one line,
+with nothing run and no summary."""
 
 from __future__ import annotations
 

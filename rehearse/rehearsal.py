@@ -23,6 +23,7 @@ import sys
 from typing import Any, Callable, Optional
 
 from rehearse import summary_page
+from rehearse.burst.settings import scenario_name
 from rehearse.errors import RunError, first_line
 from rehearse.outcome import CHECK_COMPLETED
 from rehearse.record import utc_now
@@ -59,7 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="run only the read-only checks (no failover, no burst)")
     group.add_argument("--keep-going", action="store_true",
                        help="run every step even after one fails (Ctrl-C still stops)")
-    group.add_argument("--scenarios", nargs="+", metavar="X",
+    # Checked here too, so a wrong value is said of `all`'s own option.
+    group.add_argument("--scenarios", nargs="+", type=scenario_name, metavar="X",
                        help="passed to `burst --scenarios` (A, B, C): compare these scenarios "
                             "(default: the stack's current one, no switch)")
 

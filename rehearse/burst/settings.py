@@ -15,7 +15,8 @@ from rehearse.burst.names import (DEFAULTS, DEFAULT_SEQUENCE, HYBRID_NODES, PODS
 
 # --- arguments --------------------------------------------------------------------------------
 
-def _scenario(text: str) -> str:
+def scenario_name(text: str) -> str:
+    """An argparse type: A, B or C (`burst --scenarios`, `all --scenarios`)."""
     if text.upper() not in SCENARIOS:
         raise argparse.ArgumentTypeError(f"{text!r}: a scenario is A, B or C")
     return text.upper()
@@ -36,7 +37,7 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("demo 2")
-    group.add_argument("--scenarios", nargs="+", type=_scenario, metavar="X",
+    group.add_argument("--scenarios", nargs="+", type=scenario_name, metavar="X",
                        help="run these scenarios in this order, switching the stack's "
                             "burstScenario with `pulumi up` (default: the stack's current one, "
                             "no switch); the original is put back at the end, and the pods' "

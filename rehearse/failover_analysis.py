@@ -322,6 +322,9 @@ def analyse(events: list[dict[str, Any]]) -> Report:
         if not any(c.status == FAIL for c in report.checks):
             report.checks.append(Check("leader pod deleted", FAIL, "; ".join(reasons),
                                        command=commands["leader"]))
+        # What a deletion would have measured was never read: the refusal above is the verdict.
+        report.checks += [Check(name, NOT_READ, "not read: nothing was deleted (see above)")
+                          for name in AFTER_DELETION]
         report.title = "Gateway leader failover — not a measurement"
         report.notes.append("Not a measurement: nothing was deleted, because "
                             + "; ".join(reasons) + ".")

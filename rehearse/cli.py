@@ -201,15 +201,15 @@ def check_inputs(command: str, args: argparse.Namespace, stack_outputs: Any) -> 
     used, a --out that is not a folder."""
     from rehearse import inputs
 
-    inputs.check(_module(command), command, inputs.Given(stack_outputs, _options(args),
-                                                         args.work_dir))
-    stack_outputs.get("region")
+    # The region, and the stack's kubeconfig unless --kubeconfig stands for it, are read by
+    # every command to reach the cluster.
+    frame = ("region",) if args.kubeconfig else ("region", "kubeconfig")
+    inputs.check(_module(command), command,
+                 inputs.Given(stack_outputs, _options(args), args.work_dir), also=frame)
     if args.kubeconfig:
         from rehearse.connection import check_kubeconfig
 
         check_kubeconfig(args.kubeconfig)
-    else:
-        stack_outputs.get("kubeconfig")
     if args.out.exists() and not args.out.is_dir():
         raise RunError(f"--out {args.out}: is a file, not a folder for the run folders; name a "
                        "folder (default ./rehearsals)")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 
 @dataclass(frozen=True)
@@ -24,11 +24,12 @@ class Given:
     work_dir: Optional[Path] = None
 
 
-def check(module: Any, command: str, given: Given) -> None:
-    """Raises RunError (one line) for input ``command`` cannot use."""
+def check(module: Any, command: str, given: Given, also: Sequence[str] = ()) -> None:
+    """Raises RunError (one line) for input ``command`` cannot use; ``also``: outputs every
+    command reads besides its collector's (the region, the kubeconfig), named in the same line."""
     for layer, why in getattr(module, "LAYERS", ()):
         given.outputs.require_layer(layer, why)
-    given.outputs.require(getattr(module, "OUTPUTS", ()), command)
+    given.outputs.require(tuple(also) + tuple(getattr(module, "OUTPUTS", ())), command)
     checker = getattr(module, "check_inputs", None)
     if checker is not None:
         checker(given)

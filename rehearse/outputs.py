@@ -55,13 +55,15 @@ class StackOutputs:
             return
         names = ", ".join(missing)
         layers = sorted({LAYER_OF[key] for key in missing if key in LAYER_OF})
-        built = f" (the {', '.join(layers)} layer{'s' if len(layers) > 1 else ''}'s)" if layers else ""
+        built = (f" (the {layers[0]} layer's)" if len(layers) == 1 else
+                 f" (from the {', '.join(layers[:-1])} and {layers[-1]} layers)" if layers else "")
         plural = "s" if len(missing) > 1 else ""
         if self.source is not None:
             raise RunError(f"the outputs file {self.source} has no output{plural} {names}{built}, "
                            f"which {command} reads: write it from a stack that has "
                            f"{'them' if plural else 'it'} with `{WRITE_COMMAND} > {self.source}`")
-        where = (f": build the {', '.join(layers)} layer (upToLayer) and run `pulumi up`"
+        where = (f": build the {' and '.join(layers)} layer{'s' if len(layers) > 1 else ''} "
+                 "(upToLayer) and run `pulumi up`"
                  if layers else ": run `pulumi up` with this version of the lab")
         raise RunError(f"the stack {self.stack} has no output{plural} {names}, which {command} "
                        f"reads{where}")

@@ -39,7 +39,14 @@ def _stack_config(ctx: Any) -> Any:
     path = ctx.work_dir / f"Pulumi.{stack}.yaml" if ctx.work_dir else None
     try:
         return config_from_stack_file(stack, path=path)
-    except (FileNotFoundError, ValueError, ConfigError) as error:
+    except FileNotFoundError as error:
+        from rehearse.outputs import known_stacks
+
+        there = known_stacks(ctx.work_dir) if ctx.work_dir else []
+        raise RunError(f"--stack {stack}: the pre-check reads the stack file: {error}; "
+                       + (f"the stacks there are {', '.join(there)}" if there else
+                          "pass the --work-dir that holds it")) from None
+    except (ValueError, ConfigError) as error:
         raise RunError(f"the pre-check reads the stack file: {error}") from None
 
 

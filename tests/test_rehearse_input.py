@@ -261,6 +261,11 @@ def test_an_unknown_stack_lists_the_stacks_there_are(lab, stacks, command):
     assert "no stack named" not in line
 
 
+def test_the_pre_check_of_a_stack_without_a_stack_file_lists_the_stack_files(lab, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path / "no-pulumi-here"))
+    refused(lab("preflight", "--stack", "dve"), "--stack dve", "Pulumi.dve.yaml", "the stacks there are lab")
+
+
 def test_without_a_stack_ls_the_stack_files_are_listed(lab, monkeypatch, tmp_path):
     # A `pulumi` that cannot list (another backend, logged out): the Pulumi.<stack>.yaml files.
     from rehearse import outputs

@@ -321,7 +321,7 @@ def test_report_of_a_missing_folder_says_it_does_not_exist(lab):
 
 
 def test_report_of_a_file_says_it_is_not_a_run_folder(lab):
-    events = FIXTURES / "gateway-healthy" / "events.jsonl"
+    events = recordings()[0] / "events.jsonl"
     refused(lab("report", str(events), outputs=None, stack=False), str(events), "is a file, not a run folder")
 
 

@@ -24,6 +24,22 @@ def seconds(low: float, high: Optional[float] = None) -> Callable[[str], float]:
     return parse
 
 
+def whole(low: int, high: Optional[int] = None, why: str = "") -> Callable[[str], int]:
+    """An argparse type: a whole number, at least ``low`` (and at most ``high``); ``why`` says
+    where the bound comes from."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low or (high is not None and value > high):
+            bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"{text}: must be {bound}" + (f" ({why})" if why else ""))
+        return value
+
+    return parse
+
+
 def stack_arguments(group: Any, kubeconfig_help: str) -> None:
     """Where a command reads the stack's outputs and the cluster from (--stack, --outputs,
     --work-dir, --kubeconfig): one wording for every command (rehearse.cli's and predict's)."""

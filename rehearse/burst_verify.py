@@ -17,4 +17,5 @@ from rehearse import burst
 TITLE = burst.VERIFY_TITLE
 add_arguments = burst.add_verify_arguments
 collect = burst.collect_verify
+check_inputs = burst.check_verify_inputs
 analyse = burst.analyse

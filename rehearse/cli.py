@@ -61,6 +61,14 @@ class _Parser(argparse.ArgumentParser):
             raise argparse.ArgumentError(None, f"no {kind} {value!r}; {hint}")
         super()._check_value(action, value)
 
+    def error(self, message: str) -> None:
+        # A command's option with a value it cannot take is one line, as every other input
+        # the tool cannot use; --help shows the usage.
+        if isinstance(self, _RootParser):
+            super().error(message)
+        see = "" if "--help" in message or "did you mean" in message else f" (see {self.prog} --help)"
+        self.exit(2, f"{self.prog}: error: {message}{see}\n")
+
 
 class _RootParser(_Parser):
     def error(self, message: str) -> None:
@@ -233,17 +241,44 @@ def run_command(command: str, args: argparse.Namespace) -> int:
     return execute(command, args).code
 
 
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """The command's own options, as its collector's context has them."""
+    return {k: v for k, v in vars(args).items()
+            if k not in ("command", "target", "stack", "outputs", "work_dir", "kubeconfig", "out")}
+
+
+def check_inputs(command: str, args: argparse.Namespace, stack_outputs: Any) -> None:
+    """Input ``command`` cannot use, as one line (RunError) before anything is read or made:
+    the outputs its collector reads, its options' shape, a --kubeconfig file that cannot be
+    used, a --out that is not a folder."""
+    from rehearse import inputs
+
+    # The region, and the stack's kubeconfig unless --kubeconfig stands for it, are read by
+    # every command to reach the cluster.
+    frame = ("region",) if args.kubeconfig else ("region", "kubeconfig")
+    inputs.check(_module(command), command,
+                 inputs.Given(stack_outputs, _options(args), args.work_dir), also=frame)
+    if args.kubeconfig:
+        from rehearse.connection import check_kubeconfig
+
+        check_kubeconfig(args.kubeconfig)
+    if args.out.exists() and not args.out.is_dir():
+        raise RunError(f"--out {args.out}: is a file, not a folder for the run folders; name a "
+                       "folder (default ./rehearsals)")
+
+
 def execute(command: str, args: argparse.Namespace) -> RunResult:
     """One command's run into its folder. Raises before the folder exists (the stack's
-    outputs, the cluster); once it exists, every ending is a report in it."""
+    outputs, the command's input, the cluster); once it exists, every ending is a report in
+    it."""
     from rehearse.context import Context, boto3_clients
 
     module = _module(command)
     stack_outputs = _outputs(args)
+    check_inputs(command, args, stack_outputs)
     region = stack_outputs.get("region")
     kube = _connect(args, stack_outputs)
-    options = {k: v for k, v in vars(args).items()
-               if k not in ("command", "target", "stack", "outputs", "work_dir", "kubeconfig", "out")}
+    options = _options(args)
     from rehearse.account import stack_account
 
     account = stack_account(stack_outputs.stack, args.work_dir)
@@ -363,6 +398,17 @@ def run_summary(out: Path, stack: Optional[str], now: Optional[Any] = None) -> i
     return 0
 
 
+def _stacks_with_runs(out: Path) -> set[str]:
+    """The stacks the run folders under ``out`` say they are of (their report.json)."""
+    stacks = set()
+    for path in out.glob("*/report.json"):
+        try:
+            stacks.add(str(json.loads(path.read_text(encoding="utf-8"))["stack"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return stacks
+
+
 def _as_run_error(error: BaseException) -> Optional[RunError]:
     """Errors that mean the run could not be made, as one line."""
     if isinstance(error, RunError):
@@ -391,13 +437,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "report":
+            if not args.folder.is_dir():
+                what = "is a file, not a run folder" if args.folder.exists() else "does not exist"
+                raise RunError(f"the run folder {args.folder} {what}: name a folder under "
+                               "rehearsals/ (`ls rehearsals`) or a recorded one")
             return run_report(args.folder, args.out)
         if args.command == "summary":
+            if not args.out.is_dir():
+                raise RunError(f"--out {args.out}: the rehearsals folder does not exist: name "
+                               "the folder the runs were written to (default ./rehearsals)")
+            if args.stack is not None:
+                stacks = _stacks_with_runs(args.out)
+                if stacks and args.stack not in stacks:
+                    raise RunError(f"--stack {args.stack}: {args.out} holds no run of that stack; "
+                                   f"its runs are of {', '.join(sorted(stacks))}")
             return run_summary(args.out, args.stack)
         if args.command == "all":
             return importlib.import_module("rehearse.rehearsal").main(
                 args, runner=execute, read_outputs=_outputs, parse=build_parser().parse_args,
-                as_run_error=_as_run_error)
+                as_run_error=_as_run_error, check_inputs=check_inputs,
+                reach=lambda options, stack_outputs: _connect(options, stack_outputs).close())
         if args.command == "predict":
             # The CLI's own readers, looked up here when it runs (tests replace ``_connect``).
             return importlib.import_module("rehearse.predict").main(args, _outputs, _connect)

@@ -318,6 +318,17 @@ def _trust(config: Any, params: Any) -> Any:
         return context
 
 
+def check_kubeconfig(path: Path) -> None:
+    """A --kubeconfig file this tool can use (a file, YAML, a current context with a user),
+    checked before a run starts; reaching its server is ``Kube.check_reachable``'s."""
+    _kubeconfig_user(path)
+
+
+#: How to get a usable kubeconfig, said after what is wrong with one.
+_KUBECONFIG_FIX = ("write one with `aws eks update-kubeconfig --name CLUSTER --kubeconfig PATH`, "
+                   "or leave out --kubeconfig to use the stack's")
+
+
 def _kubeconfig_user(path: Path) -> dict:
     """The current context's user entry (``{"name", "exec"?, ...}``), or one line saying why
     the file cannot be used."""
@@ -326,11 +337,16 @@ def _kubeconfig_user(path: Path) -> dict:
     try:
         data = yaml.safe_load(Path(path).read_text())
     except FileNotFoundError:
-        raise RunError(f"the kubeconfig {path} does not exist") from None
-    except (OSError, yaml.YAMLError) as error:
-        raise RunError(f"cannot read the kubeconfig {path}: {str(error).splitlines()[0]}") from None
+        raise RunError(f"--kubeconfig {path}: the file does not exist; {_KUBECONFIG_FIX}") from None
+    except yaml.YAMLError as error:
+        raise RunError(f"--kubeconfig {path}: not YAML ({' '.join(str(error).split())}); "
+                       f"{_KUBECONFIG_FIX}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise RunError(f"--kubeconfig {path}: cannot be read ({str(error).splitlines()[0]}); "
+                       f"{_KUBECONFIG_FIX}") from None
     if not isinstance(data, dict):
-        raise RunError(f"the kubeconfig {path} is not a kubeconfig (no clusters, contexts, users)")
+        raise RunError(f"--kubeconfig {path}: not a kubeconfig (no clusters, contexts, users); "
+                       f"{_KUBECONFIG_FIX}")
     current = data.get("current-context")
     contexts = {c.get("name"): c.get("context") or {} for c in data.get("contexts") or []}
     if not current:

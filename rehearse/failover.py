@@ -343,5 +343,20 @@ class _Collector:
         self.record("observe.ended")
 
 
+#: What the collector reads from the stack, checked before a run starts (rehearse.inputs).
+OUTPUTS = ("gatewayNamespace", "gatewayLeaseName", "gatewayRouteTableIds", "hybridPodCidr", "demo1")
+
+
+def check_inputs(given: Any) -> None:
+    out = given.outputs
+    if not list(out.get("gatewayRouteTableIds") or []):
+        raise RunError(f"{out.origin} names no gateway route tables (gatewayRouteTableIds is "
+                       f"empty): build the gateway layer and run `pulumi up`{out.rewrite()}")
+    demo = out.get("demo1")
+    if not isinstance(demo, dict) or not demo.get("namespace"):
+        raise RunError(f"{out.origin}: the output demo1 names no namespace: run `pulumi up` "
+                       f"with this version of the lab{out.rewrite()}")
+
+
 def collect(ctx: Any, record: Any) -> None:
     _Collector(ctx, record, Settings.from_options(ctx.options)).run()

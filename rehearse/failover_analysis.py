@@ -12,7 +12,8 @@ from typing import Any, Iterable, Optional
 from rehearse import leader as leaders, probes as probe_logs
 from rehearse.gateway_kinds import LEASE_DURATION_SECONDS, RETRY_PERIOD_SECONDS
 from rehearse.record import every, first, iso, parse_time
-from rehearse.report import FAIL, PASS, Chart, Check, Measurement, Report
+from rehearse.outcome import ending, not_read
+from rehearse.report import FAIL, NOT_READ, PASS, Chart, Check, Measurement, Report
 
 
 #: The demo 1 probers (components/demos.py) and the direction each measures.
@@ -47,6 +48,11 @@ WHOLE_SECOND = 1.0
 #: more). More than 3 s, at most 7.4 s (docs/gateway.md#the-lease).
 JITTER_FACTOR = 1.2
 UNOWNED_MAX_SECONDS = LEASE_DURATION_SECONDS + 2 * RETRY_PERIOD_SECONDS * (1 + JITTER_FACTOR)
+
+#: The checks a run makes only once the leader's pod is deleted.
+AFTER_DELETION = ("new leader elected", "route switched to the new leader's ENI",
+                  "VTEP config follows the new leader") + tuple(
+    f"gap {direction} via {name}" for _, direction in PROBERS for path, name in PATHS)
 
 DEFAULTS = {"interval": 0.5, "observe": 30.0, "timeout": 60.0, "threshold": 10.0, "baseline": 20.0}
 
@@ -223,15 +229,17 @@ class _Run:
         self.deleted = first(events, "pod.deleted")
         self.deletion = deletion_moment(self.deleted) if self.deleted else None
 
-    def baseline(self) -> tuple[list[str], dict[str, list[probe_logs.Probe]], Any, Any]:
+    def baseline(self) -> tuple[Optional[list[str]], dict[str, list[probe_logs.Probe]], Any, Any]:
+        """(why the baseline is not healthy, or None when the probers' logs were not all read;
+        the probes each way; the baseline's window)."""
         found, raw = {}, {}
         since = until = None
         for event in every(self.events, "probes.baseline"):
             since, until = parse_time(event["since"]), parse_time(event["until"])
             found[event["direction"]] = probe_logs.parse(event.get("lines", []))
             raw[event["direction"]] = (found[event["direction"]], event.get("error", ""))
-        if since is None:
-            return ["the probers' logs were not read"], found, None, None
+        if since is None or (ending(self.events) and len(found) < len(PROBERS)):
+            return None, found, since, until
         return baseline_problems(raw, since, until), found, since, until
 
 
@@ -260,7 +268,10 @@ def analyse(events: list[dict[str, Any]]) -> Report:
 
     # Baseline and leader: without both, nothing was deleted and nothing is measured.
     problems, baseline, since, until = run.baseline()
-    if problems:
+    if problems is None:
+        report.checks.append(not_read("baseline healthy", "both probers' logs", events,
+                                      commands["baseline"]))
+    elif problems:
         report.checks.append(Check(
             "baseline healthy", FAIL, "; ".join(problems),
             fix="Run `python -m rehearse verify gateway` and fix what it reports; wait until both "
@@ -278,14 +289,18 @@ def analyse(events: list[dict[str, Any]]) -> Report:
     if run.old:
         leader = run.old
         eni = (run.old_eni or {}).get("eni")
-        report.checks.append(Check(
-            "leader resolved", PASS if eni else FAIL,
-            f"Lease {run.lease_name} holder {leader['holder']} -> node {leader['node']} -> pod "
-            f"{leader['pod']}" + (f" -> primary ENI {eni} ({run.old_eni.get('instance_id')})"
-                                  if eni else f"; but {(run.old_eni or {}).get('error', 'its ENI was not looked up')}"),
-            fix="" if eni else "The node's instance must be found in EC2 in the stack's region "
-                               "(by its providerID, InternalIP or private DNS name).",
-            command=commands["leader"]))
+        if run.old_eni is None and ending(events):
+            report.checks.append(not_read("leader resolved", f"the EC2 instance of {leader['node']}",
+                                          events, commands["leader"]))
+        else:
+            report.checks.append(Check(
+                "leader resolved", PASS if eni else FAIL,
+                f"Lease {run.lease_name} holder {leader['holder']} -> node {leader['node']} -> pod "
+                f"{leader['pod']}" + (f" -> primary ENI {eni} ({run.old_eni.get('instance_id')})"
+                                      if eni else f"; but {(run.old_eni or {}).get('error', 'its ENI was not looked up')}"),
+                fix="" if eni else "The node's instance must be found in EC2 in the stack's region "
+                                   "(by its providerID, InternalIP or private DNS name).",
+                command=commands["leader"]))
     elif run.resolved is not None:
         report.checks.append(Check(
             "leader resolved", FAIL, run.resolved.get("reason") or "not resolved",
@@ -293,13 +308,28 @@ def analyse(events: list[dict[str, Any]]) -> Report:
                 "one Running gateway pod. Check the gateway pods and the Lease; `python -m "
                 "rehearse verify gateway` checks the same.",
             command=commands["leader"]))
+    else:
+        report.checks.append(not_read("leader resolved", "the Lease", events, commands["leader"]))
 
-    if run.refused or run.deleted is None:
+    if run.deleted is None and not run.refused:
+        # Ended before the deletion: what the failover would have measured was never read.
+        report.checks.append(not_read("leader pod deleted", "the leader before deleting its pod",
+                                      events, commands["pods"]))
+        for name in AFTER_DELETION:
+            report.checks.append(not_read(name, "anything after a deletion", events))
+        report.title = "Gateway leader failover — not a measurement"
+        report.notes.append("Not a measurement: nothing was deleted, because the run ended "
+                            "before the leader's pod was deleted.")
+        return report
+    if run.refused:
         reasons = (run.refused or {}).get("reasons") or ["the run ended before the leader's pod "
                                                           "was deleted"]
         if not any(c.status == FAIL for c in report.checks):
             report.checks.append(Check("leader pod deleted", FAIL, "; ".join(reasons),
                                        command=commands["leader"]))
+        # What a deletion would have measured was never read: the refusal above is the verdict.
+        report.checks += [Check(name, NOT_READ, "not read: nothing was deleted (see above)")
+                          for name in AFTER_DELETION]
         report.title = "Gateway leader failover — not a measurement"
         report.notes.append("Not a measurement: nothing was deleted, because "
                             + "; ".join(reasons) + ".")
@@ -317,6 +347,13 @@ def analyse(events: list[dict[str, Any]]) -> Report:
     _leadership(run, report, commands, deletion)
     _routes(run, report, commands, deletion.local)
     _vtep(run, report, commands, deletion.local)
+    if ending(events) and not (first(events, "failover.converged") or first(events, "wait.timeout")):
+        # The run ended while the polls were still waiting for the new leader, route and VTEP
+        # config: what they had not seen yet was not read, not missed.
+        report.checks[-3:] = [c if c.status != FAIL else
+                              not_read(c.name, "the Lease, routes and VTEP config until the "
+                                       "failover completed", events, c.command)
+                              for c in report.checks[-3:]]
     rows = _gaps(run, report, commands, deletion.cluster, end)
     report.charts.append(_timeline(report, rows, run.threshold, (end - deletion.cluster).total_seconds()))
     report.notes.append(
@@ -552,7 +589,9 @@ def _gaps(run: _Run, report: Report, commands: dict[str, str], deleted: datetime
             command = (f"kubectl -n {run.demo_ns} logs deploy/{prober} --timestamps "
                        f"--since-time={iso(deleted - datetime.timedelta(seconds=10))[:19]}Z")
             if event is None:
-                status, seen = FAIL, f"the {prober} logs were not read after the failover"
+                report.checks.append(not_read(f"gap {label}", f"the {prober} logs after the failover",
+                                              run.events, command))
+                status = NOT_READ
             elif gap.seconds is None:
                 status, seen = FAIL, ("fewer than two successful probes: no gap can be measured"
                                       + (f" ({event['error']})" if event.get("error") else ""))
@@ -571,14 +610,15 @@ def _gaps(run: _Run, report: Report, commands: dict[str, str], deleted: datetime
             else:
                 status, seen = PASS, (f"longest gap {gap.seconds:.3f} s (from {_clock(gap.start)} "
                                       f"to {_clock(gap.end)} UTC) ≤ {run.threshold:g} s")
-            report.checks.append(Check(
-                f"gap {label}", status, seen,
-                fix="" if status == PASS else
-                "Compare with the route and VTEP times above: if they switched in time, look at "
-                "the data path (security groups for VXLAN UDP 8472 between the gateway nodes and "
-                "the hybrid nodes, the source/dest check on the new leader's ENI); if they did "
-                "not, at the gateway. Run it again to see whether it repeats.",
-                command=command))
+            if event is not None:
+                report.checks.append(Check(
+                    f"gap {label}", status, seen,
+                    fix="" if status == PASS else
+                    "Compare with the route and VTEP times above: if they switched in time, look at "
+                    "the data path (security groups for VXLAN UDP 8472 between the gateway nodes and "
+                    "the hybrid nodes, the source/dest check on the new leader's ENI); if they did "
+                    "not, at the gateway. Run it again to see whether it repeats.",
+                    command=command))
             note = [f"{gap.failed} failed probe(s) after the deletion"]
             if cadence is not None:
                 note.append(f"probes {cadence:.1f} s apart before it")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Optional
 
+from rehearse.arguments import seconds, whole
 from rehearse.errors import RunError, api_failure
 from rehearse.gateway_analysis import analyse
 from rehearse.leader import holder_host, instance_id_of, not_found
@@ -39,14 +40,14 @@ __all__ = ["TITLE", "add_arguments", "collect", "analyse"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     traffic = parser.add_argument_group("the traffic check (the demo probers' logs)")
-    traffic.add_argument("--window", type=float, default=WINDOW_SECONDS, metavar="SECONDS",
+    traffic.add_argument("--window", type=seconds(1.0), default=WINDOW_SECONDS, metavar="SECONDS",
                          help=f"how much recent log to judge (default {WINDOW_SECONDS:g})")
-    traffic.add_argument("--min-successes", type=int, default=MIN_SUCCESSES, metavar="N",
+    traffic.add_argument("--min-successes", type=whole(1), default=MIN_SUCCESSES, metavar="N",
                          help="successful probes each prober needs on each path in the window "
                               f"(default {MIN_SUCCESSES}, as AWS's e2e baseline)")
-    traffic.add_argument("--max-failures", type=int, default=MAX_FAILURES, metavar="N",
+    traffic.add_argument("--max-failures", type=whole(0), default=MAX_FAILURES, metavar="N",
                          help=f"failed probes tolerated per path in the window (default {MAX_FAILURES})")
-    traffic.add_argument("--max-log-age", type=float, default=MAX_LOG_AGE_SECONDS, metavar="SECONDS",
+    traffic.add_argument("--max-log-age", type=seconds(0.0), default=MAX_LOG_AGE_SECONDS, metavar="SECONDS",
                          help="how old a prober's newest line may be when read "
                               f"(default {MAX_LOG_AGE_SECONDS:g})")
 
@@ -71,6 +72,19 @@ def _pod_view(pod: dict) -> dict:
             "phase": status.get("phase"), "ready": ready, "hostIP": status.get("hostIP"),
             "deletionTimestamp": meta.get("deletionTimestamp"),
             "restarts": sum(c.get("restartCount", 0) for c in status.get("containerStatuses") or [])}
+
+
+#: What collect reads from the stack, checked before a run starts (rehearse.inputs).
+LAYERS = (("gateway", "the gateway it verifies"),
+          ("demo", "the demo 1 probers that show traffic both ways"))
+OUTPUTS = ("gatewayNamespace", "gatewayLeaseName", "gatewayRouteTableIds", "hybridPodCidr", "demo1")
+
+
+def check_inputs(given: Any) -> None:
+    demo1 = given.outputs.get("demo1")
+    if not isinstance(demo1, dict) or not demo1.get("namespace"):
+        raise RunError(f"{given.outputs.origin}: the output demo1 names no namespace: run "
+                       f"`pulumi up` with this version of the lab{given.outputs.rewrite()}")
 
 
 def collect(ctx: Any, record: Any) -> None:

@@ -10,6 +10,7 @@ from typing import Optional
 from rehearse import probes as probe_logs
 from rehearse.leader import holder_host
 from rehearse.record import RUN_STARTED, every, first, parse_time
+from rehearse.outcome import not_read
 from rehearse.report import FAIL, PASS, SKIP, Check, Report
 from rehearse.gateway_kinds import (
     METRICS, METRICS_PORT, LEADER_GAUGE, LEASE_DURATION_SECONDS, RENEW_DEADLINE_SECONDS,
@@ -21,10 +22,17 @@ from rehearse.gateway_kinds import (
     labels_match, parse_selector)
 
 
+#: The checks in the order the collector reads their input (the report shows the traffic
+#: before Cilium and the agent; rehearse.outcome names the read that failed by this order).
+READ_ORDER = (CHECK_PODS, CHECK_LEASE, CHECK_HEALTH, CHECK_LEADERSHIP, CHECK_ROUTE, CHECK_VTEP,
+              CHECK_CILIUM, CHECK_AGENT, CHECK_TRAFFIC["cloudToHybrid"], CHECK_TRAFFIC["hybridToCloud"])
+
+
 class _Lab:
     """The recorded observations, indexed."""
 
     def __init__(self, events: list[dict]):
+        self.events = events
         self.started = first(events, RUN_STARTED) or {}
         self.inputs = first(events, INPUTS) or {}
         self.nodes = {n["name"]: n for n in (first(events, NODES) or {}).get("items", [])}
@@ -97,7 +105,7 @@ def _check_pods(lab: _Lab) -> Check:
                   "(the gateway layer's node group) and the CiliumNode/CiliumVTEPConfig CRDs "
                   "before it starts, else it crash-loops (docs/gateway.md#what-it-does)")
     if not lab.pods_event:
-        return Check(CHECK_PODS, FAIL, "the gateway's pods were not read", fix_common, command)
+        return not_read(CHECK_PODS, "the gateway's pods", lab.events, command)
     pods = lab.pods
     if not pods:
         return Check(CHECK_PODS, FAIL, f"no gateway pods in {lab.ns}",
@@ -127,7 +135,7 @@ def _leader(lab: _Lab) -> tuple[Optional[str], Optional[dict], Check]:
     command = f"kubectl -n {lab.ns} get lease {lease_name} -o jsonpath='{{.spec.holderIdentity}}'"
     lease = lab.lease
     if lease is None:
-        return None, None, Check(CHECK_LEASE, FAIL, "the Lease was not read", "run again", command)
+        return None, None, not_read(CHECK_LEASE, "the Lease", lab.events, command)
     if not lease.get("found"):
         return None, None, Check(
             CHECK_LEASE, FAIL, f"no Lease {lease_name} in {lab.ns}: no gateway replica has been elected",
@@ -220,15 +228,16 @@ def _check_health(lab: _Lab) -> Check:
     path = f"/api/v1/namespaces/{lab.ns}/pods/<pod>:{HEALTH_PORT}/proxy/healthz"
     names = [p["name"] for p in lab.pods] or ["<gateway pod>"]
     command = " && ".join(f"kubectl get --raw \"{path.replace('<pod>', n)}\"" for n in names)
+    if not lab.pods_event:
+        return not_read(CHECK_HEALTH, "the gateway's pods", lab.events, command)
     if not lab.pods:
         return Check(CHECK_HEALTH, SKIP, f"no gateway pod to ask (see '{CHECK_PODS}')", command=command)
+    unread = [p["name"] for p in lab.pods if p["name"] not in lab.healthz]
+    if unread:
+        return not_read(CHECK_HEALTH, f"the healthz of {', '.join(unread)}", lab.events, command)
     seen, bad = [], []
     for pod in lab.pods:
-        answer = lab.healthz.get(pod["name"])
-        if answer is None:
-            seen.append(f"{pod['name']}: not read")
-            bad.append(pod["name"])
-            continue
+        answer = lab.healthz[pod["name"]]
         body = (answer.get("body") or "").strip().splitlines()
         said = f" {body[0][:80]!r}" if body else ""
         seen.append(f"{pod['name']} on {pod['nodeName']}: HTTP {answer.get('status')}{said}")
@@ -251,10 +260,13 @@ def _check_leadership(lab: _Lab, node: Optional[str], pod: Optional[dict]) -> Ch
     names = [p["name"] for p in lab.pods] or ["<gateway pod>"]
     command = " && ".join(f"kubectl get --raw \"{path.replace('<pod>', n)}\" | grep {LEADER_GAUGE}"
                           for n in names)
+    if lab.lease is None:
+        return not_read(CHECK_LEADERSHIP, "the Lease", lab.events, command)
     if pod is None:
         return Check(CHECK_LEADERSHIP, SKIP, f"no leader resolved (see '{CHECK_LEASE}')", command=command)
-    if not lab.metrics:
-        return Check(CHECK_LEADERSHIP, FAIL, "the gateway pods' metrics were not read", "run again", command)
+    unread = [p["name"] for p in lab.pods if p["name"] not in lab.metrics]
+    if unread:
+        return not_read(CHECK_LEADERSHIP, f"the metrics of {', '.join(unread)}", lab.events, command)
     seen, problems = [], []
     for other in lab.pods:
         name = other["name"]
@@ -317,7 +329,11 @@ def _check_route(lab: _Lab, node: Optional[str], pod: Optional[dict]) -> Check:
                     f"{instance['instanceId']} --query \"Reservations[].Instances[].NetworkInterfaces"
                     "[].[Attachment.DeviceIndex,NetworkInterfaceId]\" --output text")
     if not lab.tables:
-        return Check(CHECK_ROUTE, FAIL, "no route table was read", "run again", command)
+        return not_read(CHECK_ROUTE, "the route tables", lab.events, command)
+    if lab.lease is None:
+        return not_read(CHECK_ROUTE, "the Lease (which names the leader)", lab.events, command)
+    if node is not None and node not in lab.instances:
+        return not_read(CHECK_ROUTE, f"the leader node {node}'s EC2 instance", lab.events, command)
     leader_pod = pod["name"] if pod else "<leader pod>"
     handover = (f"the leader writes the route once, when it wins the Lease: to have it written "
                 f"again, hand over (`kubectl -n {lab.ns} delete pod {leader_pod}`) and read the new "
@@ -387,7 +403,9 @@ def _check_vtep(lab: _Lab, node: Optional[str], pod: Optional[dict]) -> Check:
                    f"read `kubectl -n {lab.ns} logs {leader_pod}`; the CRD comes with the AWS Cilium "
                    "build (1.18.8-1 or later, VTEP on)")
     if lab.vtep is None:
-        return Check(CHECK_VTEP, FAIL, "the CiliumVTEPConfig was not read", "run again", command)
+        return not_read(CHECK_VTEP, "the CiliumVTEPConfig", lab.events, command)
+    if lab.lease is None:
+        return not_read(CHECK_VTEP, "the Lease (which names the leader)", lab.events, command)
     if not lab.vtep.get("found"):
         return Check(CHECK_VTEP, FAIL, f"no CiliumVTEPConfig {VTEP_CONFIG} (asked cilium.io "
                      f"{', '.join(lab.vtep.get('tried') or VTEP_VERSIONS)})", fix_missing, command)
@@ -463,12 +481,17 @@ def _check_traffic(lab: _Lab, direction: str) -> Check:
     command = f"kubectl -n {demo_ns} logs deploy/{prober} --timestamps --since={window:g}s"
     pods_event = lab.prober_pods.get(direction)
     if pods_event is None:
-        return Check(name, FAIL, f"{prober}'s pods were not read", "run again", command)
+        return not_read(name, f"{prober}'s pods", lab.events, command)
     if not pods_event.get("items"):
         return Check(name, FAIL, f"no {prober} pod in {demo_ns}",
                      f"deploy the demo layer (`pulumi up`); see `kubectl -n {demo_ns} get deploy {prober}`",
                      command)
     logs = lab.prober_logs.get(direction, [])
+    logged = {e.get("pod") for e in logs}
+    unread = [p["name"] for p in pods_event["items"]
+              if p.get("phase") in ("Running", "Succeeded", "Failed") and p["name"] not in logged]
+    if unread:
+        return not_read(name, f"the log of {', '.join(unread)}", lab.events, command)
     refused = [(e, *_log_refusal(lab, e)) for e in logs if e.get("error")]
     errors = [text for _event, text, _fix, _fatal in refused]
     lines = [line for e in logs for line in e.get("lines", [])]
@@ -550,7 +573,7 @@ def _check_cilium(lab: _Lab) -> Check:
            "at first install: turning VTEP on by a Helm upgrade has been seen not to apply "
            "(docs/gateway.md#what-it-does) — then `kubectl -n kube-system rollout restart daemonset/cilium`")
     if lab.cilium is None:
-        return Check(CHECK_CILIUM, FAIL, "cilium-config was not read", "run again", command)
+        return not_read(CHECK_CILIUM, "cilium-config", lab.events, command)
     if not lab.cilium.get("found"):
         return Check(CHECK_CILIUM, FAIL, "no ConfigMap cilium-config in kube-system: is Cilium installed?",
                      fix, command)
@@ -575,7 +598,7 @@ def _check_agent(lab: _Lab) -> Check:
            f"--addon-name {POD_IDENTITY_AGENT}`; then `kubectl -n kube-system describe daemonset "
            f"{POD_IDENTITY_AGENT}`")
     if lab.agent is None:
-        return Check(CHECK_AGENT, FAIL, "the agent's DaemonSet was not read", "run again", command)
+        return not_read(CHECK_AGENT, "the agent's DaemonSet", lab.events, command)
     if not lab.agent.get("found"):
         return Check(CHECK_AGENT, FAIL, f"no DaemonSet {POD_IDENTITY_AGENT} in kube-system", fix, command)
     status = lab.agent.get("status") or {}

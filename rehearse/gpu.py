@@ -74,15 +74,20 @@ def names_from_outputs(outputs: Any) -> dict[str, Any]:
     demo3 = outputs.optional("demo3")
     if not demo3:
         if outputs.layers and "demo" not in outputs.layers:
-            raise RunError(f"the stack {outputs.stack} has no demo layer and no GPU host (no "
+            raise RunError(f"{outputs.origin} has no demo layer and no GPU host (no "
                            "output demo3): set upToLayer to demo and `pulumi config set "
-                           "gpuEnabled true`, then run `pulumi up`")
-        raise RunError(f"the stack {outputs.stack} has no GPU host (no output demo3): "
+                           f"gpuEnabled true`, then run `pulumi up`{outputs.rewrite()}")
+        raise RunError(f"{outputs.origin} has no GPU host (no output demo3): "
                        "`pulumi config set gpuEnabled true` and run `pulumi up` (about 15 min: "
-                       "the host joins, then the ~10 GB vLLM image is pulled)")
+                       f"the host joins, then the ~10 GB vLLM image is pulled){outputs.rewrite()}")
     names = {**DEFAULT_NAMES, **{k: v for k, v in demo3.items() if v is not None}}
     names["namespace"] = demo3.get("namespace") or "demo-gpu"
     return names
+
+
+def check_inputs(given: Any) -> None:
+    """Before a run starts: the stack has demo 3's names (rehearse.inputs)."""
+    names_from_outputs(given.outputs)
 
 
 def collect(ctx: Any, record: Any) -> None:

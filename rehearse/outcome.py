@@ -10,11 +10,12 @@ recorded as ``run.step`` events, so the report can say what was done and what wa
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable
+import sys
+from typing import Any, Callable, Mapping
 
 from rehearse.errors import first_line
 from rehearse.record import RUN_STARTED, every, first
-from rehearse.report import FAIL, Check, Report
+from rehearse.report import FAIL, NOT_READ, SKIP, Check, Report
 
 RUN_STEP = "run.step"
 RUN_INTERRUPTED = "run.interrupted"
@@ -49,6 +50,41 @@ def ending(events: list[dict]) -> dict | None:
     return first(events, RUN_INTERRUPTED) or first(events, RUN_FAILED)
 
 
+def not_read(name: str, what: str, events: list[dict], command: str = "") -> Check:
+    """The check ``name`` whose input (``what``, e.g. "the Lease") was never read: the run
+    ended before it, or stopped at an earlier read. Not a verdict on the cluster, so no fix."""
+    return Check(name, NOT_READ, "not read: " + why_not_read(what, events), command=command)
+
+
+def why_not_read(what: str, events: list[dict]) -> str:
+    ended = ending(events)
+    if ended is None:
+        return f"the run recorded no {what.removeprefix('the ')}"
+    if ended["kind"] == RUN_INTERRUPTED:
+        return f"the run was interrupted before reading {what}"
+    return f"the run failed before reading {what} (see '{CHECK_COMPLETED}')"
+
+
+def mark_unread(report: Report, events: list[dict],
+                reads: "Mapping[str, tuple[str, tuple[str, ...]]] | Callable[[str], Any]") -> None:
+    """In a run that ended early, the checks whose input the collector had not finished reading
+    become NOT READ: ``reads`` gives, by check name, (what it reads, the event kinds any one of
+    which the collector records once that read is done). A PASS stays (what was read passed);
+    a FAIL or SKIP that only says its input is missing does not stand, and a NOT READ says
+    how the run ended."""
+    if ending(events) is None:
+        return
+    lookup = reads.get if isinstance(reads, Mapping) else reads
+    present = {e["kind"] for e in events}
+    for index, check in enumerate(report.checks):
+        entry = lookup(check.name)
+        if entry is None or check.status not in (FAIL, SKIP, NOT_READ):
+            continue
+        what, done = entry
+        if not present & set(done):
+            report.checks[index] = not_read(check.name, what, events, check.command)
+
+
 def analyse_run(analyse: Callable[[list[dict]], Report], events: list[dict]) -> Report:
     """The command's analysis, with the run's end in front when it did not finish. The
     command's analyser is pure but was written for complete runs: if it cannot make sense of
@@ -66,9 +102,30 @@ def analyse_run(analyse: Callable[[list[dict]], Report], events: list[dict]) -> 
         report.notes.append(f"The checks could not be worked out from this partial run "
                             f"({first_line(error)}); what was recorded is below and in "
                             "events.jsonl.")
+    _fail_the_read_that_failed(report, ended, analyse)
     report.checks.insert(0, _completed(ended, events))
     report.notes[:0] = _what_was_done(events)
     return report
+
+
+def _fail_the_read_that_failed(report: Report, ended: dict, analyse: Callable) -> None:
+    """A run that failed (not a defect of this tool, not an interrupt) failed at a read: the
+    first check, in the order the collector reads, whose input was not read is the one whose
+    read failed — a FAIL with the error. The checks after it stay NOT READ. The order is the
+    analysis module's ``READ_ORDER`` (check names) where its report's order differs."""
+    if ended["kind"] != RUN_FAILED or ended.get("details"):
+        return
+    order = getattr(sys.modules.get(getattr(analyse, "__module__", ""), None), "READ_ORDER", ())
+    rank = {name: index for index, name in enumerate(order)}
+    unread = [(rank.get(c.name, len(rank) + i), i) for i, c in enumerate(report.checks)
+              if c.status == NOT_READ]
+    if not unread:
+        return
+    index = min(unread)[1]
+    check = report.checks[index]
+    report.checks[index] = Check(check.name, FAIL, f"its read failed: {ended.get('reason', '?')}",
+                                 f"fix the cause and run again (see '{CHECK_COMPLETED}')",
+                                 check.command)
 
 
 def _completed(ended: dict, events: list[dict]) -> Check:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from rehearse.errors import RunError
 
@@ -47,8 +47,39 @@ class StackOutputs:
             raise RunError(f"the stack {self.stack} has no output {key}{where}")
         return self.values[key]
 
+    def require(self, keys: Sequence[str], command: str) -> None:
+        """Every output in ``keys`` (what ``command`` reads), or one line naming all that are
+        missing and where they come from, before anything is read from the cluster."""
+        missing = [key for key in keys if key not in self.values]
+        if not missing:
+            return
+        names = ", ".join(missing)
+        layers = sorted({LAYER_OF[key] for key in missing if key in LAYER_OF})
+        built = (f" (the {layers[0]} layer's)" if len(layers) == 1 else
+                 f" (from the {', '.join(layers[:-1])} and {layers[-1]} layers)" if layers else "")
+        plural = "s" if len(missing) > 1 else ""
+        if self.source is not None:
+            raise RunError(f"the outputs file {self.source} has no output{plural} {names}{built}, "
+                           f"which {command} reads: write it from a stack that has "
+                           f"{'them' if plural else 'it'} with `{WRITE_COMMAND} > {self.source}`")
+        where = (f": build the {' and '.join(layers)} layer{'s' if len(layers) > 1 else ''} "
+                 "(upToLayer) and run `pulumi up`"
+                 if layers else ": run `pulumi up` with this version of the lab")
+        raise RunError(f"the stack {self.stack} has no output{plural} {names}, which {command} "
+                       f"reads{where}")
+
     def optional(self, key: str) -> Optional[Any]:
         return self.values.get(key)
+
+    @property
+    def origin(self) -> str:
+        """Where the values come from, for a message: the outputs file, or the stack."""
+        return f"the outputs file {self.source}" if self.source is not None else f"the stack {self.stack}"
+
+    def rewrite(self) -> str:
+        """What an outputs file needs after the stack is fixed ("" for a stack's own outputs)."""
+        return (f", then write {self.source} again with `{WRITE_COMMAND} > {self.source}`"
+                if self.source is not None else "")
 
     @property
     def layers(self) -> list[str]:
@@ -94,8 +125,31 @@ def from_pulumi(stack: Optional[str], work_dir: Path) -> StackOutputs:
         raise RunError("the pulumi CLI is not installed: install it, or pass --outputs FILE "
                        "written by `pulumi stack output --json --show-secrets`") from None
     except automation.errors.CommandError as error:
+        if stack and "no stack named" in str(error):
+            raise RunError(_unknown_stack(stack, work_dir)) from None
         raise RunError(f"pulumi could not read the stack's outputs: {_first_line(error)}") from None
     return StackOutputs(name, values)
+
+
+def known_stacks(work_dir: Path) -> list[str]:
+    """The stacks `pulumi stack ls` knows for the project in ``work_dir``, or failing that the
+    ``Pulumi.<stack>.yaml`` files there (a stack whose backend is not reachable from here)."""
+    from pulumi import automation
+
+    try:
+        found = [s.name for s in automation.LocalWorkspace(work_dir=str(work_dir)).list_stacks()]
+    except (FileNotFoundError, automation.errors.CommandError, ValueError, KeyError):
+        found = []
+    if not found:
+        found = [p.name[len("Pulumi."):-len(".yaml")] for p in Path(work_dir).glob("Pulumi.*.yaml")]
+    return sorted(set(found))
+
+
+def _unknown_stack(stack: str, work_dir: Path) -> str:
+    stacks = known_stacks(work_dir)
+    have = (f"the stacks there are {', '.join(stacks)}" if stacks else
+            "it has no stacks yet (`pulumi stack init NAME`)")
+    return f"--stack {stack}: no such stack in {work_dir}; {have}"
 
 
 def _selected_stack(work_dir: Path) -> str:

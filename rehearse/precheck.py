@@ -9,6 +9,7 @@ import argparse
 from typing import Any
 
 from rehearse.errors import RunError
+from rehearse.outcome import not_read
 from rehearse.record import RUN_STARTED, every, first
 from rehearse.report import FAIL, PASS, SKIP, Check, Report
 
@@ -22,11 +23,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """No options of its own: the stack file is ``Pulumi.<stack>.yaml`` in --work-dir."""
 
 
-def collect(ctx: Any, record: Any) -> None:
-    from botocore.exceptions import BotoCoreError, ClientError
+def check_inputs(given: Any) -> None:
+    """Before a run starts (rehearse.inputs): a stack named, and its stack file readable."""
+    _stack_config(given)
 
+
+def _stack_config(ctx: Any) -> Any:
     from offline.runner import config_from_stack_file
-    from ops.preflight import cli as preflight, sequence
     from stacks.config import ConfigError
     from rehearse.switch import require_stack
 
@@ -35,9 +38,25 @@ def collect(ctx: Any, record: Any) -> None:
     stack = ctx.outputs.stack
     path = ctx.work_dir / f"Pulumi.{stack}.yaml" if ctx.work_dir else None
     try:
-        cfg = config_from_stack_file(stack, path=path)
-    except (FileNotFoundError, ValueError, ConfigError) as error:
+        return config_from_stack_file(stack, path=path)
+    except FileNotFoundError as error:
+        from rehearse.outputs import known_stacks
+
+        there = known_stacks(ctx.work_dir) if ctx.work_dir else []
+        raise RunError(f"--stack {stack}: the pre-check reads the stack file: {error}; "
+                       + (f"the stacks there are {', '.join(there)}" if there else
+                          "pass the --work-dir that holds it")) from None
+    except (ValueError, ConfigError) as error:
         raise RunError(f"the pre-check reads the stack file: {error}") from None
+
+
+def collect(ctx: Any, record: Any) -> None:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from ops.preflight import cli as preflight, sequence
+
+    stack = ctx.outputs.stack
+    cfg = _stack_config(ctx)
     ctx.progress(f"preflight for stack {stack} in {cfg.region} (read-only); credentials: "
                  f"{cfg.aws_account.describe()}")
     try:
@@ -64,6 +83,6 @@ def analyse(events: list[dict]) -> Report:
         report.checks.append(Check(event.get("name", "?"), status, seen, event.get("fix", ""),
                                    "python -m ops.preflight --stack " + str(report.stack)))
     if not report.checks:
-        report.checks.append(Check("preflight", FAIL, "no preflight check was recorded",
-                                   "run it again: `python -m rehearse preflight`"))
+        report.checks.append(not_read("preflight", "ops.preflight's checks", events,
+                                      "python -m ops.preflight --stack " + str(report.stack)))
     return report

@@ -12,7 +12,9 @@ folder, the interrupted one its report of what was done.
 
 Each step is the command's own run, into its own folder, with this
 command's stack, outputs, kubeconfig and --out; the commands' other options keep their
-defaults."""
+defaults. Every step's input (the outputs it reads, its options) and the cluster are checked
+before the first step starts: input a step cannot use stops the rehearsal there, in one line,
+with nothing run and no summary."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import sys
 from typing import Any, Callable, Optional
 
 from rehearse import summary_page
+from rehearse.burst.settings import scenario_name
 from rehearse.errors import RunError, first_line
 from rehearse.outcome import CHECK_COMPLETED
 from rehearse.record import utc_now
@@ -57,7 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="run only the read-only checks (no failover, no burst)")
     group.add_argument("--keep-going", action="store_true",
                        help="run every step even after one fails (Ctrl-C still stops)")
-    group.add_argument("--scenarios", nargs="+", metavar="X",
+    # Checked here too, so a wrong value is said of `all`'s own option.
+    group.add_argument("--scenarios", nargs="+", type=scenario_name, metavar="X",
                        help="passed to `burst --scenarios` (A, B, C): compare these scenarios "
                             "(default: the stack's current one, no switch)")
 
@@ -87,10 +91,15 @@ def main(args: argparse.Namespace, *, runner: Callable[[str, argparse.Namespace]
          read_outputs: Callable[[argparse.Namespace], Any],
          parse: Callable[[list[str]], argparse.Namespace],
          as_run_error: Callable[[BaseException], Optional[RunError]],
+         check_inputs: Callable[[str, argparse.Namespace, Any], None] = lambda *_: None,
+         reach: Callable[[argparse.Namespace, Any], None] = lambda *_: None,
          clock: Callable[[], Any] = utc_now,
          confirm: Callable[[str], Optional[bool]] = ask,
          interactive: Callable[[], bool] = _interactive) -> int:
-    """Run the steps, write the summary; 0 when every step that ran passed, else 1."""
+    """Run the steps, write the summary; 0 when every step that ran passed, else 1.
+    ``check_inputs(command, options, outputs)`` raises RunError for a step's input it cannot
+    use, and ``reach(options, outputs)`` for a cluster it cannot reach, before the first step
+    starts."""
     changing = () if args.read_only else CHANGING
     if changing and not args.yes and not interactive():
         raise RunError("rehearse all asks before the steps that change the lab (failover, "
@@ -102,9 +111,15 @@ def main(args: argparse.Namespace, *, runner: Callable[[str, argparse.Namespace]
     if not outputs.optional("demo3"):
         skipped[GPU_STEP] = f"the stack {outputs.stack} has no GPU host (no output demo3)"
     plan = list(READ_ONLY + changing)
-    # Every step's options parsed before anything runs: a bad --scenarios stops here, not
-    # after the checks.
+    # Every step's options parsed and its input checked before anything runs: a bad
+    # --scenarios, or an output only the burst reads, stops here, not after the checks.
     parsed = {command: parse(_argv(command, args)) for command in plan}
+    for command in plan:
+        if command not in skipped:
+            check_inputs(command, parsed[command], outputs)
+    # The cluster too: one that cannot be reached (or refuses the credentials) stops the
+    # rehearsal here, with nothing run and no summary of nothing.
+    reach(parsed[plan[0]], outputs)
     stop: Optional[str] = None
     defect: Optional[BaseException] = None
     try:

@@ -27,6 +27,7 @@ from typing import Any, Optional
 from rehearse import flows
 from rehearse import record as rec
 from rehearse.errors import RunError, first_line, status_code
+from rehearse.outcome import ending, not_read
 from rehearse.stack import open_stack
 from rehearse.switch import ConfigSwitch, RestoreBlocked, Scope, require_confirmation, require_stack
 from rehearse.report import FAIL, PASS, Chart, Check, Measurement, Report
@@ -360,6 +361,18 @@ def measure(ctx: Any, record: Any, pods: Pods, instance_type: Optional[str], sec
     record(GATEWAY, instance_type=instance_type, when="after", **read_gateway(ctx))
 
 
+def check_inputs(given: Any) -> None:
+    """Before a run starts (rehearse.inputs): the lab's demo namespace, and with
+    --instance-types a stack named and someone to confirm each switch."""
+    demo1 = given.outputs.optional("demo1")
+    if not demo1 or not demo1.get("namespace"):
+        raise RunError(f"{given.outputs.origin} has no output demo1 (the lab's demo-gateway "
+                       f"namespace): set upToLayer to demo and run `pulumi up`{given.outputs.rewrite()}")
+    if given.options.get("instance_types"):
+        require_stack(given, "gateway-throughput --instance-types")
+        require_confirmation(given, "gateway-throughput --instance-types")
+
+
 def collect(ctx: Any, record: Any) -> None:
     demo1 = ctx.outputs.optional("demo1")
     if not demo1 or not demo1.get("namespace"):
@@ -573,16 +586,19 @@ def analyse(events: list[dict[str, Any]]) -> Report:
         for direction, _ in DIRECTIONS:
             name = check_name(direction, instance_type)
             command = f"kubectl -n {ns} get pods -l {LABEL}={LABEL_VALUE} -o wide"
-            if instance_type and (switch is None or not switch.get("ok")):
-                why = switch.get("error") if switch else "the run stopped before it"
+            if instance_type and switch is None:
+                report.checks.append(not_read(name, f"the {direction} measurement on "
+                                              f"{instance_type}", events, command))
+                continue
+            if instance_type and not switch.get("ok"):
                 report.checks.append(Check(name, FAIL, f"not measured: switching to {instance_type} "
-                                           f"failed ({why})", "see the pulumi output", command))
+                                           f"failed ({switch.get('error')})", "see the pulumi output",
+                                           command))
                 continue
             found = [r for r in results if r.get("direction") == direction
                      and r.get("instance_type") == instance_type]
             if not found:
-                report.checks.append(Check(name, FAIL, "not measured (the run stopped before it)",
-                                           "run it again", command))
+                report.checks.append(not_read(name, f"the {direction} measurement", events, command))
                 continue
             r = found[-1]
             parsed = ({"status": "failed", "why": r["error"]} if r.get("error") else
@@ -637,12 +653,16 @@ def analyse(events: list[dict[str, Any]]) -> Report:
     created = [e["name"] for e in rec.every(events, POD_CREATED)]
     deleted = {e["name"] for e in rec.every(events, POD_DELETED) if e.get("ok")}
     left = [n for n in created if n not in deleted]
-    report.checks.append(Check(
-        CHECK_PODS_REMOVED, FAIL if left else PASS,
-        f"left behind: {', '.join(left)}" if left else
-        f"{len(created)} pods created, {len(created)} deleted by name",
-        f"kubectl -n {ns} delete pod -l {LABEL}={LABEL_VALUE}",
-        f"kubectl -n {ns} get pods -l {LABEL}={LABEL_VALUE}"))
+    if not created and ending(events) is not None:
+        report.checks.append(not_read(CHECK_PODS_REMOVED, "the measurement pods (none was created)",
+                                      events, f"kubectl -n {ns} get pods -l {LABEL}={LABEL_VALUE}"))
+    else:
+        report.checks.append(Check(
+            CHECK_PODS_REMOVED, FAIL if left else PASS,
+            f"left behind: {', '.join(left)}" if left else
+            f"{len(created)} pods created, {len(created)} deleted by name",
+            f"kubectl -n {ns} delete pod -l {LABEL}={LABEL_VALUE}",
+            f"kubectl -n {ns} get pods -l {LABEL}={LABEL_VALUE}"))
     if settings.get("instance_types"):
         report.notes.append(
             "each instance type replaced the gateway node group's nodes (`pulumi up` of "
@@ -651,6 +671,11 @@ def analyse(events: list[dict[str, Any]]) -> Report:
         restored = rec.first(events, RESTORED)
         original = (rec.first(events, ORIGINAL) or {}).get("value")
         ok = bool(restored and restored.get("ok"))
+        if not switched and restored is None and ending(events) is not None:
+            # Nothing was switched, so nothing was left to put back.
+            report.checks.append(not_read(CHECK_RESTORED, "gatewayInstanceType (it was never "
+                                          "switched)", events, "pulumi config get gatewayInstanceType"))
+            return report
         report.checks.append(Check(
             CHECK_RESTORED, PASS if ok else FAIL,
             f"back to {original or 'the default'}" if ok else

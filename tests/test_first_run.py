@@ -153,8 +153,10 @@ def test_an_outputs_file_without_an_output_names_the_file_and_how_to_write_it(tm
     empty.write_text("{}")
     assert cli.main(["failover", "--outputs", str(empty), "--out", str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == (f"error: the outputs file {empty} has no output region (the network layer's): "
-                   "write it from a stack that has it with `pulumi stack output --json "
+    assert err == (f"error: the outputs file {empty} has no outputs region, kubeconfig, "
+                   "gatewayNamespace, gatewayLeaseName, gatewayRouteTableIds, hybridPodCidr, demo1 "
+                   "(from the cluster, demo, gateway and network layers), which failover reads: "
+                   "write it from a stack that has them with `pulumi stack output --json "
                    f"--show-secrets > {empty}`")
     assert not (tmp_path / "runs").exists()
 

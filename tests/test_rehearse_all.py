@@ -16,7 +16,7 @@ import pytest
 
 from rehearse import cli, rehearsal, record
 from rehearse.errors import RunError
-from rehearse.report import FAIL, PASS, Check, Report
+from rehearse.report import FAIL, NOT_READ, PASS, Check, Report
 
 NOW = datetime.datetime(2026, 12, 1, 18, 0, tzinfo=datetime.timezone.utc)
 XHTML = "{http://www.w3.org/1999/xhtml}"
@@ -277,7 +277,8 @@ def test_the_pre_check_records_ops_preflights_checks_as_a_run(tmp_path, monkeypa
     ctx.outputs = StackOutputs("nosuchstack", {})
     with pytest.raises(RunError, match="the pre-check reads the stack file: no stack file"):
         precheck.collect(ctx, recorder)
-    assert precheck.analyse([]).checks[0].status == FAIL
+    # Nothing recorded: the pre-check's checks were not read, which is no verdict on the account.
+    assert precheck.analyse([]).checks[0].status == NOT_READ
     # Outputs from a file (--outputs without --stack) are named after the file, not a stack.
     ctx.outputs = StackOutputs("lab-outputs", {}, named=False)
     with pytest.raises(RunError, match="pass --stack NAME with --outputs"):

@@ -64,8 +64,8 @@ def test_no_selected_stack_says_what_to_pass(fake_pulumi):
         outputs.from_pulumi(None, PROJECT_DIR)
 
 
-def test_an_unknown_stack_is_pulumis_own_words(fake_pulumi):
-    with pytest.raises(RunError, match="no stack named 'prod' found"):
+def test_an_unknown_stack_lists_the_stacks_there_are(fake_pulumi):
+    with pytest.raises(RunError, match=r"^--stack prod: no such stack in .*; the stacks there are dev$"):
         outputs.from_pulumi("prod", PROJECT_DIR)
 
 
@@ -227,7 +227,11 @@ def test_an_unreachable_cluster_exits_2_with_one_line(tmp_path, pki):
 
     stack = tmp_path / "dev.json"
     # Port 9 (discard) on this machine: nothing listens there.
-    stack.write_text(json.dumps({"region": REGION, "layers": ["network", "cluster", "gateway"],
+    stack.write_text(json.dumps({"region": REGION, "layers": ["network", "cluster", "gateway", "demo"],
+                                 "gatewayNamespace": "eks-hybrid-nodes-gateway",
+                                 "gatewayLeaseName": "hybrid-gateway-leader",
+                                 "gatewayRouteTableIds": ["rtb-1"], "hybridPodCidr": "10.86.0.0/16",
+                                 "demo1": {"namespace": "demo-gateway"},
                                  "kubeconfig": stack_kubeconfig("https://127.0.0.1:9", pki.ca_b64)}))
     done = run_cli("verify", "gateway", "--outputs", str(stack), "--out", str(tmp_path / "runs"),
                    env={**FAKE_AWS_ENV, "NO_PROXY": "127.0.0.1"})
@@ -316,7 +320,7 @@ def test_a_kubeconfig_file_given_with_kubeconfig_serves_objects_and_raw_calls(tm
             assert kube.get_raw("/api/v1/namespaces/demo-gateway/pods/echo:8080/proxy/") == (200, "hello")
         finally:
             kube.close()
-        with pytest.raises(RunError, match="the kubeconfig .*missing does not exist"):
+        with pytest.raises(RunError, match="--kubeconfig .*missing: the file does not exist"):
             Kube.from_kubeconfig_file(tmp_path / "missing")
     finally:
         server.close()

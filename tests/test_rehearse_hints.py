@@ -1,4 +1,4 @@
-"""A mistyped command line is answered by the command the user typed: its usage and the one
+"""A mistyped command line is answered by the command the user typed, in one line: the one
 option or command they meant, exit 2, before anything is read."""
 
 from __future__ import annotations
@@ -18,22 +18,20 @@ def _error(capsys, *argv: str) -> list[str]:
 
 def test_an_unknown_option_names_the_option_meant_under_the_commands_own_usage(capsys):
     lines = _error(capsys, "burst", "--scenario", "Z")
-    assert lines[0].startswith("usage: python -m rehearse burst "), lines
-    errors = [line for line in lines if "error:" in line]
-    assert errors == ["python -m rehearse burst: error: no option --scenario; "
-                      "did you mean --scenarios?"], lines
+    assert lines == ["python -m rehearse burst: error: no option --scenario; "
+                     "did you mean --scenarios?"], lines
 
 
 def test_a_nested_commands_unknown_option_is_answered_by_that_command(capsys):
     lines = _error(capsys, "verify", "gateway", "--outptus=stack.json")
-    assert lines[0].startswith("usage: python -m rehearse verify gateway "), lines
+    assert len(lines) == 1, lines
     assert lines[-1] == ("python -m rehearse verify gateway: error: no option --outptus; "
                          "did you mean --outputs?")
 
 
 def test_an_option_like_none_says_where_the_options_are(capsys):
     lines = _error(capsys, "failover", "--zzzzzz")
-    assert lines[0].startswith("usage: python -m rehearse failover "), lines
+    assert len(lines) == 1, lines
     assert lines[-1] == "python -m rehearse failover: error: no option --zzzzzz; --help lists its options"
 
 

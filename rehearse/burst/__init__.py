@@ -61,7 +61,21 @@ from rehearse.burst.watch import hybrid_room  # noqa: F401
 # ``require_confirmation``: a terminal): ``collect`` looks them up here each time it runs and
 # hands them to the collector, so the collector's modules never import this package back.
 from rehearse.stack import open_stack
-from rehearse.switch import require_confirmation
+from rehearse.burst.settings import settings_from
+from rehearse.switch import require_confirmation, require_stack
+
+
+def check_inputs(given: Any) -> None:
+    """Before a run starts (rehearse.inputs): demo 2's names, and with --scenarios that
+    switch a stack named and someone to confirm each switch."""
+    settings = settings_from(given, "burst")
+    if any(x != settings.stack_scenario for x in settings.scenarios):
+        require_stack(given, "burst --scenarios")
+        require_confirmation(given, "burst --scenarios")
+
+
+def check_verify_inputs(given: Any) -> None:
+    settings_from(given, "verify")
 
 
 def collect(ctx: Any, record: Any) -> None:

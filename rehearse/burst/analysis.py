@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
 from rehearse.record import iso, parse_time
-from rehearse.report import FAIL, PASS, SKIP, Check, Measurement
+from rehearse.outcome import not_read
+from rehearse.report import FAIL, NOT_READ, PASS, SKIP, Check, Measurement
 from rehearse.burst.names import (ABORTED, COSTS_SETTLED, C_COMPLETED, C_COSTS_SETTLED, C_FORECAST,
                                   C_IN_PLACE, C_RESTART, C_RULE, C_SCALEUP, C_SWITCH, DONE,
                                   FORECAST, M_NODECLAIM, M_READY, PRECONDITIONS, REFUSED, RESTARTED,
@@ -385,8 +386,15 @@ def analyse_scenario(scenario: str, events: list[dict], settings: dict) -> Scena
                                                 next(iter(kinds(WATCH_DONE)), None),
                                                 next(iter(kinds(WATCH_SKIPPED)), None))
     if result.consolidation is not None:
-        result.checks.append(consolidation_check(scenario, result.consolidation))
+        check = consolidation_check(scenario, result.consolidation)
+        if check.status == NOT_READ:
+            check = not_read(check.name, "the consolidation watch to its end", events, check.command)
+        result.checks.append(check)
     completed = next(iter(kinds(DONE)), None) is not None
+    if not completed and not result.aborted:
+        result.checks.append(not_read(check_name(scenario, C_COMPLETED),
+                                      f"scenario {scenario}'s scale sequence to its end", events))
+        return result
     result.checks.append(Check(check_name(scenario, C_COMPLETED), PASS if completed else FAIL,
                                " → ".join(map(str, settings.get("sequence") or []))
                                if completed else f"stopped: {result.aborted or 'not recorded'}",

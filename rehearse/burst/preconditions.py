@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from rehearse.record import iso
-from rehearse.report import FAIL, PASS, SKIP, Check
+from rehearse.report import FAIL, NOT_READ, PASS, SKIP, Check
 from rehearse.burst.names import (BINDING_FILTERS, COST, C_BUDGET, C_FILTERS, C_FOREIGN_COST,
                                   C_GATE_OFF, C_GATE_ON, C_GATE_VERSION, C_HYBRID_COST, C_IN_PLACE,
                                   C_KARPENTER_PATCH, C_KYVERNO_NODES, C_KYVERNO_UPDATE, C_NO_POLICY,
@@ -94,7 +94,7 @@ def _review_check(name: str, found: Optional[dict], fix: str, consequence: str) 
     command = (f"kubectl auth can-i {found['verb']} {found['resource']}{' -n ' + found['namespace'] if found.get('namespace') else ''} "
                f"--as={found['user']}" if found else "")
     if found is None:
-        return Check(name, FAIL, "not asked (not recorded)", "run the command again", command)
+        return Check(name, NOT_READ, "not read: the run did not ask the API server", command=command)
     if found.get("allowed") is None:
         return Check(name, FAIL, f"could not ask the API server (HTTP {found.get('http')}): "
                                  f"{found.get('error')}",

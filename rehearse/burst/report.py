@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from rehearse.record import RUN_STARTED, every, first
-from rehearse.report import FAIL, PASS, SKIP, Chart, Check, Report
+from rehearse.report import FAIL, NOT_READ, PASS, SKIP, Chart, Check, Report
 from rehearse.burst.names import (CHECK_RESTORED, ORIGINAL, PRECONDITIONS, RESTORED, SCENARIO_WORDS,
-                                  SETTINGS)
+                                  SETTINGS, SWITCHED, C_COMPLETED)
+from rehearse.outcome import not_read
 from rehearse.burst.preconditions import in_place, scenario_checks
 from rehearse.burst.capacity import capacity, capacity_check, nodepool_check
 from rehearse.burst.analysis import ScenarioResult, StepRow, _victim_text, analyse_scenario
@@ -59,8 +60,7 @@ def _common_checks(observed: Optional[dict], settings: dict) -> list[Check]:
 def _analyse_verify(events: list[dict], settings: dict, report: BurstReport) -> Report:
     observed = first(events, PRECONDITIONS)
     if observed is None:
-        report.checks.append(Check("preconditions recorded", FAIL, "nothing was recorded",
-                                   "run the command again"))
+        report.checks.append(not_read("preconditions recorded", "the preconditions", events))
         return report
     scenario = observed["scenario"]
     checks = scenario_checks(observed)
@@ -166,6 +166,11 @@ def _place_of(row: StepRow, name: str) -> Optional[str]:
 
 
 def _analyse_burst(events: list[dict], settings: dict, report: BurstReport) -> Report:
+    if not settings:
+        # The run ended before its settings were recorded: which scenarios it would have
+        # measured is not known, and nothing was.
+        report.checks.append(not_read(C_COMPLETED, "the stack's demo 2 settings", events))
+        return report
     scenarios = settings.get("scenarios") or []
     results = []
     for scenario in scenarios:
@@ -184,9 +189,14 @@ def _analyse_burst(events: list[dict], settings: dict, report: BurstReport) -> R
             f"(pulumi up took {restored.get('seconds')} s)" if restored.get("ok") else restored.get("error"),
             "" if restored.get("ok") else "set it back yourself: the message says how",
             "pulumi config get burstScenario"))
+    elif original is not None and first(events, SWITCHED) is None:
+        # Nothing was switched, so nothing was left to put back.
+        report.checks.append(not_read(CHECK_RESTORED, "burstScenario (it was never switched)",
+                                      events, "pulumi config get burstScenario"))
     elif original is not None:
-        report.checks.append(Check(CHECK_RESTORED, FAIL, "the run ended before putting it back "
-                                   "(not recorded)", "check `pulumi config get burstScenario`"))
+        report.checks.append(Check(CHECK_RESTORED, FAIL, "the run ended after switching "
+                                   "burstScenario and before putting it back",
+                                   "check `pulumi config get burstScenario`"))
     for result in results:
         report.sections.append(_scenario_section(result, settings))
     if len([r for r in results if r.rows]) > 1:
@@ -250,7 +260,8 @@ def _scenario_section(result: ScenarioResult, settings: dict) -> str:
     return "\n".join(lines)
 
 
-_ANSWER_WORD = {PASS: "as expected", FAIL: "**NOT as expected**", SKIP: "not answered"}
+_ANSWER_WORD = {PASS: "as expected", FAIL: "**NOT as expected**", SKIP: "not answered",
+                NOT_READ: "not answered"}
 
 
 def _consolidation_lines(result: ScenarioResult) -> list[str]:

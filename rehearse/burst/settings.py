@@ -15,7 +15,8 @@ from rehearse.burst.names import (DEFAULTS, DEFAULT_SEQUENCE, HYBRID_NODES, PODS
 
 # --- arguments --------------------------------------------------------------------------------
 
-def _scenario(text: str) -> str:
+def scenario_name(text: str) -> str:
+    """An argparse type: A, B or C (`burst --scenarios`, `all --scenarios`)."""
     if text.upper() not in SCENARIOS:
         raise argparse.ArgumentTypeError(f"{text!r}: a scenario is A, B or C")
     return text.upper()
@@ -36,7 +37,7 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("demo 2")
-    group.add_argument("--scenarios", nargs="+", type=_scenario, metavar="X",
+    group.add_argument("--scenarios", nargs="+", type=scenario_name, metavar="X",
                        help="run these scenarios in this order, switching the stack's "
                             "burstScenario with `pulumi up` (default: the stack's current one, "
                             "no switch); the original is put back at the end, and the pods' "
@@ -94,14 +95,14 @@ def settings_from(ctx: Any, mode: str) -> Settings:
     demo2 = outputs.optional("demo2")
     if not isinstance(demo2, dict):
         if outputs.layers and "demo" not in outputs.layers:
-            raise RunError(f"the stack {outputs.stack} has no demo layer (no output demo2): set "
-                           "upToLayer to demo and run `pulumi up`")
-        raise RunError(f"the stack {outputs.stack} has no output demo2 (demo 2's names): run "
-                       "`pulumi up` with this version of the lab")
+            raise RunError(f"{outputs.origin} has no demo layer (no output demo2): set "
+                           f"upToLayer to demo and run `pulumi up`{outputs.rewrite()}")
+        raise RunError(f"{outputs.origin} has no output demo2 (demo 2's names): run "
+                       f"`pulumi up` with this version of the lab{outputs.rewrite()}")
     scenario = str(demo2.get("scenario") or "A").upper()
     sequence = tuple(int(n) for n in (demo2.get("scaleSequence") or DEFAULT_SEQUENCE))
     if len(sequence) < 3 or max(sequence) != sequence[1]:
-        raise RunError(f"the stack's demo2 scaleSequence {list(sequence)} is not a scale-up "
+        raise RunError(f"{outputs.origin}: demo2's scaleSequence {list(sequence)} is not a scale-up "
                        "followed by scale-ins (the demo guide's is 3, 15, 12, 10, 3)")
     options = ctx.options
 

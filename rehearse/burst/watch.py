@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from rehearse.report import FAIL, PASS, SKIP, Check
+from rehearse.report import FAIL, NOT_READ, PASS, SKIP, Check
 from rehearse.burst.names import C_CONSOLIDATION, check_name
 from rehearse.burst.reading import active
 from rehearse.burst.capacity import capacity
@@ -79,7 +79,8 @@ def consolidation_answer(started: Optional[dict], done: Optional[dict],
             "consolidate_after": policy.get("consolidate_after"),
             "note": WHEN_EMPTY_NOTE if policy.get("consolidation_policy") == "WhenEmpty" else None}
     if done is None:
-        return {**base, "status": FAIL, "answer": "the watch did not finish (not recorded)",
+        return {**base, "status": NOT_READ, "answer": "not read: the run ended before the watch "
+                "finished",
                 "disrupted": [], "events": [], "moved": [], "created": []}
     changes = done.get("changes") or []
     by_claim = {c["name"]: c.get("node") for c in started.get("nodeclaims") or []}

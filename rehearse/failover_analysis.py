@@ -33,6 +33,10 @@ DOCUMENTED = "AWS documents 3–5 s"
 #: Lease): the timeline says so, so that a probe gap, which also holds the probes' own spacing,
 #: is not read against it.
 DOCUMENTED_MEASURES = "the standby taking over the Lease (leader election), not a gap in traffic"
+#: A gap's reference: its pass limit first, and AWS's figure said for what it is, so a healthy
+#: 5–7 s gap beside "3–5 s" does not read as a miss.
+GAP_AGAINST_DOCUMENTED = ("AWS's 3–5 s is the Lease handover (above); a gap also holds the "
+                          "probes' own spacing")
 #: How far this machine's DELETE time may lie from the API server's deletionTimestamp (less
 #: the grace, whole seconds) and still stand for the cluster's clock: the slack either side of
 #: that second, and so the bound on the deletion moment in the cluster's clock (docs/gateway.md#the-lease).
@@ -628,7 +632,8 @@ def _gaps(run: _Run, report: Report, commands: dict[str, str], deleted: datetime
                 note.append("still failing at the end: at least this long")
             report.measurements.append(Measurement(
                 f"longest gap {label}", _round(gap.seconds), "s",
-                f"{DOCUMENTED}; PASS ≤ {run.threshold:g} s (e2e: ≤ 30 s)", "; ".join(note)))
+                f"PASS ≤ {run.threshold:g} s (e2e: ≤ 30 s); {GAP_AGAINST_DOCUMENTED}",
+                "; ".join(note)))
             rows.append({"label": label, "status": status, "measured": event is not None,
                          "probes": [[since(p.at), p.ok] for p in found if p.path == path],
                          "gap": None if gap.seconds is None else {

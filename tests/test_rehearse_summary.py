@@ -359,7 +359,8 @@ def test_report_out_and_summary_out_name_the_same_rehearsals_folder(tmp_path, ca
 def test_a_missing_or_empty_rehearsals_folder_says_which(tmp_path, capsys):
     assert cli.main(["summary", "--out", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
-    assert f"{tmp_path / 'nowhere'} does not exist" in err and "holds no" not in err
+    assert err.count("\n") == 1 and f"--out {tmp_path / 'nowhere'}" in err, err
+    assert "does not exist" in err and "holds no" not in err
     assert not (tmp_path / "nowhere").exists()
     (tmp_path / "empty" / "notes").mkdir(parents=True)
     assert cli.main(["summary", "--out", str(tmp_path / "empty")]) == 2

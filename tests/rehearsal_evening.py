@@ -27,7 +27,9 @@ STARTED = {
     "failover-skewed-clock": _at(30, 18, 40),
     "burst-b-no-get-nodes": _at(30, 19, 0),
     "verify-burst-c-old-karpenter": _at(30, 19, 10),
-    # The evening: each command healthy, demo by demo (burst-abc takes 18 min).
+    # The evening: the pre-check first, then each command healthy, demo by demo (burst-abc
+    # takes 18 min).
+    "preflight-healthy": _at(1, 17, 55),
     "gateway-healthy": _at(1, 18, 0),
     "failover-healthy": _at(1, 18, 5),
     "burst-abc": _at(1, 18, 10),

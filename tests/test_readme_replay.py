@@ -1,7 +1,7 @@
 """The README's path from the recorded runs to the summary page, run as a newcomer pastes it:
 the ``sh`` block after its first one, which replays every recording into one rehearsals
 folder and gathers them into the page. The page must show what a rehearsal evening shows:
-demos 1, 2 and 3 READY and the open questions answered."""
+the pre-check and demos 1, 2 and 3 READY and the open questions answered."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from rehearse.summary import PARTS
 from tests import rehearsal_evening
 
 #: The page inlines the charts the replays draw.
@@ -22,7 +23,8 @@ pytestmark = pytest.mark.charts
 ROOT = Path(__file__).resolve().parents[1]
 #: Where the README's block writes: the test writes into its own temporary folder instead.
 README_FOLDER = "/tmp/replay"
-DEMOS = ("Demo 1: gateway failover", "Demo 2: bursting and scale-in", "Demo 3: GPU inference")
+#: The summary's checklist: the pre-check and the three demos.
+PARTS_SHOWN = tuple(part.title for part in PARTS)
 
 
 def replay_block(readme: str) -> str:
@@ -38,7 +40,7 @@ def test_the_block_is_the_replay_to_summary_path():
     assert block.count(f"--out {README_FOLDER}") == 2, "report and summary name one folder"
 
 
-def test_the_readme_replay_block_run_as_written_shows_every_demo_ready(tmp_path):
+def test_the_readme_replay_block_run_as_written_shows_the_pre_check_and_every_demo_ready(tmp_path):
     block = replay_block((ROOT / "README.md").read_text())
     out = tmp_path / "replay"
     script = block.replace(README_FOLDER, str(out))
@@ -56,8 +58,8 @@ def test_the_readme_replay_block_run_as_written_shows_every_demo_ready(tmp_path)
     assert f"summary: {page} and {md}" in done.stdout
     assert page.is_file()
     text = md.read_text()
-    for demo in DEMOS:
-        assert f"- [x] **{demo}**: READY" in text, text[:3000]
+    for part in PARTS_SHOWN:
+        assert f"- [x] **{part}**: READY" in text, text[:3000]
     assert "## Open questions" in text
     for question in ("gateway-throughput", "hostnet"):
         assert f"### `python -m rehearse {question}`: PASS" in text

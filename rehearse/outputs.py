@@ -122,8 +122,17 @@ def from_pulumi(stack: Optional[str], work_dir: Path) -> StackOutputs:
         selected = open_stack(name, work_dir)
         values = {key: item.value for key, item in selected.outputs().items()}
     except FileNotFoundError:
-        raise RunError("the pulumi CLI is not installed: install it, or pass --outputs FILE "
-                       "written by `pulumi stack output --json --show-secrets`") from None
+        missing_cli = ("the pulumi CLI is not installed: install it, or pass --outputs FILE "
+                       "written by `pulumi stack output --json --show-secrets`")
+        # Without the CLI the stack files are all there is to go by: a name none of them has
+        # is most likely mistyped, and saying so first saves installing pulumi to find out.
+        if stack and not (Path(work_dir) / f"Pulumi.{stack}.yaml").is_file():
+            stacks = known_stacks(work_dir)
+            have = (f"the stack files there are for {', '.join(stacks)}" if stacks
+                    else "there is none")
+            raise RunError(f"--stack {stack}: no Pulumi.{stack}.yaml in {work_dir} ({have}); "
+                           f"and {missing_cli}") from None
+        raise RunError(missing_cli) from None
     except automation.errors.CommandError as error:
         if stack and "no stack named" in str(error):
             raise RunError(_unknown_stack(stack, work_dir)) from None

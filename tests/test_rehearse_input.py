@@ -266,6 +266,17 @@ def test_the_pre_check_of_a_stack_without_a_stack_file_lists_the_stack_files(lab
     refused(lab("preflight", "--stack", "dve"), "--stack dve", "Pulumi.dve.yaml", "the stacks there are lab")
 
 
+@pytest.mark.parametrize("command", sorted(set(RUNS) - {"preflight"}) + ["predict"])
+def test_without_pulumi_a_mistyped_stack_is_named_with_the_stack_files(lab, monkeypatch, tmp_path, command):
+    # No `pulumi` on PATH (a fresh machine): a stack no Pulumi.<stack>.yaml is for is named
+    # as mistyped, with the stack files, before the missing CLI.
+    monkeypatch.setenv("PATH", str(tmp_path / "no-pulumi-here"))
+    extra = ("--replicas", "1") if command == "predict" else ()
+    work = ("--work-dir", str(lab.work)) if command == "predict" else ()
+    refused(lab(command, *extra, *work, "--stack", "dve", outputs=None), "--stack dve",
+            "no Pulumi.dve.yaml", "the stack files there are for lab", "the pulumi CLI is not installed")
+
+
 def test_without_a_stack_ls_the_stack_files_are_listed(lab, monkeypatch, tmp_path):
     # A `pulumi` that cannot list (another backend, logged out): the Pulumi.<stack>.yaml files.
     from rehearse import outputs

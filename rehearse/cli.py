@@ -328,7 +328,7 @@ def execute(command: str, args: argparse.Namespace) -> RunResult:
         print("interrupted while drawing the charts: the report is written", file=sys.stderr)
         code, interrupted = 1, True
     print(report.summary())
-    print(f"report: {folder / 'report.md'}")
+    print(f"report: {folder / 'report.html'} (and report.md)")
     if code is None:
         code = 0 if report.passed else 1
     return RunResult(code, folder, interrupted)
@@ -379,7 +379,7 @@ def run_report(folder: Path, out: Optional[Path] = None) -> int:
     print(report.summary())
     if target != folder:
         print(f"replayed into {target}")
-    print(f"report: {target / 'report.md'}")
+    print(f"report: {target / 'report.html'} (and report.md)")
     if outcome.ending(events) is not None:
         return 1 if outcome.ending(events)["kind"] == outcome.RUN_INTERRUPTED else 2
     return 0 if report.passed else 1

@@ -11,6 +11,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any, Iterable, Optional
 
+
 SVG_NS = "http://www.w3.org/2000/svg"
 XLINK_NS = "http://www.w3.org/1999/xlink"
 # So an inlined SVG is written as <svg xmlns="..."> rather than <ns0:svg>.
@@ -83,6 +84,15 @@ def document(title: str, body: Iterable[str]) -> str:
 ATTENTION = ("FAIL", "NOT READ")
 
 
+def said(status: str, seen: str) -> str:
+    """A check's ``seen`` as shown after its status: a NOT READ check's reason starts "not read:"
+    (so it reads alone, in report.json), which after "NOT READ:" would be said twice. (The
+    statuses are rehearse.report's, spelt out: that module imports this one.)"""
+    if status == "NOT READ" and seen.lower().startswith("not read: "):
+        return seen[len("not read: "):]
+    return seen
+
+
 def to_act_on(checks: list[Any]) -> list[dict[str, Any]]:
     """The checks that failed, then those not read; a status the pages do not know is shown
     with them, never hidden among the passes."""
@@ -125,7 +135,8 @@ def _check_html(c: dict[str, Any], fix: bool, commands: bool) -> str:
     fixed = f"<br/>Fix: {text_html(c['fix'])}" if fix and c.get("fix") else ""
     see = f"<br/>See it yourself: <code>{e(c['command'])}</code>" if commands and c.get("command") else ""
     return (f"<li data-status=\"{e(status)}\"><strong>{text_html(c.get('name', '?'))}</strong> — "
-            f"<span class=\"{css_class(status)}\">{e(status)}</span>: {text_html(c.get('seen', ''))}"
+            f"<span class=\"{css_class(status)}\">{e(status)}</span>: "
+            f"{text_html(said(status, str(c.get('seen', ''))))}"
             f"{fixed}{see}</li>")
 
 

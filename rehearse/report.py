@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from rehearse import run_page
+from rehearse.pages import said
 
 #: 2: ``charts`` lists the charts written beside the report (1 had none, and demo 2's
 #: ``chart``).
@@ -23,6 +24,7 @@ PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 NOT_READ = "NOT READ"
 #: The statuses a check may have, in the order a reader should see them.
 STATUSES = (FAIL, NOT_READ, PASS, SKIP)
+
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ class Report:
         lines += ["## Checklist", ""]
         for c in self.checks:
             box = {PASS: "[x]", FAIL: "[ ]", SKIP: "[-]", NOT_READ: "[?]"}[c.status]
-            lines.append(f"- {box} **{c.name}** — {c.status}: {c.seen}")
+            lines.append(f"- {box} **{c.name}** — {c.status}: {said(c.status, c.seen)}")
             if c.status == FAIL and c.fix:
                 lines.append(f"  - Fix: {c.fix}")
             if c.command:
@@ -185,5 +187,5 @@ class Report:
             lines.append(f"  FAIL {c.name}: {c.seen}" + (f" — fix: {c.fix}" if c.fix else ""))
         for c in self.checks:
             if c.status == NOT_READ:
-                lines.append(f"  NOT READ {c.name}: {c.seen}")
+                lines.append(f"  NOT READ {c.name}: {said(c.status, c.seen)}")
         return "\n".join(lines)

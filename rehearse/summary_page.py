@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from rehearse.pages import (TIMES_ARE_UTC, checks_html, css_class, document, e, failure_groups,
-                            html_chart, inline_svg, measured, numbers_html, text_html, to_act_on,
-                            when)
+                            html_chart, inline_svg, measured, numbers_html, said, text_html,
+                            to_act_on, when)
 from rehearse.summary import NEVER_RUN, OPEN_QUESTIONS, PARTS, Run, Step, Summary, gather
 
 
@@ -133,7 +133,7 @@ def _md_command(summary: Summary, command: str) -> list[str]:
     for group in failure_groups(shown):
         for c in group:
             out.append(f"- **{_md(c.get('name', '?'))}** — {_md(c.get('status', '?'))}: "
-                       f"{_md(c.get('seen', ''))}")
+                       f"{_md(said(str(c.get('status', '')), str(c.get('seen', ''))))}")
             if c.get("fix") and len(group) == 1:
                 out.append(f"  - Fix: {_md(c['fix'])}")
             if c.get("command"):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rehearse import charts, run_page
+from rehearse import charts, record, run_page, summary_page
 from rehearse.report import FAIL, NOT_READ, PASS, SKIP, Chart, Check, Measurement, Report
 from tests.page_checks import SVG, XHTML, assert_no_fractional_times, assert_self_contained, parse
 from tests.report_replays import replayed
@@ -188,3 +188,26 @@ def test_a_page_from_an_earlier_write_is_gone_while_the_charts_are_drawn(tmp_pat
     monkeypatch.setattr(charts, "write", write)
     page, _ = written(tmp_path, checks=[Check("gap", PASS, "3 s")], charts=[Chart("gaps", "Gaps")])
     assert seen == [False] and [f.get("data-chart") for f in page.iter(f"{XHTML}figure")] == ["gaps"]
+
+
+def test_a_check_not_read_says_so_once_everywhere_it_is_shown(tmp_path):
+    # Its reason reads alone in report.json ("not read: ..."); after its status it is not said
+    # twice: in report.md, the printed summary, the run page and the summary page.
+    check = Check("the Lease", NOT_READ, "not read: the run failed before reading the Lease")
+    report = Report("verify gateway", "dev", "2026-12-01T18:00:00.000000Z", "Demo 1", checks=[check])
+    twice = ("not read: not read", "NOT READ: not read")
+    shown = {"report.md": report.to_markdown(), "printed": report.summary()}
+    (tmp_path / "alone").mkdir()
+    page, text = written(tmp_path / "alone", checks=[check])
+    shown["report.html"] = text
+    rehearsals = tmp_path / "rehearsals"
+    folder = record.folder_for(rehearsals, "dev", "verify gateway", record.parse_time(report.started))
+    folder.mkdir(parents=True)
+    report.write(folder)
+    html_path, md_path = summary_page.write(rehearsals, "dev", record.parse_time(report.started))
+    shown["summary page"] = html_path.read_text()
+    shown["summary.md"] = md_path.read_text()
+    for where, said in shown.items():
+        assert "the run failed before reading the Lease" in said, where
+        assert not any(t.lower() in said.lower() for t in twice), (where, said)
+    assert json.loads(json.dumps(report.to_json()))["checks"][0]["seen"] == check.seen

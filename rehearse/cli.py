@@ -334,11 +334,8 @@ def execute(command: str, args: argparse.Namespace) -> RunResult:
     return RunResult(code, folder, interrupted)
 
 
-def replay_folder(folder: Path, out: Optional[Path]) -> Path:
-    """Where ``rehearse report FOLDER [--out DIR]`` writes: FOLDER itself, or the run folder a
-    live run of the same start, stack and command would have made in the rehearsals folder DIR
-    (record.folder_for), so ``rehearse summary --out DIR`` reads it. The same recording
-    replayed twice into DIR lands in the same folder."""
+def _recorded(folder: Path) -> tuple[list[dict], dict]:
+    """A run folder's events and its run.started event, or one line saying why it is not one."""
     try:
         events = record.read_events(folder)
     except FileNotFoundError:
@@ -348,6 +345,10 @@ def replay_folder(folder: Path, out: Optional[Path]) -> Path:
     started = record.first(events, record.RUN_STARTED)
     if started is None or started.get("command") not in COMMANDS:
         raise RunError(f"{folder / record.EVENTS} does not say which command it recorded")
+    return events, started
+
+
+def _replay_target(folder: Path, out: Optional[Path], started: dict) -> Path:
     if out is None:
         return folder
     stack = started.get("stack")
@@ -363,13 +364,20 @@ def replay_folder(folder: Path, out: Optional[Path]) -> Path:
     return record.folder_for(out, stack, started["command"], moment)
 
 
+def replay_folder(folder: Path, out: Optional[Path]) -> Path:
+    """Where ``rehearse report FOLDER [--out DIR]`` writes: FOLDER itself, or the run folder a
+    live run of the same start, stack and command would have made in the rehearsals folder DIR
+    (record.folder_for), so ``rehearse summary --out DIR`` reads it. The same recording
+    replayed twice into DIR lands in the same folder."""
+    return _replay_target(folder, out, _recorded(folder)[1])
+
+
 def run_report(folder: Path, out: Optional[Path] = None) -> int:
     """Analyse ``folder`` again; with ``out`` (a rehearsals folder) the report goes to a run
     folder of its own there (replay_folder), with the events beside it, so a recorded run (a
     test fixture, a colleague's folder) is read and never written."""
-    target = replay_folder(folder, out)
-    events = record.read_events(folder)
-    started = record.first(events, record.RUN_STARTED)
+    events, started = _recorded(folder)
+    target = _replay_target(folder, out, started)
     report = outcome.analyse_run(_module(started["command"]).analyse, events)
     target.mkdir(parents=True, exist_ok=True)
     if target.resolve() != folder.resolve():
@@ -390,23 +398,17 @@ def run_summary(out: Path, stack: Optional[str], now: Optional[Any] = None) -> i
 
     if not out.is_dir():
         # Not made here: a mistyped --out would leave an empty summary in a new folder.
-        raise RunError(f"{out} does not exist: pass --out DIR, the rehearsals folder the runs "
-                       "are in (default ./rehearsals)")
+        raise RunError(f"--out {out}: the rehearsals folder does not exist: name the folder the "
+                       "runs were written to (default ./rehearsals)")
+    if stack is not None:
+        stacks = summary.stacks_of(out)
+        if stacks and stack not in stacks:
+            raise RunError(f"--stack {stack}: {out} holds no run of that stack; its runs are of "
+                           f"{', '.join(sorted(stacks))}")
     stack = stack or summary.only_stack(out)
     html_path, md_path = summary_page.write(out, stack, now or record.utc_now())
     print(f"summary: {html_path} and {md_path}")
     return 0
-
-
-def _stacks_with_runs(out: Path) -> set[str]:
-    """The stacks the run folders under ``out`` say they are of (their report.json)."""
-    stacks = set()
-    for path in out.glob("*/report.json"):
-        try:
-            stacks.add(str(json.loads(path.read_text(encoding="utf-8"))["stack"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return stacks
 
 
 def _as_run_error(error: BaseException) -> Optional[RunError]:
@@ -443,14 +445,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                "rehearsals/ (`ls rehearsals`) or a recorded one")
             return run_report(args.folder, args.out)
         if args.command == "summary":
-            if not args.out.is_dir():
-                raise RunError(f"--out {args.out}: the rehearsals folder does not exist: name "
-                               "the folder the runs were written to (default ./rehearsals)")
-            if args.stack is not None:
-                stacks = _stacks_with_runs(args.out)
-                if stacks and args.stack not in stacks:
-                    raise RunError(f"--stack {args.stack}: {args.out} holds no run of that stack; "
-                                   f"its runs are of {', '.join(sorted(stacks))}")
             return run_summary(args.out, args.stack)
         if args.command == "all":
             return importlib.import_module("rehearse.rehearsal").main(

@@ -281,24 +281,29 @@ def gather(root: Path, stack: str, now: datetime.datetime) -> Summary:
     return Summary(stack, now, root, latest, unreadable)
 
 
-def only_stack(root: Path) -> str:
-    """The one stack the runs under ``root`` are of (for a summary without --stack)."""
-    if not root.is_dir():
-        raise RunError(f"{root} does not exist: run a command (it writes its run folder there), "
-                       "or pass --out DIR, the folder the runs are in")
-    folders = run_folders(root)
-    if not folders:
-        raise RunError(f"{root} holds no rehearsal runs (no folder with events.jsonl or "
-                       "report.json): run a command first, or pass --out DIR, the folder the "
-                       "runs are in")
+def stacks_of(root: Path) -> set[str]:
+    """The stacks the run folders under ``root`` say they are of: their report.json, else their
+    first event or their name."""
     stacks = set()
-    for folder in folders:
+    for folder in run_folders(root):
         try:
             stacks.add(str(_read_report(folder / "report.json")["stack"]))
         except (OSError, ValueError, KeyError, TypeError):
             found = _stack_in_events(folder) or _stack_in_name(folder.name)
             if found:
                 stacks.add(found)
+    return stacks
+
+
+def only_stack(root: Path) -> str:
+    """The one stack the runs under ``root`` are of (for a summary without --stack); ``root``
+    is a folder (rehearse.cli says when it is not)."""
+    folders = run_folders(root)
+    if not folders:
+        raise RunError(f"{root} holds no rehearsal runs (no folder with events.jsonl or "
+                       "report.json): run a command first, or pass --out DIR, the folder the "
+                       "runs are in")
+    stacks = stacks_of(root)
     if len(stacks) == 1:
         return stacks.pop()
     if not stacks:

@@ -9,6 +9,7 @@ import datetime
 import html
 import re
 import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import Any, Iterable, Optional
 
 
@@ -36,6 +37,15 @@ li, p, summary { overflow-wrap: anywhere; } td { overflow-wrap: break-word; } .f
 """
 #: Said once on each page, so the times themselves stay short.
 TIMES_ARE_UTC = "Times are UTC."
+
+
+def inside(folder: Path, name: Any) -> Optional[Path]:
+    """``folder / name`` when ``name`` is a relative path that stays in the folder: a report's
+    file names are data, and a page links or inlines only what is the run's own."""
+    if not isinstance(name, str) or not name:
+        return None
+    path = (folder / name).resolve()
+    return path if path.is_relative_to(folder.resolve()) else None
 
 
 def e(text: Any) -> str:

@@ -13,19 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from rehearse import markdown_html
-from rehearse.pages import (TIMES_ARE_UTC, checks_html, document, e, html_chart, numbers_html,
-                            short_times, text_html, to_act_on)
+from rehearse.pages import (TIMES_ARE_UTC, checks_html, document, e, html_chart, inside,
+                            numbers_html, short_times, text_html, to_act_on)
 
 PAGE = "report.html"
 #: Up to this many checks that passed are listed open; more are folded.
 OPEN_UP_TO = 12
 
 
-def _inside(folder: Path, name: Any) -> Path | None:
-    if not isinstance(name, str) or not name:
-        return None
-    path = (folder / name).resolve()
-    return path if path.is_relative_to(folder.resolve()) and path.is_file() else None
+def _file(folder: Path, name: Any) -> Path | None:
+    path = inside(folder, name)
+    return path if path is not None and path.is_file() else None
 
 
 def _verdict(report: dict[str, Any]) -> list[str]:
@@ -69,7 +67,7 @@ def _charts(report: dict[str, Any], folder: Path) -> list[str]:
     out = ["<h2>Charts</h2>"]
     for n, chart in enumerate(listed):
         name = str(chart.get("name") or "chart")
-        svg_path, png_path = _inside(folder, chart.get("svg")), _inside(folder, chart.get("png"))
+        svg_path, png_path = _file(folder, chart.get("svg")), _file(folder, chart.get("png"))
         svg = svg_path.read_text(encoding="utf-8", errors="replace") if svg_path else None
         problem = "" if svg_path else f"its SVG {chart.get('svg')!s} is missing from this folder"
         links = [f"<a href=\"{e(p.name)}\">{kind}</a>" for p, kind in

@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 from rehearse.errors import RunError
 from rehearse.outcome import CHECK_COMPLETED
+from rehearse.pages import inside
 from rehearse.record import EVENTS, RUN_STARTED, is_folder_of, parse_time
 from rehearse.report import REPORT_VERSION
 
@@ -156,14 +157,6 @@ def _state(report: dict[str, Any]) -> str:
     return "FAIL" if failed or report.get("passed") is False else "PASS"
 
 
-def _inside(folder: Path, name: Any) -> Optional[Path]:
-    """``folder / name`` when ``name`` is a relative path that stays in the folder."""
-    if not isinstance(name, str) or not name:
-        return None
-    path = (folder / name).resolve()
-    return path if path.is_relative_to(folder.resolve()) else None
-
-
 def _charts(folder: Path, listed: Any) -> tuple[Chart, ...]:
     """The charts report.json lists (none in runs older than the charts), with what is missing
     said rather than dropped."""
@@ -172,7 +165,7 @@ def _charts(folder: Path, listed: Any) -> tuple[Chart, ...]:
         if not isinstance(entry, dict):
             continue
         name = str(entry.get("name") or "chart")
-        svg_path, png_path = _inside(folder, entry.get("svg")), _inside(folder, entry.get("png"))
+        svg_path, png_path = inside(folder, entry.get("svg")), inside(folder, entry.get("png"))
         problems, svg, png = [], None, None
         if svg_path is not None and svg_path.is_file():
             svg = svg_path.read_text(encoding="utf-8", errors="replace")

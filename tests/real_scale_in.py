@@ -233,13 +233,15 @@ class Scene:
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
-    def scale_in(self, replicas: int, lag: float = 4.0, remain: Optional[int] = None) -> Step:
+    def scale_in(self, replicas: int, lag: float = 4.0, remain: Optional[int] = None,
+                 forecast: Optional[dict] = None) -> Step:
         """predict, then the scale request; the victims once the controller has deleted them.
         ``lag`` is predict's --sync-lag: how much later than its snapshot the controller may
         sort — here predict's own exit, this list and the request, measured in ``elapsed``.
         ``remain``: the pods left after (default ``replicas``; more during a rollout, whose
-        surge the Deployment keeps)."""
-        forecast = self.predict(replicas, lag)
+        surge the Deployment keeps). ``forecast``: predict's answer when the caller already
+        ran it (with this ``lag``) and checked what it needed of its snapshot."""
+        forecast = forecast or self.predict(replicas, lag)
         before = self.active()
         related = self.all_pods()
         sent = utc_now()

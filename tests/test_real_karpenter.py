@@ -317,7 +317,8 @@ def test_rehearse_burst_reports_what_the_controllers_did(runs):
     truth = [sorted(e["name"] for e in found["pods"] if e["deleting_wall"] is not None
                     and bounds[i] <= e["deleting_wall"] < bounds[i + 1])
              for i in range(len(scaled))]
-    assert truth[0] == [], "the scale-up deleted nothing"
+    deleted_early = [e for e in found["pods"] if e["name"] in truth[0]]
+    assert truth[0] == [], f"the scale-up deleted nothing: {deleted_early} {scaled}"
     assert [sorted(r["name"] for r in step["removed"]) for step in steps] == truth[1:]
     [scaleup] = [e for e in events if e["kind"] == burst.SCALEUP]
     assert sorted(c["name"] for c in scaleup["nodeclaims"]) == sorted(

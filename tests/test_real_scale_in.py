@@ -209,15 +209,34 @@ def test_ready_times_either_side_of_a_bucket_edge(scene, sort_oracle):
     assert step.forecast["split"] == {"6": 16}
 
     # Then an edge inside predict's window: of the four left (u1, u2, u7, u8), u1, u2, u7 Ready
-    # 100, 90 and 80 s ago (bucket 36), u8 67 s ago — 2^36 ns is 68.7 s, which its age
-    # reaches a second or two after predict's snapshot. Before it u8 goes (bucket 35), after
-    # it u1 (the lowest UID in bucket 36): predict must leave both to the controller's clock.
+    # 100, 90 and 80 s ago (bucket 36), u8 just under 2^36 ns (68.7 s) ago, so that its age
+    # reaches the edge inside predict's window. Before it u8 goes (bucket 35), after it u1 (the
+    # lowest UID in bucket 36): predict must leave both to the controller's clock.
+    # How long predict takes to start (a Python process) varies with the machine's load, and a
+    # Ready time is whole seconds: u8's age is chosen from the delay the attempt before measured,
+    # and the attempt is repeated until predict's window holds the edge, so the case under test
+    # is the one predict was given.
     left = sorted(scene.active(), key=lambda p: p["metadata"]["uid"])
-    base = real_scale_in.utc_now().replace(microsecond=0)
-    for pod, age in zip(left, (100, 90, 80, 67)):
-        scene.patch_status(pod["metadata"]["name"], {"conditions": [
-            {"type": "Ready", "status": "True", "lastTransitionTime": _ready_at(age, base)}]})
-    step = scene.scale_in(3, lag=2.0)
+    edge = 2 ** 36 / 1e9
+    lag, delay, early, late = 2.0, 1.0, 0.0, 2.0
+    for _attempt in range(5):
+        base = real_scale_in.utc_now().replace(microsecond=0)
+        u8_age = round(edge - delay - (early + late) / 2)
+        for pod, age in zip(left, (100, 90, 80, u8_age)):
+            scene.patch_status(pod["metadata"]["name"], {"conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": _ready_at(age, base)}]})
+        forecast = scene.predict(3, lag)
+        snapshot = real_scale_in.parse_rfc3339(forecast["now"])
+        early, late = (float(x.split()[0]) for x in forecast["window"].split(" to "))
+        delay = (snapshot - base).total_seconds()
+        # Seconds after predict's snapshot at which u8's age reaches the edge.
+        crossing = edge - u8_age - delay
+        if early <= crossing <= late:
+            break
+    else:
+        pytest.fail(f"predict's window never held u8's bucket edge: last {crossing:+.2f} s "
+                    f"against {early:+.2f} to {late:+.2f} s, {delay:.2f} s after the write")
+    step = scene.scale_in(3, lag=lag, forecast=forecast)
     counts = check(step, sort_oracle)
     u1, u8 = left[0]["metadata"]["name"], left[-1]["metadata"]["name"]
     assert not step.forecast["decided"] and counts["clock"] == 1

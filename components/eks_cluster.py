@@ -20,6 +20,9 @@ from components.aws_account import AwsAccount
 from components.eks_versions import SUPPORT_TYPE
 from components.iam import Role, RoleArgs, managed_policy_arn, trust_policy
 
+#: How long `pulumi up` waits for the control plane (the AWS provider's default too). A hybrid
+#: host's join keeps trying at least this long (hybrid_user_data.JOIN_DEADLINE_SECONDS).
+CREATE_TIMEOUT_MINUTES = 30
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator")
 
@@ -161,7 +164,8 @@ class EksCluster(pulumi.ComponentResource):
                 # The role's policy must outlive the cluster's deletion, and the log group must
                 # exist before EKS would create it.
                 depends_on=[self.log_group, *role.attachments],
-                custom_timeouts=pulumi.CustomTimeouts(create="30m", delete="30m"),
+                custom_timeouts=pulumi.CustomTimeouts(create=f"{CREATE_TIMEOUT_MINUTES}m",
+                                                      delete="30m"),
             ),
         )
         self.name = self.cluster.name

@@ -16,6 +16,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.aws_account import AwsAccount
+from components.cleanup.host_token import HostToken
 from components.cleanup.node_objects import NodeObjectCleanup
 from components.cleanup.stale_nodes import StaleNodeSweep
 from components.hybrid_user_data import (NODEADM_ARCH, HostBootstrap, boot_generation,
@@ -46,7 +47,10 @@ class HybridHostsArgs:
     subnet_id: pulumi.Input[str]
     #: The cloud VPC: the control plane, the gateway and cloud pods reach the hosts from it.
     cloud_vpc_cidr: str
-    cluster_name: pulumi.Input[str]
+    #: The cluster's name as configured, not the cluster resource's output: a host boots and
+    #: installs while EKS creates the control plane, and its join waits for the cluster.
+    cluster_name: str
+    #: The cluster's endpoint and CA: the Node cleanups reach the API server with them.
     cluster_endpoint: pulumi.Input[str]
     cluster_certificate_authority: pulumi.Input[str]
     region: str
@@ -54,14 +58,21 @@ class HybridHostsArgs:
     activation_id: pulumi.Input[str]
     activation_code: pulumi.Input[str]
     hosts: Sequence[HostSpec]
+    #: The tag (key, value) that marks an instance as this stack's: every host carries it, and a
+    #: Node cleanup terminates only an instance that does.
+    host_tag: tuple[str, str]
     #: Labels that mark the hosts as this stack's; with ``<label_prefix>host`` and
-    #: ``<label_prefix>cleanup`` (its cleanup's token) they select each host's Node object and
+    #: ``<label_prefix>cleanup`` (its host token) they select each host's Node object and
     #: nothing else.
     identity_labels: Mapping[str, str] = field(default_factory=dict)
     label_prefix: str = "eks-hybrid-lab.io/"
-    #: What a host needs to join and, at delete, what must outlive it: routes to the cluster and
-    #: the internet, the IAM role and access entry, and the cleanups that run after it is gone.
+    #: What a host needs to boot and register, and, at delete, what must outlive it: routes to
+    #: the cluster and the internet, the IAM role's policies, and the cleanups that run after it
+    #: is gone. Nothing the cluster makes: the join waits for the cluster by itself.
     wait_for: Sequence[pulumi.Resource] = ()
+    #: What the Node cleanups need until they have ended their hosts: the access entry (the
+    #: cluster itself comes with the endpoint).
+    cleanup_wait_for: Sequence[pulumi.Resource] = ()
     #: The credentials the destroy-time cleanup acts with: the program's (aws_account.py).
     account: AwsAccount = AwsAccount()
 
@@ -69,9 +80,11 @@ class HybridHostsArgs:
 class HybridHosts(pulumi.ComponentResource):
     security_group: aws.ec2.SecurityGroup
     instances: dict[str, aws.ec2.Instance]
-    #: One per host generation: deleted after its host, it deletes the Node object of the host
-    #: it came with (hybrid nodes are billed per vCPU while it exists) and its SSM
-    #: registration — also when only that host goes (the GPU host switched off) or is replaced.
+    #: One per host generation: the token its Node is labelled with.
+    tokens: dict[str, HostToken]
+    #: One per host: deleted before it, it terminates the host, then deletes the host's Node
+    #: object (hybrid nodes are billed per vCPU while it exists) and its SSM registration — also
+    #: when only that host goes (the GPU host switched off) or is replaced.
     node_cleanups: dict[str, NodeObjectCleanup]
     #: Per host: removes the Node an old host left when the host alone was re-created.
     stale_node_sweeps: dict[str, StaleNodeSweep]
@@ -115,6 +128,7 @@ class HybridHosts(pulumi.ComponentResource):
         amis: dict[str, pulumi.Output[str]] = {}
         self.instances = {}
         self.node_cleanups = {}
+        self.tokens = {}
         self.generations = {}
         self.stale_node_sweeps = {}
         host_key, token_key = f"{args.label_prefix}host", f"{args.label_prefix}cleanup"
@@ -144,28 +158,19 @@ class HybridHosts(pulumi.ComponentResource):
 
             # A host generation: what the host boots with, so exactly what replaces the
             # instance — its user data (user_data_replace_on_change) and its subnet (ForceNew).
-            # It replaces the host's Node cleanup too, which mints a new token; the host labels
-            # its Node with its cleanup's token, so each cleanup selects the Node of the host it
-            # came with and no other — not the host of a generation that comes back (a change
-            # reverted), nor one created while an old cleanup waits, pending delete, for the end
-            # of an update (docs/hybrid-nodes.md#replacing-a-host). The activation code stays
-            # out: it is secret, and it changes only with the activation id, which is in.
-            generation = pulumi.Output.all(args.cluster_name, args.activation_id,
-                                           args.subnet_id).apply(
+            # It replaces the host's token; the host labels its Node with it, so its cleanup
+            # selects the Node of the host it came with and no other — not the host of a
+            # generation that comes back (a change reverted), nor one created while an old
+            # cleanup waits for the end of an update (docs/hybrid-nodes.md#replacing-a-host).
+            # The activation code stays out: it is secret, and it changes only with the
+            # activation id, which is in.
+            generation = pulumi.Output.all(args.activation_id, args.subnet_id).apply(
                 lambda values, bootstrap=bootstrap: boot_generation(
-                    bootstrap(values[0], values[1], ""), subnet_id=values[2]))
+                    bootstrap(args.cluster_name, values[0], ""), subnet_id=values[1]))
             self.generations[host.name] = generation
-            cleanup = NodeObjectCleanup(
-                f"{resource}-node",
-                cluster_name=args.cluster_name, region=args.region,
-                endpoint=args.cluster_endpoint,
-                certificate_authority=args.cluster_certificate_authority,
-                label_selector=",".join(f"{k}={v}" for k, v in identity.items()),
-                activation_id=args.activation_id, token_label=token_key,
-                generation=generation, account=args.account,
-                opts=pulumi.ResourceOptions(
-                    parent=self, aliases=[pulumi.Alias(name=f"{f}-node") for f in former]))
-            self.node_cleanups[host.name] = cleanup
+            token = HostToken(f"{resource}-token", generation=generation,
+                              opts=pulumi.ResourceOptions(parent=self))
+            self.tokens[host.name] = token
             if arch not in amis:
                 amis[arch] = aws.ssm.get_parameter_output(
                     name=UBUNTU_AMI_PARAMETER.format(arch=NODEADM_ARCH[arch]),
@@ -174,8 +179,8 @@ class HybridHosts(pulumi.ComponentResource):
             ami = amis[arch]
 
             def user_data(values, bootstrap=bootstrap) -> str:
-                cluster_name, activation_id, activation_code, token = values
-                booted = bootstrap(cluster_name, activation_id, activation_code)
+                activation_id, activation_code, token = values
+                booted = bootstrap(args.cluster_name, activation_id, activation_code)
                 return render_user_data(dataclasses.replace(
                     booted, node_labels={**booted.node_labels, token_key: token}))
 
@@ -193,32 +198,49 @@ class HybridHosts(pulumi.ComponentResource):
                     volume_type="gp3", volume_size=host.root_volume_gib, encrypted=True,
                     delete_on_termination=True),
                 # Holds the activation code, so it is a secret (the code is one).
-                user_data=pulumi.Output.all(args.cluster_name, args.activation_id,
-                                            args.activation_code, cleanup.token).apply(user_data),
+                user_data=pulumi.Output.all(args.activation_id, args.activation_code,
+                                            token.token).apply(user_data),
                 # A host registers with the activation in its user data, once: a new
                 # activation (or a new join script) needs a new host.
                 user_data_replace_on_change=True,
-                tags={"Name": f"{name}-{host.name}"},
+                tags={"Name": f"{name}-{host.name}", args.host_tag[0]: args.host_tag[1]},
                 opts=pulumi.ResourceOptions(
                     parent=self,
-                    depends_on=[*args.wait_for, cleanup],
+                    # Not on its cleanup, nor the cluster: it boots while EKS creates the
+                    # control plane (its cleanup depends on it, and ends it, see below).
+                    depends_on=list(args.wait_for),
                     # Canonical publishes a new AMI every few days; a running host keeps its
                     # image instead of being replaced by the next preview.
                     ignore_changes=["ami"],
                     # An on-prem server is re-imaged in place: the old host goes before the new
                     # one starts, so a replacement needs no second host's worth of vCPU quota
                     # (two GPU hosts would need twice the G and VT quota, and fail half way).
-                    # The engine deletes the old host at once and creates the new one; the old
-                    # cleanup, replaced create-before-delete, is deleted at the end of the
-                    # update, and selects only the old host's Node by its token
-                    # (step_generator.go continueStepsFromDiff, deleteBeforeReplace;
-                    # GenerateDeletes for the pending deletes at the end).
+                    # The engine first deletes the dependents a new host replaces — its cleanup,
+                    # which terminates the old host, then deletes the old host's Node — then the
+                    # old host (already terminated) and creates the new one
+                    # (step_generator.go continueStepsFromDiff, deleteBeforeReplace,
+                    # calculateDependentReplacements).
                     delete_before_replace=True,
                     aliases=[pulumi.Alias(name=f) for f in former],
                 ),
             )
+            instance = self.instances[host.name]
+            # After its host, and its delete before the host's: it ends the host, then removes
+            # the Node (components/cleanup/node_objects.py).
+            cleanup = NodeObjectCleanup(
+                f"{resource}-node",
+                cluster_name=args.cluster_name, region=args.region,
+                endpoint=args.cluster_endpoint,
+                certificate_authority=args.cluster_certificate_authority,
+                label_selector=",".join(f"{k}={v}" for k, v in identity.items()),
+                activation_id=args.activation_id, token_label=token_key, token=token.token,
+                instance_id=instance.id, host_tag=args.host_tag, account=args.account,
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=list(args.cleanup_wait_for),
+                    aliases=[pulumi.Alias(name=f"{f}-node") for f in former]))
+            self.node_cleanups[host.name] = cleanup
             # `pulumi up --replace` re-creates a host with the same user data, so the same
-            # token, and no cleanup is replaced: this sweep, which takes the instance's id,
+            # token: this sweep, which takes the instance's id,
             # removes the Node the old host left (components/cleanup/stale_nodes.py).
             self.stale_node_sweeps[host.name] = StaleNodeSweep(
                 f"{resource}-stale-nodes",

@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 
 import yaml
 
+from components.eks_cluster import CREATE_TIMEOUT_MINUTES
 from components.nodeadm import NODEADM_VERSION, nodeadm_url
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -24,6 +25,17 @@ _PLACEHOLDER = re.compile(r"{{ (\w+) }}")
 _SHELL_SAFE = re.compile(r"[A-Za-z0-9_.:/-]+")
 
 NODEADM_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
+#: How long a host keeps trying to join, from the start of its script. Pulumi does not make a
+#: host wait for the cluster: it boots while EKS creates the control plane, and nodeadm init
+#: fails until the cluster is ACTIVE (aws/eks-hybrid internal/aws/eks/cluster.go,
+#: ReadClusterDetails: "eks cluster ... is not active"). A host starts after the cluster's
+#: create has begun (the network it needs takes longer than the cluster's role and key), so the
+#: control plane's worst case — `pulumi up`'s create timeout for it — plus 10 minutes for the
+#: add-ons before it, the access entry and IAM to be honoured, bounds the wait; beyond it the
+#: `up` has failed anyway.
+JOIN_DEADLINE_SECONDS = (CREATE_TIMEOUT_MINUTES + 10) * 60
+#: Pause between two tries of nodeadm init while the cluster is not ready.
+JOIN_RETRY_SECONDS = 20
 #: Hex digits of a boot generation (48 bits: a collision between two generations of one host
 #: is not a practical concern, and the value fits a label next to others).
 GENERATION_DIGITS = 12
@@ -87,6 +99,8 @@ def render_user_data(host: HostBootstrap) -> str:
         "cluster_name": host.cluster_name,
         "kubernetes_version": host.kubernetes_version,
         "nodeadm_url": nodeadm_url(NODEADM_VERSION, NODEADM_ARCH[host.architecture]),
+        "join_deadline_seconds": str(JOIN_DEADLINE_SECONDS),
+        "join_retry_seconds": str(JOIN_RETRY_SECONDS),
         "node_config": yaml.safe_dump(node_config(host), sort_keys=False).rstrip(),
         "gpu_install": gpu_install,
         "gpu_setup": gpu_setup,

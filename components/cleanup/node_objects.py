@@ -1,23 +1,28 @@
-"""Deletes the Kubernetes ``Node`` objects of this stack's hybrid hosts when they go away, and
-the SSM registrations they joined with.
+"""Terminates a hybrid host, then deletes its Kubernetes ``Node`` object and the SSM
+registration it joined with.
 
 EKS bills a hybrid node per vCPU-hour for as long as its ``Node`` object exists, not while the
 machine runs. When the stack is lowered below the hybrid layer (the cluster stays) or a host is
 replaced, the EC2 host is terminated but its ``Node`` stays behind, NotReady, and keeps billing.
 Nothing in Pulumi owns those objects (the kubelet created them), so this dynamic resource removes
-them in its ``delete``. The hosts depend on it and it depends on the cluster and the access
-entries, so at destroy it runs after the hosts are gone and while the API server still answers.
+them in its ``delete``.
 
-There is one per host *generation*: its ``generation`` input (a hash of what the host boots
-with) replaces it whenever the host is replaced for a change of what it boots with. Each cleanup
-mints a token when it is created (``create``: a random value, never made twice) and the host's
-user data labels its Node with it, so a cleanup selects only the Node of the host created with
-it. A selector made of the generation alone was not enough: reverting a change brings an old
-generation back, and an old cleanup still pending delete from an interrupted update (Pulumi
-deletes a replaced resource's old copy at the end of an update, or of the next one if this one
-fails) would then select the live host's Node and delete it. The host is replaced
-delete-before-create; the old cleanup is deleted at the end of the update, after the new host
-exists and may have joined — with its own token, so it is not selected. nodeadm names a Node
+There is one per host: it depends on the host (its instance id), the cluster and the access
+entry. The host depends on none of them, so it boots and installs while EKS creates the control
+plane. A Node deleted while its kubelet still runs comes back (the kubelet registers it again),
+so the Node must go after its host; since Pulumi deletes a dependent before what it depends on,
+the cleanup's ``delete`` ends its host itself: it terminates the instance — by id, and only if
+it carries this stack's tag — and waits until it is terminated, then deregisters and deletes.
+Pulumi's own delete of the host comes next and finds it terminated, which the AWS provider
+takes as deleted (docs/hybrid-nodes.md#the-node-goes-after-its-host).
+
+A new host means a new cleanup: ``instanceId`` (and the host's token, which changes only with
+the host's user data) replaces it. The host is replaced delete-before-create, and the engine
+deletes first the dependents a new host would replace — this cleanup, with its old outputs, so
+the old instance and the old Node (pulumi/pulumi step_generator.go,
+calculateDependentReplacements). The host labels its Node with its token
+(components/cleanup/host_token.py), so a cleanup selects only the Node of the host it came
+with, never a later generation's. nodeadm names a Node
 after the host's SSM managed instance (``mi-…``); a replaced host leaves that registration
 behind too, still counting against the activation's registration limit, and the stack-wide SSM
 cleanup runs only when the activation goes. So before deleting a Node, ``delete`` deregisters
@@ -56,6 +61,11 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
     # Nothing secret is captured by the provider or stored in its outputs.
     serialize_as_secret_always = False
 
+    #: How long ``delete`` waits for its host to be terminated (shutting-down takes about a
+    #: minute; EC2 documents no upper bound).
+    terminate_seconds: float = 900.0
+    #: Pause between two looks at the host while it shuts down.
+    terminate_interval_seconds: float = 5.0
     #: How long ``delete`` waits for the deleted nodes to disappear from the list.
     poll_seconds: float = 60.0
     #: Pause between two looks at the node list while waiting.
@@ -63,14 +73,6 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
     # retry_base_seconds, attempts and request_timeout_seconds come from KubernetesApi.
     #: Nodes fetched per list page.
     page_size: int = 100
-
-    #: Where ``create`` reads a new token from; the offline plan's stand-in cloud swaps it for a
-    #: deterministic one, as it freezes the clock, so its runs repeat.
-    def new_token(self) -> str:
-        import uuid
-
-        # 122 random bits: no two cleanups, of this stack or any, ever mint the same token.
-        return uuid.uuid4().hex
 
     def check_props(self, props: dict[str, Any]) -> dict[str, str]:
         # An empty selector matches every node of the cluster: refuse it outright.
@@ -85,19 +87,30 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
         if not props["endpoint"].startswith("https://"):
             raise ValueError(f"endpoint must be an https URL, got {props['endpoint']!r}")
         outs = {key: props[key] for key in keys}
-        # Optional: the label the hosts carry this cleanup's token in, and what replaces it.
-        for key in ("tokenLabel", "generation"):
+        # Optional: the label the host carries its token in, the token, and the host (with
+        # the tag that makes it this stack's) that delete terminates first.
+        for key in ("tokenLabel", "token", "instanceId", "hostTagKey", "hostTagValue"):
             if props.get(key):
                 outs[key] = str(props[key])
+        if outs.get("instanceId"):
+            import re
+
+            if not re.fullmatch(r"i-[0-9a-f]{8,17}", outs["instanceId"]):
+                raise ValueError(f"instanceId must be an EC2 instance id (i-…), "
+                                 f"got {outs['instanceId']!r}")
+            if not (outs.get("hostTagKey") and outs.get("hostTagValue")):
+                raise ValueError("a node-object cleanup that terminates its host needs the "
+                                 "stack's tag (hostTagKey, hostTagValue): it terminates only an "
+                                 "instance that carries it")
         outs.update(self._account_props(props))
         return outs
 
-    def _with_token(self, outs: dict[str, str], token: str) -> dict[str, str]:
-        """``outs`` with the token and ``nodeSelector``, the selector ``delete`` uses: the
-        identity labels and, when the hosts carry it, the token."""
-        if token and outs.get("tokenLabel"):
-            return {**outs, "token": token,
-                    "nodeSelector": f"{outs['labelSelector']},{outs['tokenLabel']}={token}"}
+    def _with_selector(self, outs: dict[str, str]) -> dict[str, str]:
+        """``outs`` with ``nodeSelector``, the selector ``delete`` uses: the identity labels
+        and, when the host carries it, the token."""
+        if outs.get("token") and outs.get("tokenLabel"):
+            return {**outs,
+                    "nodeSelector": f"{outs['labelSelector']},{outs['tokenLabel']}={outs['token']}"}
         return {**outs, "nodeSelector": outs["labelSelector"]}
 
     def node_selector(self, outs: dict[str, Any]) -> str:
@@ -108,19 +121,21 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
     def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
         # Nothing to make in the cloud: the offline plan calls it under mocks.
         outs = self.check_props(props)
-        token = self.new_token() if outs.get("tokenLabel") else ""
         return pulumi.dynamic.CreateResult(f"node-objects-{outs['clusterName']}",
-                                           self._with_token(outs, token))
+                                           self._with_selector(outs))
 
     def diff(self, _id: str, olds: dict[str, Any],
              news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
-        # A different cluster, selector, activation or host generation means a different set
-        # of nodes and registrations to clean up; the old resource's delete must still clean up
-        # the old set (and a new token is minted for the new one). The rest only says how to
-        # reach it. The outputs create adds (token, nodeSelector) are never in ``news``.
-        replace_keys = ("clusterName", "labelSelector", "activationId", "generation",
-                        "tokenLabel")
-        update_keys = ("endpoint", "certificateAuthority", "region", *self._account_keys)
+        # A new host (instance id), or a different cluster, selector, activation or token, means
+        # a different host, Node and registration to clean up; the old resource's delete must
+        # still clean up the old ones. Each of them changes only with a new host (they are in
+        # its user data), so a cleanup is never replaced while its host lives on: its delete
+        # would terminate that host. The rest only says how to reach them. ``nodeSelector``,
+        # which create adds, is never in ``news``.
+        replace_keys = ("clusterName", "labelSelector", "activationId", "tokenLabel", "token",
+                        "instanceId")
+        update_keys = ("endpoint", "certificateAuthority", "region", "hostTagKey",
+                       "hostTagValue", *self._account_keys)
         replaces = [key for key in replace_keys if olds.get(key) != news.get(key)]
         changed = [key for key in replace_keys + update_keys if olds.get(key) != news.get(key)]
         # A changed provider (new code) is an update too, so destroy runs the latest code.
@@ -131,15 +146,17 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
 
     def update(self, _id: str, olds: dict[str, Any],
                news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
-        # The token stays: the host carries it, and a new one would replace the host.
-        return pulumi.dynamic.UpdateResult(
-            self._with_token(self.check_props(news), olds.get("token") or ""))
+        return pulumi.dynamic.UpdateResult(self._with_selector(self.check_props(news)))
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         import time
 
         selector = self.node_selector(props)
         props = self.check_props(props)
+        # Its host first: a Node deleted while its kubelet runs is registered again. A cleanup
+        # stored before cleanups took the instance id has none: its host was deleted first.
+        if props.get("instanceId"):
+            self._terminate_host(props)
         left: Optional[list[str]] = None
         # Nodes whose registration is settled (deregistered, or not this activation's), and
         # those whose deregistration failed: their Node is kept, so that the retried delete (the
@@ -191,6 +208,48 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
             lines.append(f"Or by hand, for each: aws ssm deregister-managed-instance --region "
                          f"{region} --instance-id <mi-id> && kubectl delete node <mi-id>")
             raise Exception("\n".join(lines))
+
+    def _terminate_host(self, props: dict[str, str]) -> None:
+        """Terminates the host ``instanceId`` if it carries this stack's tag, and waits until
+        EC2 says it is terminated (or no longer knows it). Raises, keeping the Node, when the
+        instance is not this stack's or does not end in time."""
+        import time
+
+        instance, region = props["instanceId"], props["region"]
+        key, value = props["hostTagKey"], props["hostTagValue"]
+        ec2 = self._aws_client("ec2", region)
+        deadline = time.monotonic() + self.terminate_seconds
+        asked = False
+        while True:
+            # InvalidInstanceID.NotFound: EC2 forgot it (about an hour after termination).
+            page, error = self._aws_call(ec2.describe_instances, InstanceIds=[instance],
+                                         gone_codes=("InvalidInstanceID.NotFound",))
+            if error is not None:
+                raise RuntimeError(f"could not look up the hybrid host {instance} in {region} "
+                                   f"({error}); its Node is kept until it is terminated")
+            found = [i for r in page.get("Reservations") or [] for i in r.get("Instances") or []
+                     if i.get("InstanceId") == instance]
+            state = (found[0].get("State") or {}).get("Name") if found else "terminated"
+            if state == "terminated":
+                return
+            if not asked:
+                tags = {t.get("Key"): t.get("Value") for t in found[0].get("Tags") or []}
+                if tags.get(key) != value:
+                    raise RuntimeError(
+                        f"the hybrid host {instance} does not carry this stack's tag "
+                        f"{key}={value} (it has {key}={tags.get(key)!r}): it was not terminated, "
+                        f"and its Node is kept. Check the instance, terminate it if it is this "
+                        f"lab's host, and run the command again")
+                _, error = self._aws_call(ec2.terminate_instances, InstanceIds=[instance],
+                                          gone_codes=("InvalidInstanceID.NotFound",))
+                if error is not None:
+                    raise RuntimeError(f"could not terminate the hybrid host {instance} "
+                                       f"({error}); its Node is kept")
+                asked = True
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"the hybrid host {instance} is still {state} after "
+                                   f"{self.terminate_seconds:g} s; its Node is kept")
+            time.sleep(self.terminate_interval_seconds)
 
     def _deregister(self, ssm: list[Any], props: dict[str, str], name: str) -> Optional[str]:
         """Deregisters the SSM managed instance ``name`` if it registered through this stack's
@@ -268,10 +327,12 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
 
 
 class NodeObjectCleanup(pulumi.dynamic.Resource, module="cleanup", name="HybridNodeObjects"):
-    """Removes this stack's hybrid ``Node`` objects from the cluster when it is deleted, and
-    first deregisters their SSM managed instances of ``activation_id``.
+    """When it is deleted: terminates its host (``instance_id``, if tagged ``host_tag``), then
+    deregisters the SSM managed instances of ``activation_id`` behind the selected ``Node``
+    objects and removes those Nodes.
 
-    Make the hybrid hosts depend on it, and it on the cluster and its access entries.
+    Make it depend on the host (through ``instance_id``), the cluster and the access entry; the
+    host must not depend on it.
     """
 
     # Dynamic resources publish each output under its property name, as an attribute.
@@ -283,9 +344,11 @@ class NodeObjectCleanup(pulumi.dynamic.Resource, module="cleanup", name="HybridN
     #: The activation the selected Nodes' hosts registered through: only its managed instances
     #: are deregistered.
     activationId: pulumi.Output[str]
-    #: Minted when the cleanup is created, never twice: label the host's Node
-    #: ``<token_label>=<token>`` and this cleanup selects that Node and no other host's.
+    #: The host's token (host_token.py): its Node carries ``<token_label>=<token>``, so this
+    #: cleanup selects that Node and no other host's.
     token: pulumi.Output[str]
+    #: The host ``delete`` terminates first.
+    instanceId: pulumi.Output[str]
     #: The selector ``delete`` uses: ``label_selector`` and the token.
     nodeSelector: pulumi.Output[str]
 
@@ -293,11 +356,13 @@ class NodeObjectCleanup(pulumi.dynamic.Resource, module="cleanup", name="HybridN
                  endpoint: pulumi.Input[str], certificate_authority: pulumi.Input[str],
                  label_selector: pulumi.Input[str], activation_id: pulumi.Input[str],
                  token_label: Optional[str] = None,
-                 generation: Optional[pulumi.Input[str]] = None,
+                 token: Optional[pulumi.Input[str]] = None,
+                 instance_id: Optional[pulumi.Input[str]] = None,
+                 host_tag: Optional[tuple[str, str]] = None,
                  account: Optional[AwsAccount] = None,
                  opts: Optional[pulumi.ResourceOptions] = None) -> None:
-        """``generation``: what the selected host boots with; a new value replaces the cleanup
-        (and so mints a new token), as it replaces the host."""
+        """``token``: the host's (host_token.py), with ``token_label``. ``instance_id`` and
+        ``host_tag``: the host ``delete`` terminates first, and the tag it must carry."""
         super().__init__(NodeObjectCleanupProvider(), name, {
             "clusterName": cluster_name,
             "region": region,
@@ -306,9 +371,11 @@ class NodeObjectCleanup(pulumi.dynamic.Resource, module="cleanup", name="HybridN
             "labelSelector": label_selector,
             "activationId": activation_id,
             "tokenLabel": token_label,
-            "generation": generation,
-            # Outputs of create, declared so they are attributes.
-            "token": None,
+            "token": token,
+            "instanceId": instance_id,
+            "hostTagKey": host_tag[0] if host_tag else None,
+            "hostTagValue": host_tag[1] if host_tag else None,
+            # An output of create, declared so it is an attribute.
             "nodeSelector": None,
             **(account or AwsAccount()).cleanup_inputs(),
         }, opts)

@@ -42,7 +42,8 @@ class StaleNodeSweepProvider(NodeObjectCleanupProvider):
     def check_props(self, props: dict[str, Any]) -> dict[str, Any]:
         import re
 
-        outs = super().check_props(props)
+        # Its instance id is the host to compare launch times with, not one to terminate.
+        outs = super().check_props({k: v for k, v in props.items() if k != "instanceId"})
         instance = props.get("instanceId")
         if not isinstance(instance, str) or not re.fullmatch(r"i-[0-9a-f]{8,17}", instance):
             raise ValueError(f"stale-node sweep needs the host's instanceId (i-…), got {instance!r}")

@@ -4,6 +4,7 @@
 # components/hybrid_user_data.py; cloud-init runs it once, as root, at first boot.
 set -euo pipefail
 exec > >(tee -a /var/log/eks-hybrid-lab-join.log) 2>&1
+STARTED=$(date +%s)
 
 CLUSTER_NAME='{{ cluster_name }}'
 KUBERNETES_VERSION='{{ kubernetes_version }}'
@@ -95,8 +96,25 @@ cat > "$NODE_CONFIG" <<'NODECONFIG'
 NODECONFIG
 umask 022
 
-log "joining $CLUSTER_NAME"
-retry 8 nodeadm init -c "file://$NODE_CONFIG"
+# This host boots while EKS creates the control plane (`pulumi up` does not make it wait for
+# the cluster), so nodeadm init fails until the cluster is ACTIVE and this node's access entry
+# and role are honoured. It is tried again until a deadline sized to the control plane's worst
+# case; a later try does not register with SSM again (nodeadm skips a registered agent).
+JOIN_DEADLINE=$((STARTED + {{ join_deadline_seconds }}))
+join() {
+  local n=1
+  log "joining $CLUSTER_NAME (trying until $(date -u -d "@$JOIN_DEADLINE" +%FT%TZ))"
+  until nodeadm init -c "file://$NODE_CONFIG"; do
+    if [ "$(date +%s)" -ge "$JOIN_DEADLINE" ]; then
+      log "giving up: EKS cluster $CLUSTER_NAME did not accept this node by $(date -u -d "@$JOIN_DEADLINE" +%FT%TZ)"
+      return 1
+    fi
+    log "waiting for EKS cluster $CLUSTER_NAME to be ACTIVE and to accept this node (try $n failed; again in {{ join_retry_seconds }} s)"
+    sleep {{ join_retry_seconds }}
+    n=$((n + 1))
+  done
+}
+join
 
 {{ gpu_setup }}
 

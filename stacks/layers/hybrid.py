@@ -12,7 +12,7 @@ import pulumi
 from components.cilium import Cilium, CiliumArgs
 from components.hybrid_activation import HybridActivation, HybridActivationArgs
 from components.hybrid_hosts import HostSpec, HybridHosts, HybridHostsArgs
-from components.hybrid_node_role import HybridNodeRole, HybridNodeRoleArgs
+from components.hybrid_node_role import HybridNodeRole, HybridNodeRoleArgs, cluster_arn
 from components.nvidia_device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from stacks.config import CILIUM_NODE_MASK, LabConfig
 from stacks.layers.base import Layer
@@ -54,14 +54,17 @@ class HybridLayer(Layer):
                  account_id: str, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("Hybrid", "hybrid", opts)
         eks = cluster.eks
+        # From the configured name, not the cluster's output: the role, the activation and the
+        # hosts then wait for none of the cluster, and the hosts boot while EKS creates it.
+        arn = cluster_arn(cfg.region, account_id, cfg.cluster_name)
 
         self.role = HybridNodeRole(self.child_name("node-role"), HybridNodeRoleArgs(
-            cluster_name=eks.name, cluster_arn=eks.arn, account_id=account_id,
+            cluster_name=eks.name, cluster_arn=arn, account_id=account_id,
             region=cfg.region), opts=self.child())
 
         self.activation = HybridActivation(self.child_name("activation"), HybridActivationArgs(
             role_name=self.role.role_name,
-            cluster_arn=eks.arn,
+            cluster_arn=arn,
             region=cfg.region,
             # Every host once, plus one re-join each; the GPU host's share is reserved even when
             # it is off, so switching it on does not replace the activation (and the hosts).
@@ -96,7 +99,7 @@ class HybridLayer(Layer):
             vpc_id=network.on_prem.vpc_id,
             subnet_id=network.on_prem.private_subnet_ids[0],
             cloud_vpc_cidr=network.cloud.cidr_block,
-            cluster_name=eks.name,
+            cluster_name=cfg.cluster_name,
             cluster_endpoint=eks.endpoint,
             cluster_certificate_authority=eks.certificate_authority,
             region=cfg.region,
@@ -106,12 +109,14 @@ class HybridLayer(Layer):
             hosts=specs,
             identity_labels={STACK_LABEL: stack_label_value(cfg)},
             label_prefix=LABEL_PREFIX,
+            host_tag=next(iter(cfg.lab_tag.items())),
             wait_for=[
                 # The cluster over the Transit Gateway and nodeadm's downloads over NAT.
                 *network.transit.routes, *network.on_prem.egress,
-                *self.role.attachments,
+                *self.role.policies,
                 self.activation.registrations_cleanup,
             ],
+            cleanup_wait_for=[self.role.access_entry],
             account=cfg.aws_account,
         ), opts=self.child())
 

@@ -15,20 +15,10 @@ from components.iam import Role, RoleArgs, managed_policy_arn, trust_policy
 
 @dataclass(frozen=True)
 class HybridNodeRoleArgs:
-    #: The cluster the access entry is made in (the cluster resource's name: the entry waits
-    #: for the cluster).
     cluster_name: pulumi.Input[str]
-    #: The cluster the role may read, as a string built from the configured name
-    #: (``cluster_arn``), so that the role, the activation and the hosts need not wait for the
-    #: cluster resource.
     cluster_arn: pulumi.Input[str]
     account_id: str
     region: str
-
-
-def cluster_arn(region: str, account_id: str, cluster_name: str) -> str:
-    """An EKS cluster's ARN, as EKS forms it (``arn:aws:eks:region:account:cluster/name``)."""
-    return f"arn:aws:eks:{region}:{account_id}:cluster/{cluster_name}"
 
 
 def hybrid_node_trust_policy(account_id: str, region: str) -> dict:
@@ -81,7 +71,10 @@ class HybridNodeRole(pulumi.ComponentResource):
     access_entry: aws.eks.AccessEntry
     arn: pulumi.Output[str]
     role_name: pulumi.Output[str]
-    #: The role's policies: a host registers (and reads the cluster) with them.
+    #: The managed-policy attachments, which need nothing of the cluster: the activation and a
+    #: host's SSM registration and image pulls act with them. (The inline policy that reads the
+    #: cluster names its ARN, so it waits for the cluster; only nodeadm init uses it, and the
+    #: join retries until the cluster is ready.)
     policies: list[pulumi.Resource]
     #: The policies and the access entry: a host joins only once all of them exist.
     attachments: list[pulumi.Resource]
@@ -109,6 +102,7 @@ class HybridNodeRole(pulumi.ComponentResource):
             type="HYBRID_LINUX",
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.policies = list(self.role.attachments)
-        self.attachments = [*self.policies, self.access_entry]
+        self.policies = [a for a in self.role.attachments
+                         if isinstance(a, aws.iam.RolePolicyAttachment)]
+        self.attachments = [*self.role.attachments, self.access_entry]
         self.register_outputs({"arn": self.arn, "name": self.role_name})

@@ -14,6 +14,7 @@ from stacks.config import LAYERS
 from offline.runner import ProgramRun, Registration
 from tests import creation_order
 from tests.creation_order import creation_order_problems, outside_cluster_scope, unwaited_references
+from tests.graph import DestroyGraph
 
 FULL = [dict(gpuEnabled=gpu, burstScenario=s) for gpu, s in itertools.product((False, True), "ABC")]
 PREFIXES = [dict(upToLayer=layer) for layer in LAYERS]
@@ -130,9 +131,10 @@ def test_catches_a_cleanup_that_talks_to_the_cluster_without_waiting_for_it(dev_
     problems = creation_order_problems(run)
     assert {p.split(" ")[0] for p in problems} == {"hybrid-hosts-node-0-node"}
     # The cluster name, the activation id (an input of its own since the cleanup deregisters
-    # the activation's managed instances; it was only inside the label selector before) and
-    # the scope rule.
-    assert len(problems) == 3
+    # the activation's managed instances; it was only inside the label selector before), the
+    # host's instance id (the cleanup terminates its host) and the scope rule.
+    assert len(problems) == 4
+    assert any("refers to hybrid-hosts-node-0 " in p and "by its id" in p for p in problems)
 
 
 # --- what is not a reference -------------------------------------------------------------------
@@ -180,3 +182,25 @@ def test_an_echoed_input_is_not_an_identity(dev_run):
     queue = dev_run.named("karpenter-karpenter-interruption")
     owners = creation_order.identities(dev_run)[queue.outputs["arn"]]
     assert [(reg.name, kind) for reg, kind in owners] == [("karpenter-karpenter-interruption", "arn")]
+
+
+# --- hosts boot while EKS creates the control plane ----------------------------------------------
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["gpu=off", "gpu=on"])
+def test_no_host_waits_for_the_cluster(lab, gpu):
+    """A host needs the network, the role's managed policies and the activation, and nothing the
+    cluster makes: it boots and installs while EKS creates the control plane (its join waits
+    for the cluster by itself). Its Node cleanup, which talks to the cluster, comes after it."""
+    run = lab(gpuEnabled=gpu)
+    graph = DestroyGraph(run)
+    cluster = run.named("cluster-eks-cluster")
+    hosts = [r for r in run.of_type("aws:ec2/instance:Instance") if r.name.startswith("hybrid-hosts-")]
+    assert len(hosts) == run.lab_config.hybrid_node_count + gpu
+    for host in hosts:
+        assert graph.path(host.urn, cluster.urn) is None, \
+            f"{host.name} waits for the cluster: {graph.route(host, cluster)}"
+        cleanup = run.named(f"{host.name}-node")
+        assert graph.path(cleanup.urn, host.urn) and graph.path(cleanup.urn, cluster.urn)
+        # It boots with what it needs to register: the activation and the role's policies.
+        for needed in ("hybrid-activation-ssm", "network-onprem-private-default-route"):
+            assert graph.path(host.urn, run.named(needed).urn), (host.name, needed)

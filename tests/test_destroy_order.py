@@ -77,7 +77,16 @@ def test_hybrid_order(full):
         for workload in hybrid_workloads:
             graph.assert_deleted_before(workload, host)
         graph.assert_deleted_before(host, ssm_cleanup)
-        graph.assert_deleted_before(host, run.named(f"{host.name}-node"))
+        # The Node goes after its host inside the cleanup: deleted before the host, its delete
+        # terminates that host (by the id it takes, only with this stack's tag) and then deletes
+        # the Node (components/cleanup/node_objects.py; tests/test_cleanup_node_objects.py).
+        cleanup = run.named(f"{host.name}-node")
+        graph.assert_deleted_before(cleanup, host)
+        assert cleanup.inputs["instanceId"] == host.outputs["id"]
+        key, value = next(iter(run.lab_config.lab_tag.items()))
+        assert (cleanup.inputs["hostTagKey"], cleanup.inputs["hostTagValue"]) == (key, value)
+        assert host.inputs["tags"][key] == value
+        graph.assert_deleted_before(cleanup, run.named("hybrid-node-role-access"))
         for route in ("network-transit-cloud-to-onprem", "network-transit-onprem-to-cloud",
                       "network-transit-to-cloud", "network-transit-to-onprem",
                       "network-onprem-private-default-route"):

@@ -12,7 +12,7 @@ import pulumi
 from components.cilium import Cilium, CiliumArgs
 from components.hybrid_activation import HybridActivation, HybridActivationArgs
 from components.hybrid_hosts import HostSpec, HybridHosts, HybridHostsArgs
-from components.hybrid_node_role import HybridNodeRole, HybridNodeRoleArgs, cluster_arn
+from components.hybrid_node_role import HybridNodeRole, HybridNodeRoleArgs
 from components.nvidia_device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from stacks.config import CILIUM_NODE_MASK, LabConfig
 from stacks.layers.base import Layer
@@ -54,17 +54,17 @@ class HybridLayer(Layer):
                  account_id: str, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("Hybrid", "hybrid", opts)
         eks = cluster.eks
-        # From the configured name, not the cluster's output: the role, the activation and the
-        # hosts then wait for none of the cluster, and the hosts boot while EKS creates it.
-        arn = cluster_arn(cfg.region, account_id, cfg.cluster_name)
 
         self.role = HybridNodeRole(self.child_name("node-role"), HybridNodeRoleArgs(
-            cluster_name=eks.name, cluster_arn=arn, account_id=account_id,
+            cluster_name=eks.name, cluster_arn=eks.arn, account_id=account_id,
             region=cfg.region), opts=self.child())
 
         self.activation = HybridActivation(self.child_name("activation"), HybridActivationArgs(
             role_name=self.role.role_name,
-            cluster_arn=arn,
+            # Built from the configured name, as EKS forms it, not the cluster's output: only a
+            # tag (copied onto each registration) and a condition hold it, and the activation,
+            # so the hosts, then wait for none of the cluster.
+            cluster_arn=f"arn:aws:eks:{cfg.region}:{account_id}:cluster/{cfg.cluster_name}",
             region=cfg.region,
             # Every host once, plus one re-join each; the GPU host's share is reserved even when
             # it is off, so switching it on does not replace the activation (and the hosts).
@@ -73,7 +73,7 @@ class HybridLayer(Layer):
             generation=cfg.activation_generation,
             name=f"{cfg.cluster_name}-hybrid-nodes",
             description=f"{cfg.project}/{cfg.stack}: hybrid nodes of EKS cluster {cfg.cluster_name}",
-            wait_for=self.role.role.attachments,
+            wait_for=self.role.policies,
             account=cfg.aws_account,
         ), opts=self.child())
         self.activation.expires_at.apply(
@@ -116,7 +116,8 @@ class HybridLayer(Layer):
                 *self.role.policies,
                 self.activation.registrations_cleanup,
             ],
-            cleanup_wait_for=[self.role.access_entry],
+            # The access entry and the policy that reads the cluster outlive the hosts.
+            cleanup_wait_for=self.role.attachments,
             account=cfg.aws_account,
         ), opts=self.child())
 

@@ -230,9 +230,10 @@ def test_create_is_pure_and_diff_replaces_only_on_identity(api, pki, provider, m
 
     olds = {**props, "__provider": "code"}
     # A new activation is another set of registrations (and so of nodes) to clean up; a new
-    # generation is another host.
+    # instance or token is another host.
     for key, value in [("clusterName", "other"), ("labelSelector", "a=b"),
-                       ("activationId", OTHER_ACTIVATION), ("generation", "ba9876543210"),
+                       ("activationId", OTHER_ACTIVATION), ("token", "f" * 32),
+                       ("instanceId", "i-0123456789abcdef0"),
                        ("tokenLabel", "example.com/cleanup")]:
         diff = provider.diff(created.id, olds, {**olds, key: value})
         assert diff.changes and diff.replaces == [key]
@@ -252,27 +253,25 @@ TOKEN_LABEL = "eks-hybrid-lab.io/cleanup"
 HOST_SELECTOR = f"{SELECTOR},eks-hybrid-lab.io/host=node-0"
 
 
+TOKEN = "0123456789abcdef0123456789abcdef"
+
+
 def tokened(api: FakeApiServer, pki: Pki) -> dict[str, str]:
     return {**props_for(api, pki, selector=HOST_SELECTOR), "tokenLabel": TOKEN_LABEL,
-            "generation": "0123456789ab"}
+            "token": TOKEN}
 
 
-def test_each_create_mints_a_token_its_selector_requires(api, pki, provider, monkeypatch):
+def test_its_selector_requires_the_hosts_token(api, pki, provider, monkeypatch):
     forbid_network(monkeypatch)
-    first, second = provider.create(tokened(api, pki)), provider.create(tokened(api, pki))
-    # The same inputs twice (a generation that comes back): two tokens, never the same.
-    assert first.outs["token"] != second.outs["token"]
-    assert len(first.outs["token"]) == 32 and first.outs["token"].isalnum()
-    assert first.outs["nodeSelector"] == f"{HOST_SELECTOR},{TOKEN_LABEL}={first.outs['token']}"
-    # A token is made by create alone: the diff ignores the outputs it adds, and an update
-    # (new provider code, a new endpoint) keeps it, since the host carries it.
-    olds = {**first.outs, "__provider": "code"}
+    created = provider.create(tokened(api, pki))
+    assert created.outs["nodeSelector"] == f"{HOST_SELECTOR},{TOKEN_LABEL}={TOKEN}"
+    # An update (new provider code, a new endpoint) keeps it.
+    olds = {**created.outs, "__provider": "code"}
     news = {**tokened(api, pki), "__provider": "new code", "endpoint": "https://new.invalid"}
-    diff = provider.diff(first.id, olds, news)
+    diff = provider.diff(created.id, olds, news)
     assert diff.changes and diff.replaces == []
-    updated = provider.update(first.id, olds, news).outs
-    assert (updated["token"], updated["nodeSelector"]) == (first.outs["token"],
-                                                            first.outs["nodeSelector"])
+    assert provider.update(created.id, olds, news).outs["nodeSelector"] == \
+        created.outs["nodeSelector"]
 
 
 def test_delete_selects_only_the_node_carrying_its_token(api, pki, provider):
@@ -504,3 +503,93 @@ def test_ssm_failure_keeps_the_node_and_says_how_to_finish(api, pki, provider, s
 def test_create_refuses_a_missing_activation(api, pki, provider):
     with pytest.raises(ValueError, match="activationId"):
         provider.create({**props_for(api, pki), "activationId": ""})
+
+
+# --- the host goes first ---------------------------------------------------------------------
+
+TAG = ("eks-hybrid-lab:stack", "eks-hybrid-lab/dev")
+
+
+@pytest.fixture
+def ec2(monkeypatch):
+    """EC2 in moto, in this process (nothing leaves it), with one of this stack's hosts and one
+    instance that carries another stack's tag."""
+    from moto import mock_aws
+
+    for key, value in FAKE_AWS_ENV.items():
+        monkeypatch.setenv(key, value)
+    with mock_aws():
+        import boto3
+
+        client = boto3.client("ec2", region_name=REGION)
+        image = "ami-0123456789abcdef0"  # moto runs any image id
+
+        def launch(tag_value: str) -> str:
+            return client.run_instances(
+                ImageId=image, MinCount=1, MaxCount=1, InstanceType="t3.small",
+                TagSpecifications=[{"ResourceType": "instance",
+                                    "Tags": [{"Key": TAG[0], "Value": tag_value}]}],
+            )["Instances"][0]["InstanceId"]
+
+        client.launch = launch
+        yield client
+
+
+def _state(ec2, instance: str) -> str:
+    [reservation] = ec2.describe_instances(InstanceIds=[instance])["Reservations"]
+    return reservation["Instances"][0]["State"]["Name"]
+
+
+def with_host(api: FakeApiServer, pki: Pki, instance: str) -> dict[str, str]:
+    return {**tokened(api, pki), "instanceId": instance, "hostTagKey": TAG[0],
+            "hostTagValue": TAG[1]}
+
+
+def test_delete_terminates_its_host_before_it_deletes_the_node(api, pki, provider, ssm, ec2):
+    instance = ec2.launch(TAG[1])
+    props = provider.create(with_host(api, pki, instance)).outs
+    api.plant(MI_OLD, **HYBRID, **OURS, **{"eks-hybrid-lab.io/host": "node-0", TOKEN_LABEL: TOKEN})
+    ssm.registrations[MI_OLD] = ACTIVATION
+    ssm.watch = lambda: _state(ec2, instance)
+    seen = []
+    delete_node = provider._delete_node
+
+    def recorded(opener, props, token, name):
+        seen.append((name, _state(ec2, instance)))
+        delete_node(opener, props, token, name)
+
+    provider._delete_node = recorded
+    provider.delete("x", props)
+    # The host was terminated when its registration was deregistered and its Node deleted.
+    assert [state for op, _, state in ssm.calls if op == "DeregisterManagedInstance"] == \
+        ["terminated"]
+    assert seen == [(MI_OLD, "terminated")] and api.deleted == [MI_OLD]
+
+
+def test_an_instance_without_this_stacks_tag_is_not_terminated(api, pki, provider, ssm, ec2):
+    instance = ec2.launch("eks-hybrid-lab/prod")
+    props = provider.create(with_host(api, pki, instance)).outs
+    api.plant(MI_OLD, **HYBRID, **OURS, **{"eks-hybrid-lab.io/host": "node-0", TOKEN_LABEL: TOKEN})
+    with pytest.raises(RuntimeError) as raised:
+        provider.delete("x", props)
+    assert f"does not carry this stack's tag {TAG[0]}={TAG[1]}" in str(raised.value)
+    assert _state(ec2, instance) == "running"
+    assert api.deleted == [] and ssm.of("DeregisterManagedInstance") == []
+
+
+def test_a_host_already_terminated_or_forgotten_is_not_asked_again(api, pki, provider, ssm, ec2):
+    instance = ec2.launch(TAG[1])
+    ec2.terminate_instances(InstanceIds=[instance])
+    api.plant(MI_OLD, **HYBRID, **OURS, **{"eks-hybrid-lab.io/host": "node-0", TOKEN_LABEL: TOKEN})
+    provider.delete("x", provider.create(with_host(api, pki, instance)).outs)
+    assert api.deleted == [MI_OLD]
+    # An id EC2 no longer knows (it forgets a terminated instance after about an hour).
+    api.plant(MI_NEW, **HYBRID, **OURS, **{"eks-hybrid-lab.io/host": "node-0", TOKEN_LABEL: TOKEN})
+    provider.delete("x", provider.create(with_host(api, pki, "i-0123456789abcdef0")).outs)
+    assert api.deleted == [MI_OLD, MI_NEW]
+
+
+def test_a_cleanup_that_terminates_needs_the_stacks_tag(api, pki, provider):
+    props = {**tokened(api, pki), "instanceId": "i-0123456789abcdef0"}
+    with pytest.raises(ValueError, match="needs the stack's tag"):
+        provider.create(props)

@@ -132,6 +132,7 @@ class HybridHosts(pulumi.ComponentResource):
         self.generations = {}
         self.stale_node_sweeps = {}
         host_key, token_key = f"{args.label_prefix}host", f"{args.label_prefix}cleanup"
+        instance_key = f"{args.label_prefix}instance"
         for host in args.hosts:
             identity = {**args.identity_labels, host_key: host.name}
             arch = architecture(host.instance_type)
@@ -234,7 +235,8 @@ class HybridHosts(pulumi.ComponentResource):
                 certificate_authority=args.cluster_certificate_authority,
                 label_selector=",".join(f"{k}={v}" for k, v in identity.items()),
                 activation_id=args.activation_id, token_label=token_key, token=token.token,
-                instance_id=instance.id, host_tag=args.host_tag, account=args.account,
+                instance_id=instance.id, instance_label=instance_key, host_tag=args.host_tag,
+                account=args.account,
                 opts=pulumi.ResourceOptions(
                     parent=self, depends_on=list(args.cleanup_wait_for),
                     aliases=[pulumi.Alias(name=f"{f}-node") for f in former]))
@@ -247,7 +249,11 @@ class HybridHosts(pulumi.ComponentResource):
                 cluster_name=args.cluster_name, region=args.region,
                 endpoint=args.cluster_endpoint,
                 certificate_authority=args.cluster_certificate_authority,
-                label_selector=cleanup.nodeSelector, activation_id=args.activation_id,
+                # This host's generation, whatever the instance: the Nodes of earlier instances.
+                label_selector=token.token.apply(
+                    lambda t, identity=identity: ",".join(
+                        [*(f"{k}={v}" for k, v in identity.items()), f"{token_key}={t}"])),
+                activation_id=args.activation_id,
                 instance_id=self.instances[host.name].id, account=args.account,
                 opts=pulumi.ResourceOptions(parent=self))
 

@@ -516,9 +516,11 @@ def ec2(monkeypatch):
     instance that carries another stack's tag."""
     from moto import mock_aws
 
-    for key, value in FAKE_AWS_ENV.items():
-        monkeypatch.setenv(key, value)
     with mock_aws():
+        # moto sets keys of its own as it starts; the fake API server checks its token was
+        # signed with these.
+        for key, value in FAKE_AWS_ENV.items():
+            monkeypatch.setenv(key, value)
         import boto3
 
         client = boto3.client("ec2", region_name=REGION)
@@ -593,3 +595,20 @@ def test_a_cleanup_that_terminates_needs_the_stacks_tag(api, pki, provider):
     props = {**tokened(api, pki), "instanceId": "i-0123456789abcdef0"}
     with pytest.raises(ValueError, match="needs the stack's tag"):
         provider.create(props)
+
+
+def test_a_later_instance_of_the_same_generation_keeps_its_node(api, pki, provider, ssm, ec2):
+    """A host terminated outside Pulumi and dropped by a refresh is created anew with the same
+    user data, so the same token; its old cleanup, replaced create-first for the new instance
+    id, is deleted at the end of that update. It must remove its own instance's Node only."""
+    instance_label = "eks-hybrid-lab.io/instance"
+    old = ec2.launch(TAG[1])
+    ec2.terminate_instances(InstanceIds=[old])
+    new = ec2.launch(TAG[1])
+    props = provider.create({**with_host(api, pki, old), "instanceLabel": instance_label}).outs
+    assert props["nodeSelector"].endswith(f",{instance_label}={old}")
+    host = {"eks-hybrid-lab.io/host": "node-0", TOKEN_LABEL: TOKEN}
+    api.plant(MI_OLD, **HYBRID, **OURS, **host, **{instance_label: old})
+    api.plant(MI_NEW, **HYBRID, **OURS, **host, **{instance_label: new})
+    provider.delete("x", props)
+    assert api.deleted == [MI_OLD] and _state(ec2, new) == "running"

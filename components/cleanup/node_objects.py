@@ -89,7 +89,8 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
         outs = {key: props[key] for key in keys}
         # Optional: the label the host carries its token in, the token, and the host (with
         # the tag that makes it this stack's) that delete terminates first.
-        for key in ("tokenLabel", "token", "instanceId", "hostTagKey", "hostTagValue"):
+        for key in ("tokenLabel", "token", "instanceId", "instanceLabel", "hostTagKey",
+                    "hostTagValue"):
             if props.get(key):
                 outs[key] = str(props[key])
         if outs.get("instanceId"):
@@ -107,11 +108,16 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
 
     def _with_selector(self, outs: dict[str, str]) -> dict[str, str]:
         """``outs`` with ``nodeSelector``, the selector ``delete`` uses: the identity labels
-        and, when the host carries it, the token."""
+        and, when the host carries them, its token and its instance id. The instance id is what
+        tells a host from the same generation's host created again without a replacement (one
+        terminated outside Pulumi, dropped by a refresh and created anew: same user data, same
+        token), whose Node this cleanup, deleted at the end of that update, must leave alone."""
+        terms = [outs["labelSelector"]]
         if outs.get("token") and outs.get("tokenLabel"):
-            return {**outs,
-                    "nodeSelector": f"{outs['labelSelector']},{outs['tokenLabel']}={outs['token']}"}
-        return {**outs, "nodeSelector": outs["labelSelector"]}
+            terms.append(f"{outs['tokenLabel']}={outs['token']}")
+        if outs.get("instanceId") and outs.get("instanceLabel"):
+            terms.append(f"{outs['instanceLabel']}={outs['instanceId']}")
+        return {**outs, "nodeSelector": ",".join(terms)}
 
     def node_selector(self, outs: dict[str, Any]) -> str:
         """The Nodes ``delete`` removes: what create stored; a cleanup stored before tokens
@@ -133,7 +139,7 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
         # would terminate that host. The rest only says how to reach them. ``nodeSelector``,
         # which create adds, is never in ``news``.
         replace_keys = ("clusterName", "labelSelector", "activationId", "tokenLabel", "token",
-                        "instanceId")
+                        "instanceId", "instanceLabel")
         update_keys = ("endpoint", "certificateAuthority", "region", "hostTagKey",
                        "hostTagValue", *self._account_keys)
         replaces = [key for key in replace_keys if olds.get(key) != news.get(key)]
@@ -358,11 +364,13 @@ class NodeObjectCleanup(pulumi.dynamic.Resource, module="cleanup", name="HybridN
                  token_label: Optional[str] = None,
                  token: Optional[pulumi.Input[str]] = None,
                  instance_id: Optional[pulumi.Input[str]] = None,
+                 instance_label: Optional[str] = None,
                  host_tag: Optional[tuple[str, str]] = None,
                  account: Optional[AwsAccount] = None,
                  opts: Optional[pulumi.ResourceOptions] = None) -> None:
         """``token``: the host's (host_token.py), with ``token_label``. ``instance_id`` and
-        ``host_tag``: the host ``delete`` terminates first, and the tag it must carry."""
+        ``host_tag``: the host ``delete`` terminates first, and the tag it must carry;
+        ``instance_label``: the label the host puts its instance id in on its Node."""
         super().__init__(NodeObjectCleanupProvider(), name, {
             "clusterName": cluster_name,
             "region": region,
@@ -373,6 +381,7 @@ class NodeObjectCleanup(pulumi.dynamic.Resource, module="cleanup", name="HybridN
             "tokenLabel": token_label,
             "token": token,
             "instanceId": instance_id,
+            "instanceLabel": instance_label,
             "hostTagKey": host_tag[0] if host_tag else None,
             "hostTagValue": host_tag[1] if host_tag else None,
             # An output of create, declared so it is an attribute.

@@ -39,6 +39,8 @@ class HostSpec:
     node_labels: Mapping[str, str] = field(default_factory=dict)
     node_taints: Sequence[str] = ()
     gpu: bool = False
+    #: Images its pods run, pulled into containerd before it joins (HostBootstrap).
+    prefetch_images: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,8 @@ class HybridHosts(pulumi.ComponentResource):
                     kubernetes_version=args.kubernetes_version,
                     activation_id=activation_id, activation_code=activation_code,
                     architecture=arch, node_labels={**host.node_labels, **identity},
-                    node_taints=host.node_taints, gpu=host.gpu)
+                    node_taints=host.node_taints, gpu=host.gpu,
+                    prefetch_images=tuple(host.prefetch_images))
 
             # A host generation: what the host boots with, so exactly what replaces the
             # instance — its user data (user_data_replace_on_change) and its subnet (ForceNew).

@@ -23,6 +23,7 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 _PLACEHOLDER = re.compile(r"{{ (\w+) }}")
 # Values written into single-quoted shell strings: nothing that could end the quote.
 _SHELL_SAFE = re.compile(r"[A-Za-z0-9_.:/-]+")
+_IMAGE_SAFE = re.compile(r"[a-z0-9][A-Za-z0-9_.:/@-]*")
 
 NODEADM_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
 #: How long a host keeps trying to join, from the start of its script. Pulumi does not make a
@@ -56,6 +57,29 @@ class HostBootstrap:
     #: Install the NVIDIA driver and container toolkit before the node joins, and configure the
     #: NVIDIA container runtime after.
     gpu: bool = False
+    #: Images pulled into containerd while the host installs, before nodeadm init (the exact
+    #: references its pods use; rendered normalized): the pods start without pulling.
+    prefetch_images: Sequence[str] = ()
+
+
+def normalized_image(reference: str) -> str:
+    """``reference`` as the CRI resolves a pod's image (docker/distribution reference,
+    ParseNormalizedNamed then TagNameOnly): Docker Hub's domain when the first component is
+    not a host name (no "." or ":", not "localhost"), ``library/`` for its one-component names,
+    ``:latest`` when neither tag nor digest is given. ctr takes references as they are."""
+    name, at, digest = reference.partition("@")
+    first, slash, rest = name.partition("/")
+    if not slash or ("." not in first and ":" not in first and first != "localhost"):
+        domain, path = "docker.io", name
+    else:
+        domain, path = first, rest
+    if domain == "index.docker.io":
+        domain = "docker.io"
+    if domain == "docker.io" and "/" not in path:
+        path = "library/" + path
+    if not at and ":" not in path.rsplit("/", 1)[-1]:
+        path += ":latest"
+    return f"{domain}/{path}{at}{digest}"
 
 
 def node_config(host: HostBootstrap) -> dict:
@@ -89,6 +113,15 @@ def render_user_data(host: HostBootstrap) -> str:
             raise ValueError(f"{name} {getattr(host, name)!r} is not safe to put in a shell script")
     if host.architecture not in NODEADM_ARCH:
         raise ValueError(f"no nodeadm build for architecture {host.architecture!r}")
+    images = [normalized_image(image) for image in host.prefetch_images]
+    for image in images:
+        if not _IMAGE_SAFE.fullmatch(image):
+            raise ValueError(f"image {image!r} is not safe to put in a shell script")
+    prefetch_start, prefetch_wait = (
+        ((TEMPLATES / "hybrid-host-prefetch.sh").read_text().rstrip().replace(
+            "{{ prefetch_images }}", " ".join(f"'{image}'" for image in images)),
+         (TEMPLATES / "hybrid-host-prefetch-wait.sh").read_text().rstrip()) if images
+        else ("# No image to pull ahead.", "# No image pull to wait for."))
     # The GPU host installs its driver and toolkit before the join and configures the runtime
     # after it (templates/hybrid-host-gpu-install.sh, hybrid-host-gpu.sh).
     gpu_install, gpu_setup = (
@@ -104,13 +137,15 @@ def render_user_data(host: HostBootstrap) -> str:
         "node_config": yaml.safe_dump(node_config(host), sort_keys=False).rstrip(),
         "gpu_install": gpu_install,
         "gpu_setup": gpu_setup,
+        "prefetch_start": prefetch_start,
+        "prefetch_wait": prefetch_wait,
     })
 
 
 def boot_generation(host: HostBootstrap, **placement: str) -> str:
     """A short hash of what ``host`` boots with: its user data as rendered — the templates'
-    bytes, cluster, region, Kubernetes version, architecture, labels, taints, GPU setup and the
-    activation id — with the activation code left out (it is secret, and it changes only with
+    bytes, cluster, region, Kubernetes version, architecture, labels, taints, GPU setup, the
+    images it pulls ahead and the activation id — with the activation code left out (it is secret, and it changes only with
     the activation id), plus ``placement`` (other inputs that replace the instance, such as
     its subnet).
 

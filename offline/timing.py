@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional, Union
 
+import components.hybrid_user_data as user_data
 from stacks.config import LAYERS
 from offline.runner import ProgramRun, Registration
 
@@ -34,6 +35,8 @@ INSTANCE = "aws:ec2/instance:Instance"
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 SERVICE = "kubernetes:core/v1:Service"
 RELEASE = "kubernetes:helm.sh/v3:Release"
+CLUSTER = "aws:eks/cluster:Cluster"
+NODE_CLEANUP = "pulumi-python:dynamic/cleanup:HybridNodeObjects"
 
 #: Typical durations: by resource type (the resource's own work), and by phase name (work outside
 #: Pulumi that some awaits cover, see COVERS; a phase has no delete). Types not listed take
@@ -59,42 +62,99 @@ DURATIONS: dict[str, Duration] = {
     SERVICE: Duration(12, 5, "pulumi-kubernetes waits until the Endpoints target a pod, then 10 s for them to settle (provider/pkg/await/service.go); the pods are their Deployment's"),
     "pulumi-python:dynamic/wait:Propagation": Duration(30, 1, "components/propagation.py: 30 s for a Pod Identity association to take effect (EKS API reference: 'several seconds'; eksctl #7709: 15 s)"),
     "pulumi-python:dynamic/cleanup:SsmRegistrations": Duration(1, 15, "deregistration calls"),
-    "pulumi-python:dynamic/cleanup:HybridNodeObjects": Duration(1, 15, "Kubernetes API calls"),
+    # Its delete terminates its host first and waits until EC2 reports it terminated
+    # (components/cleanup/node_objects.py), then deregisters and deletes the Node.
+    NODE_CLEANUP: Duration(1, 75, "terminate the host and wait: about a minute (as INSTANCE's "
+                           "delete), then SSM and Kubernetes API calls, 15 s"),
     "pulumi-python:dynamic/cleanup:GatewayRoutes": Duration(1, 15, "route and Kubernetes API calls"),
     "pulumi-python:dynamic/cleanup:KarpenterLeftovers": Duration(1, 20, "describe calls (nothing left normally)"),
     # Phases: work outside Pulumi.
-    "host-join": Duration(240, 0, "a host registers with the cluster after its instance runs: nodeadm install 1-3 min, init 0.5-1.5 min (estimate; aws/eks-hybrid #514 allows 8 min for install in its tests)"),
+    # A host's join, in two parts (components/templates/hybrid-host.sh): it installs as soon as
+    # its instance runs, whatever the cluster's state, and nodeadm init succeeds only once the
+    # cluster side is there (JOIN_NEEDS).
+    "nodeadm-install": Duration(180, 0, "after the instance runs: nodeadm download, apt-get update, nodeadm install (containerd, kubelet, the SSM agent) 1-3 min (estimate; aws/eks-hybrid #514 allows 8 min for install in its tests)"),
+    "nodeadm-init": Duration(60, 0, "nodeadm init once the cluster is ACTIVE and the access entry exists: containerd restarted, the pause image pulled from ECR, kubelet started, 0.5-1.5 min (estimate; aws/eks-hybrid internal/flows/init.go, internal/containerd/sandbox.go)"),
+    "join-retry": Duration(user_data.JOIN_RETRY_SECONDS, 0, "the join script's pause between two tries of nodeadm init (components/hybrid_user_data.py JOIN_RETRY_SECONDS): the try after the cluster side is ready starts within it; the whole pause, not half of it"),
     "gpu-driver": Duration(360, 0, "hybrid-host-gpu-install.sh, before nodeadm init: ubuntu-drivers --gpgpu and nvidia-container-toolkit from apt; the GPU stack takes 3-5 min after a node boots (NVIDIA/gpu-operator #707), apt installs have taken about 12 min (Azure/acs-engine #989); estimate 6 min"),
     "gpu-reboot": Duration(120, 0, "only when the driver's module does not match the running kernel: hybrid-host-gpu.sh reboots once, after the join; EC2 reboot and kubelet back (estimate)"),
     "crashloop-backoff-cap": Duration(300, 0, "CrashLoopBackOff's longest delay, 5 minutes (Kubernetes pod lifecycle)"),
-    "vllm-image-pull": Duration(268, 0, "the ~10 GB vllm/vllm-openai image: 4 min 28 s (docs/demo-guide.md#demo-3-gpu-inference-on-a-hybrid-node)"),
+    "vllm-image-pull": Duration(268, 0, "the ~10 GB vllm/vllm-openai image: 4 min 28 s (docs/demo-guide.md#demo-3-gpu-inference-on-a-hybrid-node); the GPU host pulls it into containerd while its driver installs, before nodeadm init"),
     "vllm-model-load": Duration(150, 0, "model download (Qwen2.5-0.5B, ~1 GB) over the on-prem NAT, load, torch.compile and CUDA graphs: 59 s to a first answer with a warm compile cache (vllm-project/vllm #20264), a cold compile adds 20-40 s (vllm #11005); estimate 2.5 min"),
 }
 DEFAULT = Duration(3, 3, "API call")
 
+#: Figures for some resources of a type, by (type, name prefix), before DURATIONS' by type.
+BY_NAME: dict[tuple[str, str], Duration] = {
+    # A hybrid host's Node cleanup terminates it and waits before Pulumi deletes it: Pulumi's
+    # delete then finds it terminated, TerminateInstances is idempotent and the provider's wait
+    # ends at its first poll, after its 10 s delay (terraform-provider-aws ec2_instance.go,
+    # terminateInstance, waitInstanceDeleted).
+    (INSTANCE, "hybrid-hosts-"): Duration(20, 10, "running in 10-16 s (karpenter-provider-aws #3827); already terminated by its Node cleanup at delete: one 10 s poll"),
+}
+
+
+#: A phase, or phases run side by side (the longest counts).
+Step = Union[str, tuple[str, ...]]
+
+#: What nodeadm init needs besides its host (type, name prefix): the cluster ACTIVE, the
+#: hybrid role's access entry, and the role's policy that reads the cluster (DescribeCluster);
+#: the pause image comes from ECR with the managed policy the host already waited for
+#: (aws/eks-hybrid internal/node/hybrid/configenricher.go ensureClusterDetails,
+#: internal/containerd/sandbox.go cacheSandboxImage). The add-ons are not among them.
+JOIN_NEEDS: tuple[tuple[str, str], ...] = (
+    (CLUSTER, "cluster-eks-cluster"),
+    ("aws:eks/accessEntry:AccessEntry", "hybrid-node-role-access"),
+    ("aws:iam/rolePolicy:RolePolicy", "hybrid-node-role-iam-cluster"),
+)
+
+
+@dataclass(frozen=True)
+class Path:
+    """Work outside Pulumi that starts when a host's instance runs."""
+
+    #: On the host, from when its instance runs (its install, a GPU host's driver).
+    host: tuple[Step, ...] = ()
+    #: Then nodeadm init, which also waits for JOIN_NEEDS (and the script's next try).
+    joins: bool = False
+    #: After the join (a reboot, a restart back-off).
+    after: tuple[Step, ...] = ()
+
 
 @dataclass(frozen=True)
 class Covers:
-    """What a resource's create await covers besides its type's figure: phases that start when a
-    resource it needs (matched by type and name prefix) is created, then work of its own."""
+    """What a resource's create await covers besides its type's figure: work that starts when a
+    host it needs (matched by type and name prefix) runs, then work of its own."""
 
     after_type: str
     after_prefix: str
-    #: Phases between that creation and the resource's own work.
-    before: tuple[str, ...]
+    typical: Path
     #: Phases added to the resource's own work (after its type's figure).
     then: tuple[str, ...] = ()
-    #: ``before`` in the worst case the await must still outlast (no safety factor on it).
-    worst: Optional[tuple[str, ...]] = None
+    #: The worst case the await must still outlast (no safety factor on it); None: typical.
+    worst: Optional[Path] = None
+    #: Phases an update (a Deployment's rollout) adds to the resource's own work.
+    update_then: tuple[str, ...] = ()
 
+
+#: The GPU host, after nodeadm install: its driver and toolkit, and beside them the vLLM image
+#: pulled into containerd (the join script waits for both before nodeadm init).
+GPU_HOST = ("nodeadm-install", ("gpu-driver", "vllm-image-pull"))
+GPU_WORST = Path(host=GPU_HOST, joins=True, after=("gpu-reboot", "crashloop-backoff-cap"))
+#: Each host's join, by instance name prefix: a plain host installs, then joins.
+JOINS: dict[str, Path] = {
+    "hybrid-hosts-node-": Path(host=("nodeadm-install",), joins=True),
+    "hybrid-hosts-gpu": Path(host=GPU_HOST, joins=True),
+}
 
 #: By resource name: the awaits that cover work outside Pulumi.
 COVERS: dict[str, Covers] = {
     # Helm waits until the operator's ready replicas reach 2 - maxUnavailable 50% = 1 (and the
     # agents' to hosts - 2): a host must have registered, so the join happens in this await. The
     # operator tolerates the hybrid taint only, so the hosts that count are the plain ones (the
-    # GPU host, which joins after its driver is in, counts for neither).
-    "hybrid-cilium-release": Covers(INSTANCE, "hybrid-hosts-node-", before=("host-join",)),
+    # GPU host, which joins after its driver is in, counts for neither). The hosts install while
+    # EKS creates the control plane, so the join typically ends with nodeadm init after the
+    # access entry.
+    "hybrid-cilium-release": Covers(INSTANCE, "hybrid-hosts-node-", JOINS["hybrid-hosts-node-"]),
     # Helm v3 counts a DaemonSet ready when its desired pods are scheduled and all but
     # maxUnavailable of them ready (helm pkg/kube/ready.go, daemonSetReady). The release installs
     # after Cilium's, which the plain hosts' join ends; the GPU host is then still installing its
@@ -103,18 +163,15 @@ COVERS: dict[str, Covers] = {
     # Worst: the GPU host has joined by then and a wait that counts ready pods (as Helm 4's
     # kstatus watcher does) waits through the driver, the join, a reboot and the plugin's
     # longest restart delay; the timeout allows for it.
-    "hybrid-nvidia-release": Covers(
-        INSTANCE, "hybrid-hosts-gpu", before=(),
-        worst=("gpu-driver", "host-join", "gpu-reboot", "crashloop-backoff-cap")),
+    "hybrid-nvidia-release": Covers(INSTANCE, "hybrid-hosts-gpu", Path(), worst=GPU_WORST),
     # The vLLM pod is pending until the device plugin advertises nvidia.com/gpu: the driver is
-    # in before the join, so the plugin serves from its first start. Then the pod pulls its
-    # image and loads the model. Worst: a reboot after the join, and the plugin backing off
-    # through it.
-    "demo-vllm": Covers(
-        INSTANCE, "hybrid-hosts-gpu",
-        before=("gpu-driver", "host-join"),
-        then=("vllm-image-pull", "vllm-model-load"),
-        worst=("gpu-driver", "host-join", "gpu-reboot", "crashloop-backoff-cap")),
+    # in before the join, so the plugin serves from its first start. Its image is in containerd
+    # by then (pulled beside the driver), so the pod starts without pulling and loads the model.
+    # Worst: a reboot after the join, and the plugin backing off through it.
+    "demo-vllm": Covers(INSTANCE, "hybrid-hosts-gpu", JOINS["hybrid-hosts-gpu"],
+                        then=("vllm-model-load",), worst=GPU_WORST,
+                        # A rollout may bring an image the host did not pull at boot.
+                        update_then=("vllm-image-pull",)),
 }
 
 #: An await must last this many times its typical duration. The figures are typical values from
@@ -126,17 +183,33 @@ COVERS: dict[str, Covers] = {
 SAFETY_FACTOR = 1.5
 
 
+def figure(reg: Registration) -> Duration:
+    """The resource's figure: by name where BY_NAME has one, else by type."""
+    for (type_, prefix), d in BY_NAME.items():
+        if reg.type == type_ and reg.name.startswith(prefix):
+            return d
+    return DURATIONS.get(reg.type, DEFAULT)
+
+
 def duration(reg: Registration, *, create: bool) -> float:
-    """The resource's own work: its type's figure (plus, at create, phases of its own)."""
-    d = DURATIONS.get(reg.type, DEFAULT)
+    """The resource's own work: its figure (plus, at create, phases of its own)."""
+    d = figure(reg)
     if not create:
         return d.delete
     covers = COVERS.get(reg.name)
     return d.create + sum(DURATIONS[p].create for p in (covers.then if covers else ()))
 
 
-def _phases(names: Iterable[str]) -> float:
-    return sum(DURATIONS[p].create for p in names)
+def _phases(steps: Iterable[Step]) -> float:
+    return sum(max(DURATIONS[p].create for p in step) if isinstance(step, tuple)
+               else DURATIONS[step].create for step in steps)
+
+
+def phase_names(path: Path) -> list[str]:
+    """Every phase a path names (the join's own among them)."""
+    names = [p for step in (*path.host, *path.after)
+             for p in (step if isinstance(step, tuple) else (step,))]
+    return names + (["join-retry", "nodeadm-init"] if path.joins else [])
 
 
 def _labels_match(selector: dict, labels: dict) -> bool:
@@ -160,18 +233,40 @@ def _selected_deployments(run: ProgramRun, service: Registration) -> list[Regist
 @dataclass(frozen=True)
 class Wait:
     """Something a resource's create await waits for beyond what it depends on: ``anchor``'s
-    creation, then ``seconds`` of work outside Pulumi."""
+    creation, then ``seconds`` of work outside Pulumi; with ``joins``, the host then joins:
+    nodeadm init starts once that work is done and ``joins`` (JOIN_NEEDS) are created — the
+    script's next try after them — and takes its time; ``after`` seconds follow."""
 
     anchor: Registration
     seconds: float
+    joins: tuple[Registration, ...] = ()
+    after: float = 0.0
+
+    def ready(self, finish: Callable[[Registration], float]) -> tuple[float, Registration]:
+        """When the work waited for ends, given when each resource's create finishes, and the
+        resource whose finish decided it (the host, or one of JOIN_NEEDS)."""
+        at, by = finish(self.anchor) + self.seconds, self.anchor
+        if self.joins:
+            need = max(self.joins, key=lambda r: (finish(r), r.urn))
+            cluster_side = finish(need) + DURATIONS["join-retry"].create
+            if cluster_side > at:
+                at, by = cluster_side, need
+            at += DURATIONS["nodeadm-init"].create
+        return at + self.after, by
+
+
+def join_needs(run: ProgramRun) -> tuple[Registration, ...]:
+    return tuple(r for type_, prefix in JOIN_NEEDS for r in run.of_type(type_)
+                 if r.name.startswith(prefix))
 
 
 def waits(run: ProgramRun, reg: Registration, *, worst: bool = False) -> list[Wait]:
     covers = COVERS.get(reg.name)
     if covers is not None:
-        phases = covers.worst if worst and covers.worst is not None else covers.before
-        return [Wait(a, _phases(phases)) for a in run.of_type(covers.after_type)
-                if a.name.startswith(covers.after_prefix)]
+        path = covers.worst if worst and covers.worst is not None else covers.typical
+        needs = join_needs(run) if path.joins else ()
+        return [Wait(a, _phases(path.host), needs, _phases(path.after))
+                for a in run.of_type(covers.after_type) if a.name.startswith(covers.after_prefix)]
     if reg.type == SERVICE:
         return [Wait(d, 0.0) for d in _selected_deployments(run, reg)]
     return []
@@ -225,6 +320,10 @@ def schedule(run: ProgramRun, *, create: bool = True, only: Optional[set[str]] =
     waits_for = edges if create else _reversed(edges, nodes)
     slots: dict[str, Slot] = {}
 
+    def finish(reg: Registration) -> float:
+        # Work waited for outside the set counts from 0.
+        return slot(reg.urn).finish if reg.urn in nodes else 0.0
+
     def slot(urn: str) -> Slot:
         if urn not in slots:
             reg = run.by_urn[urn]
@@ -234,10 +333,9 @@ def schedule(run: ProgramRun, *, create: bool = True, only: Optional[set[str]] =
             # In URN order, as `before`'s ties are broken by URN: the registration order (the
             # SDK's threads) is not the same from run to run, and the chain printed must be.
             for wait in (sorted(waits(run, reg), key=lambda w: w.anchor.urn) if create else ()):
-                inside = wait.anchor.urn in nodes
-                at = (slot(wait.anchor.urn).finish if inside else 0.0) + wait.seconds
+                at, by = wait.ready(finish)
                 if at > ready:
-                    ready, via = at, (wait.anchor.urn if inside else via)
+                    ready, via = at, (by.urn if by.urn in nodes else via)
             slots[urn] = Slot(start, ready + duration(reg, create=create), via)
         return slots[urn]
 
@@ -391,7 +489,8 @@ def _update_seconds(reg: Registration) -> Optional[float]:
     if reg.type != DEPLOYMENT:
         return None
     spec = reg.inputs.get("spec") or {}
-    seconds = duration(reg, create=True)
+    covers = COVERS.get(reg.name)
+    seconds = duration(reg, create=True) + _phases(covers.update_then if covers else ())
     if (spec.get("strategy") or {}).get("type") == "Recreate":
         seconds += float(((spec.get("template") or {}).get("spec") or {})
                          .get("terminationGracePeriodSeconds", 30))
@@ -403,15 +502,46 @@ def _worst_window(run: ProgramRun, reg: Registration, slots: dict[str, Slot]) ->
     everything else its typical time."""
     ready = slots[reg.urn].start
     for wait in waits(run, reg, worst=True):
-        ready = max(ready, slots[wait.anchor.urn].finish + wait.seconds)
+        ready = max(ready, wait.ready(lambda r: slots[r.urn].finish)[0])
     return max(slots[reg.urn].window, ready + duration(reg, create=True) - slots[reg.urn].start)
+
+
+def _joins(run: ProgramRun, slots: dict[str, Slot]) -> list[Await]:
+    """Each host's join as the await it is: its script tries nodeadm init until
+    JOIN_DEADLINE_SECONDS from its start (about when its instance runs). Typically the join
+    ends after the host's install or after what it needs of the cluster, whichever is later.
+    In the worst case the control plane takes its whole create timeout (beyond it `pulumi up`
+    fails anyway); what follows it (the access entry, the policy that reads the cluster) takes
+    half again its typical time, and the next try starts within the script's pause. A host that
+    starts before the cluster's create would wait that much longer; one that starts after it
+    gets no credit for its head start."""
+    clusters = [r for r in run.of_type(CLUSTER) if r.name.startswith(JOIN_NEEDS[0][1])]
+    limit = Limit(user_data.JOIN_DEADLINE_SECONDS,
+                  "the join script's deadline, components/hybrid_user_data.py JOIN_DEADLINE_SECONDS")
+    found = []
+    for host in run.of_type(INSTANCE):
+        path = next((p for prefix, p in JOINS.items() if host.name.startswith(prefix)), None)
+        if path is None or not clusters:
+            continue
+        [cluster], needs = clusters, join_needs(run)
+        cluster_limit = await_limit(cluster, "create")
+        finish = lambda r: slots[r.urn].finish
+        started = finish(host)
+        wait = Wait(host, _phases(path.host), needs)
+        typical = wait.ready(finish)[0] - started
+        after = max(finish(r) - finish(cluster) for r in needs) * SAFETY_FACTOR
+        worst = (max(0.0, slots[cluster.urn].start - started) + cluster_limit.seconds + after
+                 + DURATIONS["join-retry"].create)
+        found.append(Await(host.name, "nodeadm init", "join", typical, worst, limit))
+    return found
 
 
 def awaits(run: ProgramRun) -> list[Await]:
     """Every awaited create (and Deployment update) with its typical and worst length and its
-    limit, from the same schedule as the estimate."""
+    limit, from the same schedule as the estimate; and each host's join, which its script
+    awaits."""
     slots = schedule(run)
-    found = []
+    found = _joins(run, slots)
     for reg in run.resources():
         limit = await_limit(reg, "create")
         if limit is not None:

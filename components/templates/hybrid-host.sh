@@ -86,6 +86,8 @@ retry 5 apt-get update
 log "installing kubelet, containerd and the SSM agent for Kubernetes $KUBERNETES_VERSION"
 retry 5 nodeadm install "$KUBERNETES_VERSION" --credential-provider ssm
 
+{{ prefetch_start }}
+
 {{ gpu_install }}
 
 # The NodeConfig carries the activation code: root-only.
@@ -101,6 +103,8 @@ umask 022
 # and role are honoured. It is tried again until a deadline sized to the control plane's worst
 # case; a later try does not register with SSM again (nodeadm skips a registered agent).
 JOIN_DEADLINE=$((STARTED + {{ join_deadline_seconds }}))
+{{ prefetch_wait }}
+
 join() {
   local n=1
   log "joining $CLUSTER_NAME (trying until $(date -u -d "@$JOIN_DEADLINE" +%FT%TZ))"

@@ -10,6 +10,7 @@ from typing import Optional
 import pulumi
 
 from components.cilium import Cilium, CiliumArgs
+from components.demos import VLLM
 from components.hybrid_activation import HybridActivation, HybridActivationArgs
 from components.hybrid_hosts import HostSpec, HybridHosts, HybridHostsArgs
 from components.hybrid_node_role import HybridNodeRole, HybridNodeRoleArgs
@@ -90,8 +91,12 @@ class HybridLayer(Layer):
         if cfg.gpu_enabled:
             specs.append(HostSpec(
                 name="gpu", instance_type=cfg.gpu_instance_type, gpu=True,
-                # The vLLM image alone is about 10 GB.
+                # The vLLM image alone is about 10 GB (ctr keeps its compressed layers beside the
+                # unpacked ones).
                 root_volume_gib=100,
+                # The very reference the vLLM Deployment runs, pulled while the driver
+                # installs: the pod starts without pulling, and a new image is a new host.
+                prefetch_images=(VLLM,),
                 node_labels={**labels, "nvidia.com/gpu.present": "true"},
                 node_taints=[_taint(*HYBRID_TAINT), _taint(*GPU_TAINT)]))
 

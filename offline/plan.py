@@ -301,20 +301,17 @@ def _render_costs(run: ProgramRun, out: TextIO) -> None:
         out.write(f"  no price for {', '.join(sorted(book.missing))}: set priceOverrides\n")
 
 
-def _is_node_cleanup(run: ProgramRun, name: str) -> bool:
-    return any(reg.name == name for reg in run.of_type(NODE_CLEANUP_TYPE))
-
-
 def _render_times(run: ProgramRun, out: TextIO) -> None:
     up, down = estimate_up(run), estimate_destroy(run)
     layered = estimate_layer_by_layer(run)
     out.write("\nTime (critical path; typical durations per resource type in offline/timing.py)\n")
     out.write(f"  pulumi up       ~{up.seconds / 60:.0f} min: {' -> '.join(up.chain)}\n")
-    if any(_is_node_cleanup(run, name) for name in up.chain):
-        # The host depends on its cleanup (and labels its Node with the cleanup's token), so
-        # that destroy deletes the Node, which EKS bills while it exists, after the host.
-        out.write("  node cleanup    <host>-node comes before its host so destroy deletes the Node "
-                  "(billed while it exists) after the host\n")
+    if run.of_type(NODE_CLEANUP_TYPE):
+        # The host boots while EKS creates the control plane, so nothing it waits for holds its
+        # Node's cleanup; the cleanup, created after it, ends it at delete: the Node, which EKS
+        # bills while it exists, goes after its host (components/cleanup/node_objects.py).
+        out.write("  node cleanup    <host>-node comes after its host and, at delete, terminates "
+                  "the host before it deletes the Node\n")
     out.write(f"  pulumi destroy  ~{down.seconds / 60:.0f} min: {' -> '.join(down.chain)}\n")
     out.write(f"  layer by layer  ~{layered / 60:.0f} min (if each layer waited for the whole "
               "previous one)\n")

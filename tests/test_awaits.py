@@ -14,8 +14,11 @@ import pytest
 
 from offline import timing
 from offline.runner import ProgramRun, Registration
-from offline.timing import (COVERS, DURATIONS, SAFETY_FACTOR, await_limit, await_problems, awaits,
-                           estimate_up, go_duration_seconds, schedule)
+import components.hybrid_user_data as user_data
+from components.eks_cluster import CREATE_TIMEOUT_MINUTES
+from offline.timing import (COVERS, DURATIONS, JOIN_NEEDS, SAFETY_FACTOR, await_limit,
+                           await_problems, awaits, estimate_up, go_duration_seconds, join_needs,
+                           phase_names, schedule)
 
 VARIANTS = [dict(gpuEnabled=False, burstScenario="A")] + [
     dict(gpuEnabled=gpu, burstScenario=s) for gpu, s in itertools.product((True, False), "ABC")
@@ -49,6 +52,19 @@ def problems_of(run: ProgramRun, name: str) -> list[str]:
     return [p for p in await_problems(run) if p.startswith(f"{name}:")]
 
 
+def figure(name: str) -> float:
+    return DURATIONS[name].create
+
+
+def joined(run: ProgramRun, slots, host, *host_side: float) -> float:
+    """When ``host``'s join ends, recomputed from the figures: nodeadm init starts once the host
+    has done ``host_side`` after its instance runs and the cluster, the access entry and the
+    role's cluster policy exist (and the script's next try comes), then takes its time."""
+    needs = [run.named(name) for _, name in JOIN_NEEDS]
+    cluster_side = max(slots[r.urn].finish for r in needs) + user_data.JOIN_RETRY_SECONDS
+    return max(slots[host.urn].finish + sum(host_side), cluster_side) + figure("nodeadm-init")
+
+
 def test_every_await_outlasts_what_it_covers(variant):
     assert await_problems(variant) == []
 
@@ -70,16 +86,17 @@ def test_the_vllm_deployment_at_pulumis_default_is_reported(gpu_run):
     broken = planted(gpu_run, "demo-vllm", custom_timeouts={})
     assert await_limit(broken.named("demo-vllm")).seconds == 600
     found = problems_of(broken, "demo-vllm")
-    # With the margin, the create (after the device plugin: the image and the model) and the
-    # Recreate update exceed 10 minutes; in the worst case (a reboot after the join, the
-    # plugin's longest back-off) the create does even without it.
-    assert any("create typically takes" in p for p in found), found
-    assert any("update typically takes" in p for p in found), found
+    # The host pulls the image while its driver installs, so the create (after the join: the
+    # model) fits 10 minutes; the Recreate rollout, which may bring an image the host has not
+    # pulled, does not, with the margin.
+    assert len(found) == 1 and "update typically takes" in found[0], found
     typical = {a.operation: a.typical for a in awaits(gpu_run) if a.name == "demo-vllm"}
     worst = next(a.worst for a in awaits(gpu_run) if a.name == "demo-vllm" and a.operation == "create")
-    assert 600 < typical["create"] * SAFETY_FACTOR <= 30 * 60
-    assert 600 < worst <= 30 * 60
+    assert typical["create"] * SAFETY_FACTOR <= 600 and worst <= 30 * 60
     assert 600 < typical["update"] * SAFETY_FACTOR <= 30 * 60
+    grace = vllm.inputs["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert typical["update"] == (DURATIONS[timing.DEPLOYMENT].create + figure("vllm-image-pull")
+                                 + figure("vllm-model-load") + grace)
 
 
 def test_the_device_plugin_release_at_helms_default_is_reported(gpu_run):
@@ -91,11 +108,16 @@ def test_the_device_plugin_release_at_helms_default_is_reported(gpu_run):
     # Typically Helm's wait returns at once (no GPU node yet: nothing desired), so it is the
     # worst case that Helm's default cannot hold.
     assert found and "takes up to" in found[0] and not any("typically" in p for p in found), found
-    # What the timeout allows for, after the Cilium release it waits for: the driver and the
-    # join, a reboot, the longest restart delay.
+    # What the timeout allows for, after the Cilium release it waits for: the GPU host's
+    # install, its driver (the image pulled beside it), the join, a reboot, the longest restart
+    # delay, then the release's own work.
+    slots = schedule(gpu_run)
+    gpu = gpu_run.named("hybrid-hosts-gpu")
+    end = (joined(gpu_run, slots, gpu, figure("nodeadm-install"),
+                  max(figure("gpu-driver"), figure("vllm-image-pull")))
+           + figure("gpu-reboot") + figure("crashloop-backoff-cap") + DURATIONS[timing.RELEASE].create)
     worst = next(a.worst for a in awaits(gpu_run) if a.name == "hybrid-nvidia-release")
-    phases = ("gpu-driver", "gpu-reboot", "crashloop-backoff-cap")
-    assert worst >= sum(DURATIONS[p].create for p in phases)
+    assert worst == pytest.approx(end - slots[release.urn].start)
     assert worst <= await_limit(release).seconds
 
 
@@ -103,15 +125,68 @@ def test_the_cilium_release_covers_the_hosts_join(variant):
     cilium = variant.named("hybrid-cilium-release")
     assert await_limit(cilium).seconds == 1200
     slots = schedule(variant)
-    hosts = [r for r in variant.of_type(timing.INSTANCE) if r.name.startswith("hybrid-hosts-")]
+    hosts = [r for r in variant.of_type(timing.INSTANCE) if r.name.startswith("hybrid-hosts-node-")]
     # The join happens inside this await, not the instances': they are done once they run.
     for host in hosts:
-        assert slots[host.urn].window == DURATIONS[timing.INSTANCE].create
-    joined = max(slots[h.urn].finish for h in hosts) + DURATIONS["host-join"].create
-    assert slots[cilium.urn].finish == joined + DURATIONS[timing.RELEASE].create
+        assert slots[host.urn].window == timing.figure(host).create
+    # A host installs as soon as it runs; nodeadm init succeeds once the cluster side exists.
+    end = max(joined(variant, slots, h, figure("nodeadm-install")) for h in hosts)
+    assert slots[cilium.urn].finish == end + DURATIONS[timing.RELEASE].create
+    # The hosts install while EKS creates the control plane: typically the access entry, not
+    # the install, is what the join waits for.
+    entry = variant.named("hybrid-node-role-access")
+    assert all(slots[h.urn].finish + figure("nodeadm-install") < slots[entry.urn].finish
+               for h in hosts)
+    assert slots[cilium.urn].via == entry.urn
     assert slots[cilium.urn].window * SAFETY_FACTOR <= 1200
-    broken = planted(variant, "hybrid-cilium-release", inputs={**cilium.inputs, "timeout": 300})
+    broken = planted(variant, "hybrid-cilium-release", inputs={**cilium.inputs, "timeout": 60})
     assert problems_of(broken, "hybrid-cilium-release")
+
+
+def test_a_slow_install_moves_the_join_past_the_cluster_side(lab, monkeypatch):
+    # With an install that outlasts the control plane, the join waits for the host instead.
+    run = lab()
+    slow = 20 * 60
+    monkeypatch.setitem(DURATIONS, "nodeadm-install",
+                        dataclasses.replace(DURATIONS["nodeadm-install"], create=slow))
+    slots = schedule(run)
+    cilium = run.named("hybrid-cilium-release")
+    hosts = [r for r in run.of_type(timing.INSTANCE) if r.name.startswith("hybrid-hosts-node-")]
+    end = max(slots[h.urn].finish for h in hosts) + slow + figure("nodeadm-init")
+    assert slots[cilium.urn].finish == end + DURATIONS[timing.RELEASE].create
+    assert run.by_urn[slots[cilium.urn].via].name.startswith("hybrid-hosts-node-")
+
+
+def test_the_join_deadline_outlasts_the_clusters_create_timeout(variant):
+    """A host boots while EKS creates the control plane and tries nodeadm init until its
+    script's deadline: that must outlast the control plane's create timeout (Pulumi fails the
+    `up` beyond it) plus what the join needs after it, the script's pause included."""
+    joins = {a.name: a for a in awaits(variant) if a.operation == "join"}
+    hosts = {r.name for r in variant.of_type(timing.INSTANCE) if r.name.startswith("hybrid-hosts-")}
+    assert set(joins) == hosts and hosts
+    cluster = variant.named("cluster-eks-cluster")
+    assert await_limit(cluster).seconds == CREATE_TIMEOUT_MINUTES * 60
+    slots = schedule(variant)
+    after = max(slots[r.urn].finish for r in join_needs(variant)) - slots[cluster.urn].finish
+    for join in joins.values():
+        assert join.limit.seconds == user_data.JOIN_DEADLINE_SECONDS
+        assert join.worst >= CREATE_TIMEOUT_MINUTES * 60 + after + user_data.JOIN_RETRY_SECONDS
+        assert join.worst <= join.limit.seconds and join.problem is None
+
+
+def test_a_join_deadline_shorter_than_the_control_planes_worst_case_is_reported(gpu_run, monkeypatch):
+    hosts = sorted(r.name for r in gpu_run.of_type(timing.INSTANCE) if r.name.startswith("hybrid-hosts-"))
+    # A deadline of the create timeout alone leaves no time for the access entry and a try.
+    monkeypatch.setattr(user_data, "JOIN_DEADLINE_SECONDS", CREATE_TIMEOUT_MINUTES * 60)
+    found = [p for p in await_problems(gpu_run) if ": join takes up to" in p]
+    assert sorted(p.split(":")[0] for p in found) == hosts, found
+    monkeypatch.undo()
+    assert not [p for p in await_problems(gpu_run) if ": join " in p]
+    # The cluster's create timeout raised past the deadline: reported too.
+    cluster = gpu_run.named("cluster-eks-cluster")
+    longer = planted(gpu_run, "cluster-eks-cluster",
+                     custom_timeouts={**cluster.custom_timeouts, "create": "40m"})
+    assert [p for p in await_problems(longer) if ": join takes up to" in p]
 
 
 def test_the_cilium_release_waits_for_the_plain_hosts_only(gpu_run):
@@ -148,29 +223,47 @@ def test_the_gpu_work_lands_in_vllms_await_and_the_device_plugin_release_returns
     plugin = gpu_run.named("hybrid-nvidia-release")
     cilium = gpu_run.named("hybrid-cilium-release")
     vllm = gpu_run.named("demo-vllm")
-    # The plugin's release installs after Cilium's, while the GPU host is still installing its
-    # driver: Helm v3 finds nothing desired and returns at once (its own create only).
+    # The GPU host installs, then its driver and toolkit with the vLLM image pulled beside
+    # them (the longer of the two counts), then joins.
+    gpu_joined = joined(gpu_run, slots, gpu, figure("nodeadm-install"),
+                        max(figure("gpu-driver"), figure("vllm-image-pull")))
+    # The plugin's release installs after Cilium's, while the GPU host has not joined yet:
+    # Helm v3 finds nothing desired and returns at once (its own create only).
     assert slots[plugin.urn].start == slots[cilium.urn].finish
     assert slots[plugin.urn].window == DURATIONS[timing.RELEASE].create
+    assert slots[plugin.urn].finish < gpu_joined
     # The driver is installed before the join, so the plugin's pod serves from its first start
-    # (no restart phase): vLLM's pod waits for the driver and the join, then pulls and loads.
-    figures = ("gpu-driver", "host-join")
-    own = (DURATIONS[timing.DEPLOYMENT].create + DURATIONS["vllm-image-pull"].create
-           + DURATIONS["vllm-model-load"].create)
-    assert slots[vllm.urn].finish == (slots[gpu.urn].finish
-                                      + sum(DURATIONS[p].create for p in figures) + own)
-    assert slots[vllm.urn].via == gpu.urn
+    # (no restart phase), and the image is in containerd: vLLM's pod starts, then loads the
+    # model, once both its dependencies and the GPU host's join are done.
+    own = DURATIONS[timing.DEPLOYMENT].create + figure("vllm-model-load")
+    assert slots[vllm.urn].finish == max(slots[vllm.urn].start, gpu_joined) + own
     # Worst case: a reboot and the longest restart delay; it must fit without the margin.
     worst = next(a.worst for a in awaits(gpu_run) if a.name == "demo-vllm" and a.operation == "create")
-    assert worst > slots[vllm.urn].window
+    assert worst == pytest.approx(gpu_joined + figure("gpu-reboot") + figure("crashloop-backoff-cap")
+                                  + own - slots[vllm.urn].start)
     assert worst <= await_limit(vllm).seconds
+
+
+def test_the_image_pull_runs_beside_the_driver(gpu_run, monkeypatch):
+    slots = schedule(gpu_run)
+    gpu = gpu_run.named("hybrid-hosts-gpu")
+    vllm = gpu_run.named("demo-vllm")
+    own = DURATIONS[timing.DEPLOYMENT].create + figure("vllm-model-load")
+    # A pull 15 minutes longer than the driver: the join waits for it, not for their sum.
+    pull = figure("gpu-driver") + 900
+    monkeypatch.setitem(DURATIONS, "vllm-image-pull",
+                        dataclasses.replace(DURATIONS["vllm-image-pull"], create=pull))
+    after = schedule(gpu_run)
+    host_side = slots[gpu.urn].finish + figure("nodeadm-install") + pull + figure("nodeadm-init")
+    assert after[vllm.urn].finish == host_side + own
+    assert estimate_up(gpu_run).chain[-3:] == ["hybrid-hosts-gpu", "demo-vllm", "demo-vllm-svc"]
 
 
 def test_the_estimate_reads_the_same_figures(gpu_run, monkeypatch):
     before_up = estimate_up(gpu_run).seconds
     before = {a.name: a.typical for a in awaits(gpu_run) if a.operation == "create"}
-    monkeypatch.setitem(DURATIONS, "vllm-image-pull",
-                        dataclasses.replace(DURATIONS["vllm-image-pull"], create=268 + 900))
+    monkeypatch.setitem(DURATIONS, "vllm-model-load",
+                        dataclasses.replace(DURATIONS["vllm-model-load"], create=150 + 900))
     after = {a.name: a.typical for a in awaits(gpu_run) if a.operation == "create"}
     assert estimate_up(gpu_run).seconds == before_up + 900
     assert after["demo-vllm"] == before["demo-vllm"] + 900
@@ -181,8 +274,13 @@ def test_covers_names_resources_that_exist(gpu_run):
     for name, covers in COVERS.items():
         reg = gpu_run.named(name)
         assert timing.waits(gpu_run, reg), f"{name} waits for nothing: {covers.after_prefix}?"
-        for phase in (*covers.before, *covers.then, *(covers.worst or ())):
+        paths = [covers.typical, *([covers.worst] if covers.worst else [])]
+        for phase in (*(p for path in paths for p in phase_names(path)), *covers.then,
+                      *covers.update_then):
             assert DURATIONS[phase].source, phase
+    # What a join needs of the cluster side: one resource each.
+    for type_, prefix in JOIN_NEEDS:
+        assert len([r for r in gpu_run.of_type(type_) if r.name.startswith(prefix)]) == 1, prefix
 
 
 def reg(type_: str, *, inputs=None, custom_timeouts=None) -> Registration:

@@ -13,7 +13,9 @@ import sys
 import pytest
 import yaml
 
-from components.hybrid_user_data import TEMPLATES, HostBootstrap, node_config, render_user_data
+from components.demos import VLLM
+from components.hybrid_user_data import (TEMPLATES, HostBootstrap, boot_generation, node_config,
+                                         normalized_image, render_user_data)
 from components.nodeadm import NODEADM_VERSION, SSM_KEY_EXPIRES, nodeadm_url
 
 BASE = HostBootstrap(
@@ -28,7 +30,8 @@ BASE = HostBootstrap(
 )
 GPU = HostBootstrap(**{**BASE.__dict__, "gpu": True,
                        "node_labels": {**BASE.node_labels, "nvidia.com/gpu.present": "true"},
-                       "node_taints": [*BASE.node_taints, "gpu=true:NoSchedule"]})
+                       "node_taints": [*BASE.node_taints, "gpu=true:NoSchedule"],
+                       "prefetch_images": (VLLM,)})
 
 
 def embedded_node_config(script: str) -> dict:
@@ -88,10 +91,13 @@ def test_the_join_steps_in_order():
         "retry 10 fetch_nodeadm\n",
         'retry 5 nodeadm install "$KUBERNETES_VERSION" --credential-provider ssm',
         "<<'NODECONFIG'",
-        'retry 8 nodeadm init -c "file://$NODE_CONFIG"',
+        'until nodeadm init -c "file://$NODE_CONFIG"; do',
+        "\njoin\n",
     ]
     positions = [script.index(step) for step in steps]
     assert positions == sorted(positions)
+    # No image to pull ahead on a plain host.
+    assert "ctr " not in script and "PREFETCH" not in script
     assert f"NODEADM_URL='{nodeadm_url(NODEADM_VERSION, 'amd64')}'" in script
     assert "KUBERNETES_VERSION='1.35'" in script
     assert "set -euo pipefail" in script
@@ -263,15 +269,109 @@ def test_gpu_driver_and_toolkit_are_installed_before_the_join_and_the_runtime_af
     utils = _first(lines, r'retry \d+ apt-get install -y --no-install-recommends "nvidia-utils-\$branch"')
     driver_call = _first(lines, r"install_nvidia_driver")
     toolkit = _first(lines, r"retry \d+ apt-get install -y nvidia-container-toolkit")
-    init = _first(lines, r'retry \d+ nodeadm init -c "file://\$NODE_CONFIG"')
+    init = _first(lines, r'until nodeadm init -c "file://\$NODE_CONFIG"; do')
     runtime = _first(lines, r"nvidia-ctk runtime configure --runtime=containerd --set-as-default")
     restart = _first(lines, r"systemctl restart containerd")
     reboot_check = _first(lines, r"if ! nvidia-smi; then")
-    assert nodeadm_install < driver < utils < driver_call < toolkit < init < runtime < restart < reboot_check
+    # The join itself runs after the driver's install (its function is called then).
+    join = _first(lines, r"join")
+    assert nodeadm_install < driver < utils < driver_call < toolkit < init < join < runtime < restart < reboot_check
     # One refresh before nodeadm install, one for the toolkit's new repository: no other.
     updates = [i for i, line in enumerate(lines) if re.fullmatch(r"retry \d+ apt-get update", line)]
     repository = _first(lines, r"sed .*nvidia-container-toolkit-keyring\.gpg.*")
     assert len(updates) == 2 and updates[0] < nodeadm_install and repository < updates[1] < toolkit
+
+
+# --- the GPU host pulls vLLM while its driver installs ---------------------------------------------
+
+@pytest.mark.parametrize("reference,normalized", [
+    # docker/distribution reference: ParseNormalizedNamed, then TagNameOnly.
+    ("vllm/vllm-openai:v0.11.0", "docker.io/vllm/vllm-openai:v0.11.0"),
+    ("busybox", "docker.io/library/busybox:latest"),
+    ("busybox:1.37.0@sha256:" + "9" * 64, "docker.io/library/busybox:1.37.0@sha256:" + "9" * 64),
+    ("index.docker.io/vllm/vllm-openai", "docker.io/vllm/vllm-openai:latest"),
+    ("public.ecr.aws/eks/pause:3.5", "public.ecr.aws/eks/pause:3.5"),
+    ("localhost:5000/a/b", "localhost:5000/a/b:latest"),
+    ("localhost/a", "localhost/a:latest"),
+])
+def test_image_references_are_normalized_as_the_cri_does(reference, normalized):
+    assert normalized_image(reference) == normalized
+
+
+def test_the_gpu_host_pulls_the_vllm_deployments_image_before_the_join(lab):
+    """The GPU host's user data, as the program renders it, pulls the very image the vLLM
+    Deployment runs (normalized: ctr does not, the CRI does), into containerd's k8s.io
+    namespace (the kubelet's CRI), in the background after nodeadm install, and waits for it
+    before nodeadm init restarts containerd."""
+    run = lab(gpuEnabled=True)
+    image = run.named("demo-vllm").inputs["spec"]["template"]["spec"]["containers"][0]["image"]
+    script = run.named("hybrid-hosts-gpu").inputs["userData"].value
+    lines = commands(script)
+    [images] = [line for line in lines if line.startswith("PREFETCH_IMAGES=")]
+    assert images == f"PREFETCH_IMAGES=('{normalized_image(image)}')"
+    assert _first(lines, r'pull_image\(\) \{ ctr -n k8s\.io images pull "\$1" >/dev/null; \}') >= 0
+    install = _first(lines, r'retry \d+ nodeadm install .*')
+    started = _first(lines, r"prefetch_images &")
+    driver = _first(lines, r"install_nvidia_driver")
+    waited = _first(lines, r'if wait "\$PREFETCH_PID"; then')
+    init = _first(lines, r'until nodeadm init -c "file://\$NODE_CONFIG"; do')
+    assert install < started < driver < waited < init
+    # The plain hosts pull nothing ahead.
+    plain = run.named("hybrid-hosts-node-0").inputs["userData"].value
+    assert "ctr " not in plain
+
+
+def test_a_new_vllm_image_is_a_new_gpu_host():
+    other = HostBootstrap(**{**GPU.__dict__, "prefetch_images": ("vllm/vllm-openai:v0.12.0",)})
+    assert boot_generation(other) != boot_generation(GPU)
+
+
+def _prefetch(tmp_path, pull_status: int):
+    """Runs the GPU script's prefetch, a stand-in driver install and its wait, with ctr and
+    systemctl replaced: (exit status, output, ctr's calls)."""
+    script = render_user_data(GPU)
+    start = (TEMPLATES / "hybrid-host-prefetch.sh").read_text()
+    start = start.replace("{{ prefetch_images }}", f"'{normalized_image(VLLM)}'")
+    assert start.rstrip() in script
+    wait = (TEMPLATES / "hybrid-host-prefetch-wait.sh").read_text().rstrip()
+    assert wait in script
+    retry = re.search(r"^retry\(\) \{.*?^\}\n", script, re.S | re.M).group(0)
+    probe = tmp_path / "prefetch.sh"
+    probe.write_text(
+        "set -euo pipefail\nlog() { echo \"log: $*\"; }\nsleep() { :; }\n"
+        f"CALLS={tmp_path}/ctr\n"
+        f'ctr() {{ echo "$*" >> "$CALLS"; echo "progress line"; return {pull_status}; }}\n'
+        "systemctl() { :; }\n" + retry + start + "\necho driver-installed\n" + wait +
+        "\necho joining\n")
+    done = subprocess.run(["bash", str(probe)], capture_output=True, text=True)
+    calls = (tmp_path / "ctr").read_text().splitlines() if (tmp_path / "ctr").exists() else []
+    return done.returncode, done.stdout + done.stderr, calls
+
+
+def test_the_prefetch_pulls_into_k8s_io_and_the_join_follows(tmp_path):
+    status, output, calls = _prefetch(tmp_path, 0)
+    assert status == 0, output
+    assert calls == [f"-n k8s.io images pull {normalized_image(VLLM)}"]
+    assert "progress line" not in output  # ctr's progress stays out of the join log
+    assert output.index("driver-installed") < output.index("prefetched into containerd") < output.index("joining")
+
+
+def test_a_failed_pull_does_not_stop_the_join(tmp_path):
+    """Decided: the pull only saves the pod its own pull. When every try fails the join goes
+    on, and the kubelet pulls the image when the pod starts."""
+    status, output, calls = _prefetch(tmp_path, 1)
+    assert status == 0, output
+    assert len(calls) == 5  # retried
+    assert "could not prefetch every image" in output
+    assert output.rstrip().endswith("joining")
+
+
+def test_the_gpu_hosts_root_volume_holds_the_image(lab):
+    """ctr keeps the image's compressed layers beside the unpacked ones (discard_unpacked_layers
+    applies to the CRI's pulls only): about 10 GB compressed, over twice that unpacked, with the
+    driver and the OS beside them."""
+    run = lab(gpuEnabled=True)
+    assert run.named("hybrid-hosts-gpu").inputs["rootBlockDevice"]["volumeSize"] >= 100
 
 
 # --- the GPU host's driver, as a host runs it -----------------------------------------------------

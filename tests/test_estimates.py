@@ -8,7 +8,7 @@ import pytest
 
 from stacks import costs
 from stacks.config import load_config
-from offline.timing import (DEPLOYMENT, DURATIONS, INSTANCE, NODE_CLEANUP, RELEASE, SERVICE,
+from offline.timing import (DEPLOYMENT, DURATIONS, INSTANCE, NODE_CLEANUP, SERVICE,
                            estimate_destroy, estimate_layer_by_layer, estimate_up, figure,
                            schedule)
 

@@ -28,12 +28,12 @@ _IMAGE_SAFE = re.compile(r"[a-z0-9][A-Za-z0-9_.:/@-]*")
 NODEADM_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
 #: How long a host keeps trying to join, from the start of its script. Pulumi does not make a
 #: host wait for the cluster: it boots while EKS creates the control plane, and nodeadm init
-#: fails until the cluster is ACTIVE (aws/eks-hybrid internal/aws/eks/cluster.go,
-#: ReadClusterDetails: "eks cluster ... is not active"). A host starts after the cluster's
-#: create has begun (the network it needs takes longer than the cluster's role and key), so the
-#: control plane's worst case — `pulumi up`'s create timeout for it — plus 10 minutes for the
-#: add-ons before it, the access entry and IAM to be honoured, bounds the wait; beyond it the
-#: `up` has failed anyway.
+#: fails until the cluster is ACTIVE (aws/eks-hybrid internal/node/hybrid/configenricher.go,
+#: ensureClusterDetails: "eks cluster is not active") and this node's access entry exists. The
+#: control plane's worst case — `pulumi up`'s create timeout for it, beyond which the `up` has
+#: failed anyway — plus 10 minutes for what follows it (the access entry and the role's cluster
+#: policy, IAM honouring them, the script's next try) bounds the wait; offline/timing.py checks
+#: that it covers the cluster's timeout and what follows it (tests/test_awaits.py).
 JOIN_DEADLINE_SECONDS = (CREATE_TIMEOUT_MINUTES + 10) * 60
 #: Pause between two tries of nodeadm init while the cluster is not ready.
 JOIN_RETRY_SECONDS = 20

@@ -157,9 +157,10 @@ COVERS: dict[str, Covers] = {
     "hybrid-cilium-release": Covers(INSTANCE, "hybrid-hosts-node-", JOINS["hybrid-hosts-node-"]),
     # Helm v3 counts a DaemonSet ready when its desired pods are scheduled and all but
     # maxUnavailable of them ready (helm pkg/kube/ready.go, daemonSetReady). The release installs
-    # after Cilium's, which the plain hosts' join ends; the GPU host is then still installing its
-    # driver, so no node matches the plugin's selector, desired is 0, and the wait returns at
-    # once: typically this await covers nothing outside Pulumi.
+    # after Cilium's, which the plain hosts' join ends; the GPU host, whose driver and image
+    # take longer than their install, has not joined yet (typically by about half a minute:
+    # tests/test_awaits.py checks it), so no node matches the plugin's selector, desired is 0,
+    # and the wait returns at once: typically this await covers nothing outside Pulumi.
     # Worst: the GPU host has joined by then and a wait that counts ready pods (as Helm 4's
     # kstatus watcher does) waits through the driver, the join, a reboot and the plugin's
     # longest restart delay; the timeout allows for it.

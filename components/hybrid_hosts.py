@@ -158,7 +158,7 @@ class HybridHosts(pulumi.ComponentResource):
                     activation_id=activation_id, activation_code=activation_code,
                     architecture=arch, node_labels={**host.node_labels, **identity},
                     node_taints=host.node_taints, gpu=host.gpu,
-                    prefetch_images=tuple(host.prefetch_images))
+                    prefetch_images=tuple(host.prefetch_images), instance_label=instance_key)
 
             # A host generation: what the host boots with, so exactly what replaces the
             # instance — its user data (user_data_replace_on_change) and its subnet (ForceNew).

@@ -40,6 +40,9 @@ JOIN_RETRY_SECONDS = 20
 #: Hex digits of a boot generation (48 bits: a collision between two generations of one host
 #: is not a practical concern, and the value fits a label next to others).
 GENERATION_DIGITS = 12
+#: Where the NodeConfig holds the instance id until the script knows it (it is not in the user
+#: data: the instance does not exist when the user data is rendered).
+INSTANCE_ID_MARK = "@INSTANCE_ID@"
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,10 @@ class HostBootstrap:
     #: Images pulled into containerd while the host installs, before nodeadm init (the exact
     #: references its pods use; rendered normalized): the pods start without pulling.
     prefetch_images: Sequence[str] = ()
+    #: A node label the host sets to its own EC2 instance id (read at boot from cloud-init's
+    #: instance data): its Node cleanup selects it, so that a host created again with the same
+    #: user data (same token) keeps its Node when the old host's cleanup goes.
+    instance_label: str = ""
 
 
 def normalized_image(reference: str) -> str:
@@ -85,8 +92,11 @@ def normalized_image(reference: str) -> str:
 def node_config(host: HostBootstrap) -> dict:
     """The nodeadm NodeConfig (node.eks.aws/v1alpha1) for SSM hybrid credentials."""
     flags = []
-    if host.node_labels:
-        flags.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in host.node_labels.items()))
+    labels = dict(host.node_labels)
+    if host.instance_label:
+        labels[host.instance_label] = INSTANCE_ID_MARK
+    if labels:
+        flags.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in labels.items()))
     if host.node_taints:
         flags.append("--register-with-taints=" + ",".join(host.node_taints))
     spec: dict = {

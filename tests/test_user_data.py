@@ -7,7 +7,9 @@ import hashlib
 import os
 import re
 import shutil
+import dataclasses
 import subprocess
+from typing import Optional
 import sys
 
 import pytest
@@ -509,3 +511,43 @@ def test_no_nvidia_driver_installed_stops_before_the_join(tmp_path):
     assert status != 0
     assert "expected one NVIDIA driver branch installed by ubuntu-drivers, found: none" in output
     assert packages == [] and calls == []
+
+
+# --- the Node carries its instance's id ---------------------------------------------------------
+
+INSTANCE_LABEL = "eks-hybrid-lab.io/instance"
+
+
+def _write_node_config(tmp_path, answer: str) -> tuple[int, str, Optional[dict]]:
+    """Runs the rendered script's NodeConfig step (from writing the NodeConfig to labelling it
+    with the instance id), with the config written under ``tmp_path`` and ``cloud-init query``
+    answering ``answer``: (exit status, output, the NodeConfig written)."""
+    script = render_user_data(dataclasses.replace(BASE, instance_label=INSTANCE_LABEL))
+    start = script.index("install -d -m 0700 /etc/eks-hybrid-lab")
+    end = script.index("\nfi\n", script.index("@INSTANCE_ID@", script.index("NODECONFIG\numask"))) + 4
+    step = script[start:end].replace("install -d -m 0700 /etc/eks-hybrid-lab", ":")
+    config = tmp_path / "nodeconfig.yaml"
+    probe = tmp_path / "probe.sh"
+    probe.write_text(
+        "set -euo pipefail\nlog() { echo \"log: $*\"; }\n"
+        f"NODE_CONFIG={config}\n"
+        f"cloud-init() {{ [ \"$*\" = 'query v1.instance_id' ] && echo '{answer}'; }}\n" + step)
+    done = subprocess.run(["bash", str(probe)], capture_output=True, text=True)
+    written = yaml.safe_load(config.read_text()) if config.exists() else None
+    return done.returncode, done.stdout + done.stderr, written
+
+
+def test_the_node_is_labelled_with_its_instance_id(tmp_path):
+    status, output, written = _write_node_config(tmp_path, "i-0123456789abcdef0")
+    assert status == 0, output
+    [labels] = [f for f in written["spec"]["kubelet"]["flags"] if f.startswith("--node-labels=")]
+    assert f"{INSTANCE_LABEL}=i-0123456789abcdef0" in labels.split("=", 1)[1].split(",")
+    assert "@INSTANCE_ID@" not in labels
+    # Not in the user data itself: the generation does not depend on the instance.
+    assert "i-0123456789abcdef0" not in render_user_data(
+        dataclasses.replace(BASE, instance_label=INSTANCE_LABEL))
+
+
+def test_no_instance_id_stops_before_the_join(tmp_path):
+    status, output, _ = _write_node_config(tmp_path, "")
+    assert status == 1 and "cannot label the Node; not joining" in output

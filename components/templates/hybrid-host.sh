@@ -97,6 +97,17 @@ cat > "$NODE_CONFIG" <<'NODECONFIG'
 {{ node_config }}
 NODECONFIG
 umask 022
+# The Node is labelled with this instance's id (its cleanup selects it). cloud-init read it
+# from the datasource at boot and answers from its cache, not the metadata service (blocked
+# above): `cloud-init query v1.instance_id`, documented in cloud-init's instancedata.rst.
+if grep -q '@INSTANCE_ID@' "$NODE_CONFIG"; then
+  INSTANCE_ID=$(cloud-init query v1.instance_id)
+  if ! [[ "$INSTANCE_ID" =~ ^i-[0-9a-f]{8,17}$ ]]; then
+    log "cloud-init gave no EC2 instance id ('$INSTANCE_ID'): cannot label the Node; not joining"
+    exit 1
+  fi
+  sed -i "s/@INSTANCE_ID@/$INSTANCE_ID/" "$NODE_CONFIG"
+fi
 
 # This host boots while EKS creates the control plane (`pulumi up` does not make it wait for
 # the cluster), so nodeadm init fails until the cluster is ACTIVE and this node's access entry

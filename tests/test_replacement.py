@@ -24,7 +24,6 @@ their real providers' code against that model.
 from __future__ import annotations
 
 import base64
-import re
 import shutil
 from pathlib import Path
 from typing import Any, Optional
@@ -44,7 +43,6 @@ from components.hybrid_user_data import NODEADM_ARCH
 from offline.fake_cloud import FakeCloud
 from components.cleanup.node_objects import NodeObjectCleanupProvider
 from offline.runner import ProgramRun, run_program
-from offline.scheduling import node_config_of
 from tests.conftest import independent_run, lab_config, run_lab
 from ops.preflight.checks import vcpu_quota_class
 from ops.preflight.cli import lab_needs

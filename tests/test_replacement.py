@@ -490,8 +490,7 @@ def test_an_update_deletes_no_live_hosts_node_and_leaves_none_billed(transition)
     assert cloud.foreign_terminated == []
     assert cloud.billed(apply(state, order)) == []
     # Not vacuous: where hosts are replaced, their cleanups' deletes ran and ended them.
-    assert bool(_node_cleanup_deletes(order)) == replaces or "gpu-on" in t.new.config.get(
-        "eks-hybrid-lab:gpuEnabled", "")
+    assert bool(_node_cleanup_deletes(order)) == replaces
 
 
 #: Transitions to interrupt, and whether reverting brings the hosts' generation back (not for

@@ -13,7 +13,11 @@ another, by the engine's and the providers' rules, ported.
 - **ignoreChanges**: the engine copies the old value over the new before diffing.
 - **Unknowns**: in a preview a replaced resource's outputs are unknown, so an input whose
   property dependencies include a replaced resource is unknown, hence changed — and replaces the
-  dependent if that property forces replacement. Only custom resources are diffed.
+  dependent if that property forces replacement. Only custom resources are diffed. A dynamic
+  provider's ``diff`` gets what the dynamic provider host passes it: the wire's unknown sentinel
+  deserialized with ``keep_unknowns=True``, a ``pulumi.output.Unknown`` instance, not the
+  sentinel string (pulumi/pulumi sdk/python/lib/pulumi/dynamic/__main__.py ``Diff``,
+  runtime/rpc.py ``deserialize_property``).
 
 A type with changed inputs and no rule here is reported in ``unmodelled`` rather than guessed.
 
@@ -28,9 +32,16 @@ pkg/resource/deploy/step_generator.go):
 - a replaced resource is replaced **create-before-delete** by default — its new copy is
   created in its turn and the old one is marked pending delete — or **delete-before-create**
   when its ``deleteBeforeReplace`` option (or, without one, its provider's diff) says so: then
-  the dependents that a new copy of it would replace are deleted first, dependents first
-  (``calculateDependentReplacements``), then the old copy, and the new one is created
-  (``continueStepsFromDiff``);
+  its dependents that must be replaced are deleted first, dependents first, then the old copy,
+  and the new one is created (``continueStepsFromDiff``). Which dependents: those of the old
+  snapshot's graph (``DependingOn``: dependencies, property dependencies, deletedWith, the
+  provider), not yet registered in this update, for which ``requiresReplacement`` says so —
+  the dependent's *own old inputs*, each input whose property dependencies include a resource
+  of the replace set made unknown, diffed by its provider (``calculateDependentReplacements``).
+  No input from the replace set, no replacement: a bare ``dependsOn`` never forces one. A
+  replaced dependent joins the replace set, so it cascades. A dependent so deleted is created
+  again when it registers, whatever its own diff (``generateSteps``: "re-create replaced
+  resource deleted due to dependent DBR");
 - after every registration the resources the program no longer registers and the pending
   deletes are deleted, dependents first (``GenerateDeletes``, ``ScheduleDeletes``). A pending
   delete left by an update that failed is deleted at the end of the next one, whatever that
@@ -44,13 +55,17 @@ from __future__ import annotations
 
 import base64
 import copy
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import dill
+from google.protobuf import struct_pb2
+from pulumi.output import Unknown
 from pulumi.runtime import rpc
 
 from offline.fake_cloud import FakeCloud
+from offline.scheduling import node_config_of
 from offline.runner import ProgramRun, Registration, Secret, run_program
 
 UNKNOWN = rpc.UNKNOWN
@@ -120,13 +135,33 @@ def plain(value: Any) -> Any:
     return value
 
 
+def as_the_provider_host_passes(props: Mapping[str, Any]) -> dict[str, Any]:
+    """``props`` as the dynamic provider host hands them to ``diff``: sent over the wire as a
+    Struct (an unknown as the sentinel string ``rpc.UNKNOWN``), deserialized with
+    ``keep_unknowns=True`` — so an unknown arrives as a ``pulumi.output.Unknown`` instance
+    (sdk/python/lib/pulumi/dynamic/__main__.py ``Diff``)."""
+    struct = struct_pb2.Struct()
+    struct.update(plain(dict(props)))
+    return rpc.deserialize_properties(struct, keep_unknowns=True)
+
+
+def _dynamic_provider_diff(old: Registration, news: Mapping[str, Any]):
+    """The real dynamic provider's DiffResult, called as the dynamic provider host calls it:
+    olds are the old outputs, the provider comes from ``news`` unless it is unknown there."""
+    olds = as_the_provider_host_passes(old.outputs)
+    news = as_the_provider_host_passes(news)
+    # The host reads the provider from news (its check against the sentinel string never
+    # matches a deserialized Unknown); this lab never computes a provider, so it is known.
+    blob = news.get("__provider")
+    if blob is None or isinstance(blob, Unknown):
+        blob = olds["__provider"]
+    provider = dill.loads(base64.b64decode(plain(blob)))
+    return provider.diff(old.id, olds, news)
+
+
 def _dynamic_diff(old: Registration, news: dict[str, Any]) -> list[str]:
     """The replacing keys the real dynamic provider's diff() answers."""
-    blob = news.get("__provider")
-    if blob == UNKNOWN:
-        blob = old.outputs["__provider"]
-    provider = dill.loads(base64.b64decode(plain(blob)))
-    return list(provider.diff(old.id, plain(old.outputs), news).replaces or [])
+    return list(_dynamic_provider_diff(old, news).replaces or [])
 
 
 def _changed(olds: Mapping[str, Any], news: Mapping[str, Any]) -> set[str]:
@@ -190,6 +225,31 @@ def plan(old: "ProgramRun | State", new: ProgramRun,
         else:
             result.updated.add(reg.urn)
     return result
+
+
+# --- what a host boots with ---------------------------------------------------------------------
+
+
+def labels_of(host) -> dict[str, str]:
+    """The labels the host's kubelet registers its Node with: its NodeConfig's, with what the
+    join script fills in at boot — a mark it replaces (``sed``) by the instance id cloud-init
+    answers (``cloud-init query v1.instance_id``), which is this host's id — plus nodeadm's."""
+    script = str(plain(host.inputs["userData"]))
+    config = node_config_of(script)
+    flags = config["spec"]["kubelet"]["flags"]
+    [labels] = [f.split("=", 1)[1] for f in flags if f.startswith("--node-labels=")]
+    found = dict(item.split("=", 1) for item in labels.split(","))
+    for mark, var in re.findall(r'sed -i "s/(@\w+@)/\$(\w+)/" "\$NODE_CONFIG"', script):
+        if re.search(rf"^\s*{var}=\$\(cloud-init query (?:v1\.)?instance_id\)", script, re.M):
+            found = {k: host.id if v == mark else v for k, v in found.items()}
+    return {**found, "eks.amazonaws.com/compute-type": "hybrid"}
+
+
+def activation_of(host) -> str:
+    """The activation the host registers with SSM through (its NodeConfig's)."""
+    return node_config_of(str(plain(host.inputs["userData"])))["spec"]["hybrid"]["ssm"][
+        "activationId"]
+
 
 
 def _type_and_name(urn: str) -> tuple[str, str]:
@@ -274,11 +334,7 @@ def _delete_first(reg: Registration, before: Registration, news: dict[str, Any])
     if option:
         return True
     if reg.type.startswith(DYNAMIC_PREFIX):
-        blob = news.get("__provider")
-        if blob == UNKNOWN:
-            blob = before.outputs["__provider"]
-        provider = dill.loads(base64.b64decode(plain(blob)))
-        return bool(provider.diff(before.id, plain(before.outputs), news).delete_before_replace)
+        return bool(_dynamic_provider_diff(before, news).delete_before_replace)
     return False
 
 
@@ -302,6 +358,96 @@ def _dependents_first(urns: set[str], graph: Mapping[str, Registration]) -> list
     return ordered
 
 
+def depending_on(graph: Mapping[str, Registration], root: str,
+                 ignore: frozenset[str] = frozenset()) -> list[str]:
+    """The resources of the snapshot ``graph`` (in its order, a topological one) that depend on
+    ``root`` directly or not, through dependencies, property dependencies (both in
+    ``dependencies``), deletedWith or their provider; children as such are not followed
+    (pkg/resource/graph/dependency_graph.go DependingOn, includeChildren=false)."""
+    order = list(graph)
+    found: list[str] = []
+    dependent = {root}
+    for urn in order[order.index(root) + 1:]:
+        reg = graph[urn]
+        if urn in ignore:
+            continue
+        # A provider reference is "<urn>::<id>".
+        edges = {*reg.dependencies, reg.options.get("deletedWith") or "",
+                 (reg.provider or "").rsplit("::", 1)[0]}
+        if edges & dependent:
+            found.append(urn)
+            dependent.add(urn)
+    return found
+
+
+def requires_replacement(reg: Registration, replace_set: set[str]) -> list[str]:
+    """step_generator.go calculateDependentReplacements, ``requiresReplacement``: the keys for
+    which a dependent must be replaced when the resources in ``replace_set`` are — [] for none.
+
+    The dependent's own old inputs, each one whose property dependencies include a resource of
+    the replace set swapped for an unknown (``resource.MakeComputed``), diffed against its old
+    outputs by its provider with unknowns allowed; then its replaceOnChanges. The replaced
+    resource's outputs are not involved."""
+    if not reg.custom:
+        return []
+    provider_urn = (reg.provider or "").rsplit("::", 1)[0]
+    if provider_urn in replace_set or (reg.options.get("deletedWith") or "") in replace_set:
+        return ["(provider or deletedWith replaced)"]
+    olds = plain(reg.inputs)
+    inputs = dict(olds)
+    unknown = set()
+    for prop in olds:
+        if any(dep in replace_set for dep in reg.property_dependencies.get(prop) or ()):
+            inputs[prop] = UNKNOWN
+            unknown.add(prop)
+    if not unknown:
+        return []  # a bare dependsOn edge never forces a replacement
+    # diffResource applies the dependent's ignoreChanges to the inputs it diffs.
+    for prop in reg.options.get("ignoreChanges") or []:
+        if prop in olds:
+            inputs[prop] = olds[prop]
+            unknown.discard(prop)
+    if reg.type.startswith(DYNAMIC_PREFIX):
+        keys = list(_dynamic_provider_diff(reg, inputs).replaces or [])
+    elif reg.type in FORCE_NEW:
+        # The bridge (a Terraform schema diff): an unknown ForceNew attribute requires a new
+        # resource; so does user_data under user_data_replace_on_change (ec2_instance.go).
+        keys = sorted(p for p in unknown if p in FORCE_NEW[reg.type])
+        keys += [f"{p}.{sub}" for p, sub in FORCE_NEW_NESTED.get(reg.type, ()) if p in unknown]
+        if reg.type == "aws:ec2/instance:Instance" and "userData" in unknown \
+                and inputs.get("userDataReplaceOnChange"):
+            keys.append("userData")
+    else:
+        raise NotImplementedError(
+            f"no replacement rule for {reg.type} ({reg.name}), whose {sorted(unknown)} come from "
+            f"a resource replaced delete-first: the model does not guess")
+    replace_on = set(reg.options.get("replaceOnChanges") or [])
+    keys += [p for p in sorted(unknown) if (p in replace_on or "*" in replace_on)
+             and p not in keys]
+    return keys
+
+
+def dependent_replacements(graph: Mapping[str, Registration], root: str,
+                           registered: frozenset[str] = frozenset()) -> list[tuple[str, list[str]]]:
+    """The dependents deleted before ``root`` is replaced delete-first, in dependency order,
+    with their replace keys (calculateDependentReplacements); ``registered``: the URNs this
+    update has already registered, which cannot depend on ``root`` (impossibleDependents)."""
+    replace_set = {root}
+    found: list[tuple[str, list[str]]] = []
+    for urn in depending_on(graph, root, registered):
+        keys = requires_replacement(graph[urn], replace_set)
+        if keys:
+            found.append((urn, keys))
+            replace_set.add(urn)
+    return found
+
+
+#: Why a step runs, for a dependent deleted ahead of a delete-first replacement, and for its
+#: creation when it registers again.
+DEPENDENT_DELETE = "dependent of a delete-first replacement"
+DEPENDENT_RECREATE = "re-created after a delete-first dependency"
+
+
 def steps(state: State, new: ProgramRun, fresh: ProgramRun,
           replace: frozenset[str] = frozenset()) -> list[Step]:
     """The engine's steps for ``pulumi up`` of ``new`` from ``state`` (``--replace`` of the
@@ -312,6 +458,9 @@ def steps(state: State, new: ProgramRun, fresh: ProgramRun,
     deleted: set[int] = set()
     pending_now: list[Registration] = []
     graph = dict(state.current)
+    #: Dependents deleted ahead of a delete-first replacement: created again in their turn.
+    recreate: set[str] = set()
+    registered: set[str] = set()
 
     def delete(reg: Registration, why: str) -> None:
         if id(reg) not in deleted:
@@ -320,18 +469,21 @@ def steps(state: State, new: ProgramRun, fresh: ProgramRun,
 
     for reg in new.resources():
         urn = reg.urn
+        registered.add(urn)
         created = fresh.by_urn[urn]
-        if urn in result.created:
+        if urn in recreate:
+            out.append(Step("create", urn, created, DEPENDENT_RECREATE))
+        elif urn in result.created:
             out.append(Step("create", urn, created, "new"))
         elif urn in result.replaced:
             before = state.current[urn]
             if _delete_first(reg, before, plain(reg.inputs)):
-                # calculateDependentReplacements: the transitive dependents a new copy would
-                # replace go first, dependents before what they depend on.
-                dependents = {d for d in result.replaced
-                              if d != urn and d in graph and _depends_on(graph, d, urn)}
-                for d in _dependents_first(dependents, graph):
-                    delete(state.current[d], "dependent of a delete-first replacement")
+                # calculateDependentReplacements, then their deletes in reverse dependency
+                # order, skipping one already deleted for another delete-first replacement.
+                dependents = dependent_replacements(graph, urn, frozenset(registered))
+                for d, _keys in reversed(dependents):
+                    delete(state.current[d], DEPENDENT_DELETE)
+                    recreate.add(d)
                 delete(before, "replace (delete first)")
                 out.append(Step("create", urn, created, "replace (delete first)"))
             else:
@@ -350,19 +502,6 @@ def steps(state: State, new: ProgramRun, fresh: ProgramRun,
                 delete(reg, "removed" if urn in result.deleted and reg is state.current.get(urn)
                        else "pending delete")
     return out
-
-
-def _depends_on(graph: Mapping[str, Registration], urn: str, target: str) -> bool:
-    todo, seen = list(graph[urn].dependencies), set()
-    while todo:
-        d = todo.pop()
-        if d == target:
-            return True
-        if d in seen or d not in graph:
-            continue
-        seen.add(d)
-        todo += graph[d].dependencies
-    return False
 
 
 def apply(state: State, done: list[Step]) -> State:

@@ -13,12 +13,14 @@ import pytest
 from components.expiry import ExpiryProvider
 from offline.runner import ProgramRun, Registration, Secret
 from tests.conftest import HOST_SETTINGS
+from tests.replacement import State, labels_of, steps
 
 INSTANCE = "aws:ec2/instance:Instance"
 ACTIVATION = "aws:ssm/activation:Activation"
 RELEASE = "kubernetes:helm.sh/v3:Release"
 SSM_CLEANUP = "pulumi-python:dynamic/cleanup:SsmRegistrations"
 NODE_CLEANUP = "pulumi-python:dynamic/cleanup:HybridNodeObjects"
+HOST_TOKEN = "pulumi-python:dynamic/cleanup:HybridHostToken"
 
 
 def one(run: ProgramRun, type_: str) -> Registration:
@@ -228,19 +230,44 @@ def test_host_user_data_joins_this_cluster_with_this_activation(dev_run):
         assert "/bin/linux/amd64/nodeadm" in script
 
 
-def test_hosts_depend_on_routes_egress_access_and_the_cleanups(dev_run):
+def _closure(run: ProgramRun, urns) -> set[str]:
+    """``urns`` and everything they wait for, directly or not."""
+    seen: set[str] = set()
+    todo = list(urns)
+    while todo:
+        urn = todo.pop()
+        if urn not in seen and urn in run.by_urn:
+            seen.add(urn)
+            todo += run.by_urn[urn].dependencies
+    return seen
+
+
+def test_hosts_depend_on_routes_egress_policies_and_the_registrations_cleanup(dev_run):
+    """A host needs the routes to the cluster and the internet, the role's managed policies and
+    the activation (whose registrations cleanup must outlive it) — and nothing the cluster
+    makes: it boots while EKS creates the control plane, and its join waits for the cluster.
+    Its Node cleanup depends on it, not the reverse (it ends the host before deleting the
+    Node)."""
+    policies = {a.name for a in dev_run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+                if a.name.startswith("hybrid-node-role-")}
+    assert "hybrid-node-role-iam-AmazonSSMManagedInstanceCore" in policies
     required = {
         "network-transit-to-cloud", "network-transit-to-onprem", "network-transit-cloud-to-onprem",
         "network-transit-onprem-to-cloud", "network-onprem-private-default-route",
-        "network-onprem-private-0-rta", "hybrid-node-role-access", "hybrid-node-role-iam-cluster",
-        "hybrid-node-role-iam-AmazonSSMManagedInstanceCore", "hybrid-activation-registrations",
+        "network-onprem-private-0-rta", "hybrid-activation-registrations", *policies,
     }
+    eks = one(dev_run, "aws:eks/cluster:Cluster")
+    entry = named(dev_run, "hybrid-node-role-access")
+    cleanups = {c.urn for c in dev_run.of_type(NODE_CLEANUP)}
+    assert cleanups
     for host in hosts(dev_run).values():
         names = {dev_run.by_urn[u].name for u in host.explicit_dependencies}
         assert required <= names, required - names
-        # Its Node cleanup: through the token in its user data (so deleted after the host).
-        cleanup = dev_run.named(f"{host.name}-node")
-        assert host.property_dependencies["userData"].count(cleanup.urn) == 1
+        # Not directly, nor through anything it waits for.
+        waits_for = _closure(dev_run, host.dependencies)
+        assert eks.urn not in waits_for, host.name
+        assert entry.urn not in waits_for, host.name
+        assert not cleanups & waits_for, host.name
 
 
 def test_ssm_cleanup_is_scoped_to_the_activation_and_runs_before_it_goes(dev_run):
@@ -255,40 +282,55 @@ def test_each_host_has_a_node_cleanup_selecting_exactly_its_node(lab):
     run = lab(gpuEnabled=True)
     activation = one(run, ACTIVATION)
     eks = one(run, "aws:eks/cluster:Cluster")
+    entry = named(run, "hybrid-node-role-access")
     [lan] = [s for s in run.of_type("aws:ec2/subnet:Subnet") if s.name == "network-onprem-private-0"]
     cleanups = {c.name: c for c in run.of_type(NODE_CLEANUP)}
+    tokens = {t.name: t for t in run.of_type(HOST_TOKEN)}
     assert set(cleanups) == {f"{h}-node" for h in hosts(run)}
+    assert set(tokens) == {f"{h}-token" for h in hosts(run)}
+    nodes = {name: labels_of(host) for name, host in hosts(run).items()}
     generations = set()
     for name, host in hosts(run).items():
-        cleanup = cleanups[f"{name}-node"]
+        cleanup, host_token = cleanups[f"{name}-node"], tokens[f"{name}-token"]
         assert cleanup.inputs["clusterName"] == run.lab_config.cluster_name
         assert cleanup.inputs["endpoint"] == eks.outputs["endpoint"]
         # Its SSM registration is deregistered only if it joined through this activation.
         assert cleanup.inputs["activationId"] == activation.id
         assert cleanup.inputs["region"] == "ap-northeast-2"
+        # It ends its host: the host's id, and the tag an instance must carry to be ended.
+        assert cleanup.inputs["instanceId"] == host.id
+        assert cleanup.property_dependencies["instanceId"] == [host.urn]
+        assert (cleanup.inputs["hostTagKey"], cleanup.inputs["hostTagValue"]) == \
+            next(iter(run.lab_config.lab_tag.items()))
+        assert host.inputs["tags"][cleanup.inputs["hostTagKey"]] == cleanup.inputs["hostTagValue"]
+        # It outlives what it needs until it has ended its host: the access entry, the cluster.
+        assert {host.urn, entry.urn, eks.urn} <= set(cleanup.dependencies)
         identity = dict(term.split("=") for term in cleanup.inputs["labelSelector"].split(","))
         assert identity == {"eks-hybrid-lab.io/stack": "eks-hybrid-lab.dev",
                             "eks-hybrid-lab.io/host": name.removeprefix("hybrid-hosts-")}
-        # What its delete selects: this stack, this host, and the token it minted, which only
-        # the Node of the host created with it carries.
-        token = cleanup.outputs["token"]
+        # What its delete selects: this stack, this host, the token of its HostToken — which
+        # only the Node of a host booted with it carries — and its own instance's id.
+        token = host_token.outputs["token"]
         assert len(token) == 32
+        assert cleanup.inputs["token"] == token
+        assert cleanup.property_dependencies["token"] == [host_token.urn]
+        assert host_token.urn in host.property_dependencies["userData"]
         selector = dict(term.split("=") for term in cleanup.outputs["nodeSelector"].split(","))
-        assert selector == {**identity, "eks-hybrid-lab.io/cleanup": token}
-        script = host.inputs["userData"].value
-        flags = script.split("--node-labels=", 1)[1].split("\n", 1)[0]
-        node_labels = dict(term.split("=") for term in flags.split(","))
-        assert selector.items() <= node_labels.items(), "the host must carry what selects it"
-        # The generation, which replaces the cleanup with its host, is what the host boots
+        assert selector == {**identity, "eks-hybrid-lab.io/cleanup": token,
+                            "eks-hybrid-lab.io/instance": host.id}
+        # Exactly its host's Node: the labels that host's kubelet registers with, no other's.
+        assert [n for n, labels in nodes.items() if selector.items() <= labels.items()] == [name]
+        # The generation, which replaces the token with its host, is what the host boots
         # with: its user data without the activation code and the token, and its subnet.
-        generation = cleanup.inputs["generation"]
+        script = host.inputs["userData"].value
+        generation = host_token.inputs["generation"]
         booted = script.replace(f",eks-hybrid-lab.io/cleanup={token}", "").replace(
             f"activationCode: {activation.outputs['activationCode']}", "activationCode: ''")
         digest = hashlib.sha256(booted.encode())
         digest.update(f"\0subnet_id={lan.id}".encode())
         assert generation == digest.hexdigest()[:12]
         generations.add(generation)
-        assert cleanup.urn in host.dependencies
+        assert cleanup.urn not in _closure(run, host.dependencies)
     assert len(generations) == len(hosts(run))
     assert run.outputs["hybridNodeSelector"] == "eks-hybrid-lab.io/stack=eks-hybrid-lab.dev"
 
@@ -447,13 +489,18 @@ def test_gpu_host_and_device_plugin(lab):
 
 def test_lowering_below_hybrid_deletes_node_objects_while_the_cluster_stays(lab):
     # Hybrid nodes bill per vCPU while their Node object exists. Lowering upToLayer to cluster
-    # removes the hybrid layer: Pulumi deletes each host first (it depends on its Node cleanup),
-    # then the cleanup deletes its Node object through the API of the cluster that is kept.
+    # removes the hybrid layer: Pulumi deletes each Node cleanup before its host (the cleanup
+    # depends on it); the cleanup terminates the host, then deletes its Node through the API of
+    # the cluster that is kept; Pulumi's delete of the host then finds it terminated.
     full, lowered = lab(upToLayer="hybrid"), lab(upToLayer="cluster")
     eks = one(full, "aws:eks/cluster:Cluster")
     assert eks.urn in lowered.by_urn
+    order = steps(State.of(full), lowered, lowered)
+    index = {(s.op, s.urn): i for i, s in enumerate(order)}
+    assert ("delete", eks.urn) not in index
     for name, host in hosts(full).items():
         cleanup = full.named(f"{name}-node")
         assert cleanup.urn not in lowered.by_urn and host.urn not in lowered.by_urn
         assert eks.urn in cleanup.dependencies
-        assert cleanup.urn in host.dependencies
+        assert host.urn in cleanup.dependencies and cleanup.urn not in host.dependencies
+        assert index[("delete", cleanup.urn)] < index[("delete", host.urn)], name

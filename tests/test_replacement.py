@@ -1,25 +1,37 @@
 """What `pulumi up` replaces when a setting changes, and that a replaced hybrid host never
-leaves its old Node (billed) and registration behind, nor takes a live host's Node with it.
+leaves an instance, its Node (billed) or its SSM registration behind, nor has a live host's Node
+deleted.
 
 The model (tests/replacement.py) ports the engine's and the providers' replacement rules, and
 the order of an update's steps. A host is replaced delete-first (its deleteBeforeReplace
-option): the old host is deleted, then the new one created — one host's worth of quota. Its
-Node cleanup is replaced create-first (its diff asks for it): the new cleanup is created before
-the new host (which depends on it), and the old one is deleted at the end of the update, or of
-the next update if this one fails (pulumi/pulumi pkg/resource/deploy/step_generator.go
-continueStepsFromDiff, GenerateDeletes; deployment_executor.go performPostSteps). So when an
-old cleanup's delete runs, the new host exists and may have joined: each cleanup selects by
-the token it minted, which only its own host's Node carries.
+option). Its Node cleanup takes the host's instance id, so the engine's
+calculateDependentReplacements — the cleanup's own old inputs with ``instanceId`` unknown,
+diffed by its provider — finds it must be replaced: it is deleted before the old host, and
+created again after the new one (pulumi/pulumi pkg/resource/deploy/step_generator.go). The
+cleanup's delete terminates its host (by id, only if it carries this stack's tag), waits until
+it is terminated, then deregisters the host's SSM registration and deletes its Node; Pulumi's own
+delete of the host then finds it terminated, which the AWS provider takes as deleted
+(terraform-provider-aws internal/service/ec2/ec2_instance.go terminateInstance,
+waitInstanceDeleted). The token the host labels its Node with comes from its HostToken, one per
+host generation, replaced create-first.
 
-The Kubernetes side is modelled as the worst case: a created host joins at once; a deleted
-host's Node stays, NotReady and billed, until a cleanup that selects it is deleted.
+The cloud side is modelled as the worst case: a created host registers with SSM and joins at
+once; a terminated host's Node and registration stay until something removes them. The Node
+cleanups' deletes, the stale-node sweeps' updates and the activation's registrations cleanup run
+their real providers' code against that model.
 """
 
 from __future__ import annotations
 
+import base64
 import shutil
 from pathlib import Path
+from typing import Any, Optional
+from urllib.parse import parse_qs, unquote, urlparse
+
+import dill
 import pytest
+from botocore.exceptions import ClientError
 
 from components.instance_types import architecture, vcpus
 
@@ -31,12 +43,12 @@ from components.hybrid_user_data import NODEADM_ARCH
 from offline.fake_cloud import FakeCloud
 from components.cleanup.node_objects import NodeObjectCleanupProvider
 from offline.runner import ProgramRun, run_program
-from offline.scheduling import node_config_of
 from tests.conftest import independent_run, lab_config, run_lab
 from ops.preflight.checks import vcpu_quota_class
 from ops.preflight.cli import lab_needs
-from tests.replacement import (Plan, State, Step, apply, fresh_ids_run, input_path, plain, plan,
-                               steps)
+from tests.replacement import (DEPENDENT_DELETE, DEPENDENT_RECREATE, Plan, State, Step,
+                               activation_of, apply, fresh_ids_run, input_path, labels_of,
+                               plain, plan, steps)
 
 INSTANCE = "aws:ec2/instance:Instance"
 #: The image the stand-in cloud answers for each architecture's Ubuntu parameter.
@@ -46,6 +58,8 @@ AMIS = {arch: FakeCloud("ap-northeast-2").call(MockCallArgs(
     for arch in NODEADM_ARCH}
 NODE_CLEANUP = "pulumi-python:dynamic/cleanup:HybridNodeObjects"
 STALE_NODES = "pulumi-python:dynamic/cleanup:HybridStaleNodes"
+HOST_TOKEN = "pulumi-python:dynamic/cleanup:HybridHostToken"
+SSM_CLEANUP = "pulumi-python:dynamic/cleanup:SsmRegistrations"
 
 
 def hosts(run: ProgramRun) -> dict[str, str]:
@@ -58,12 +72,8 @@ def node_labels(run: ProgramRun, host_urn: str) -> dict[str, str]:
     return labels_of(run.by_urn[host_urn])
 
 
-def labels_of(host) -> dict[str, str]:
-    config = node_config_of(str(plain(host.inputs["userData"])))
-    flags = config["spec"]["kubelet"]["flags"]
-    [labels] = [f.split("=", 1)[1] for f in flags if f.startswith("--node-labels=")]
-    return {**dict(item.split("=", 1) for item in labels.split(",")),
-            "eks.amazonaws.com/compute-type": "hybrid"}
+def token_of(run: ProgramRun, host: str):
+    return run.one(HOST_TOKEN, f"{host}-token")
 
 
 def selects(selector: str, labels: dict[str, str]) -> bool:
@@ -91,14 +101,14 @@ class Transition:
 
 
 def _join_script_changed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """A real edit of the join script: a copy of the templates with one more `nodeadm init`
+    """A real edit of the join script: a copy of the templates with one more `apt-get update`
     attempt, which is what a maintainer changing the script would ship."""
     copy = tmp_path / "templates"
     shutil.copytree(hybrid_user_data.TEMPLATES, copy)
     script = copy / "hybrid-host.sh"
     text = script.read_text()
-    assert 'retry 8 nodeadm init' in text
-    script.write_text(text.replace('retry 8 nodeadm init', 'retry 9 nodeadm init'))
+    assert text.count("retry 5 apt-get update") == 1
+    script.write_text(text.replace("retry 5 apt-get update", "retry 6 apt-get update"))
     monkeypatch.setattr(hybrid_user_data, "TEMPLATES", copy)
 
 
@@ -216,70 +226,222 @@ def test_an_unchanged_config_replaces_nothing(settings):
     assert result.noop, result
 
 
-# --- the update's order, on the Kubernetes side --------------------------------------------------
+# --- the update's order, and what each step does to the cloud ------------------------------------
 
 
-class Cluster:
-    """The hybrid Nodes as the worst case sees them: a created host joins at once; a deleted
-    host's Node stays, NotReady and billed, until a deleted cleanup selects it. Records a
-    cleanup that selects a live host's Node (the demo would lose it)."""
+def _client_error(code: str, operation: str) -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": code}}, operation)
 
-    def __init__(self, state: State):
-        #: Node name -> (the host's registration, its labels).
-        self.nodes: dict[str, tuple[object, dict[str, str]]] = {}
-        self.live: set[int] = set()
+
+class StepFailed(Exception):
+    """A step's provider call raised: the engine stops the update there."""
+
+
+class Cloud:
+    """EC2 instances, SSM registrations and Kubernetes Nodes as an update's steps leave them.
+
+    The worst case: a created host registers with SSM and joins at once; a terminated host's
+    Node and registration stay until a cleanup removes them. Pulumi's delete of a host is the
+    AWS provider's: an instance already terminated, or gone, counts as deleted; else it is
+    terminated. The Node cleanups' delete, the stale-node sweeps' update and the activation's
+    registrations cleanup are their real providers' code (unpickled from the state, as the
+    dynamic provider host does), calling this cloud's EC2, SSM and API server.
+
+    Records a Node deleted while its instance was not yet terminated (its kubelet registers it
+    again, and a live host loses its Node), and an instance terminated by a cleanup although it
+    does not carry this stack's tag."""
+
+    def __init__(self, state: State, tag: tuple[str, str]):
+        self.tag = tag
+        self.clock = 0
+        #: Instance id -> {"state", "tags", "name", "launched"}.
+        self.instances: dict[str, dict[str, Any]] = {}
+        #: mi-… -> {"activation", "instance", "registered"}.
+        self.registrations: dict[str, dict[str, Any]] = {}
+        #: Node name -> {"labels", "instance"}.
+        self.nodes: dict[str, dict[str, Any]] = {}
+        #: Outputs of the stale-node sweeps, by URN, as the state holds them.
+        self.sweeps: dict[str, dict[str, Any]] = {}
         self.wrongly_deleted: list[str] = []
+        self.foreign_terminated: list[str] = []
         for reg in state.current.values():
-            if reg.type == INSTANCE and reg.name.startswith("hybrid-hosts-"):
-                self._join(reg)
+            self._created(reg)
 
-    def _join(self, host) -> None:
-        self.live.add(id(host))
-        self.nodes[f"mi-{len(self.nodes):017x}"] = (host, labels_of(host))
+    def _tick(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    def _created(self, reg) -> None:
+        if reg.type == INSTANCE and reg.name.startswith("hybrid-hosts-"):
+            tags = plain(reg.inputs.get("tags") or {})
+            self.instances[reg.id] = {"state": "running", "tags": dict(tags),
+                                      "name": reg.name, "launched": self._tick()}
+            mi = f"mi-{len(self.registrations) + 1:017x}"
+            self.registrations[mi] = {"activation": activation_of(reg), "instance": reg.id,
+                                      "registered": self._tick()}
+            self.nodes[mi] = {"labels": labels_of(reg), "instance": reg.id}
+        elif reg.type == STALE_NODES:
+            self.sweeps[reg.urn] = plain(reg.outputs)
+
+    # -- what the providers call --------------------------------------------------------------
+
+    def _describe_instances(self, InstanceIds: list[str]) -> dict:
+        [instance] = InstanceIds
+        if instance not in self.instances:
+            raise _client_error("InvalidInstanceID.NotFound", "DescribeInstances")
+        found = self.instances[instance]
+        answer = {"InstanceId": instance, "State": {"Name": found["state"]},
+                  "Tags": [{"Key": k, "Value": v} for k, v in found["tags"].items()],
+                  "LaunchTime": found["launched"]}
+        if found["state"] == "shutting-down":
+            found["state"] = "terminated"  # seen shutting down once: the wait is real
+        return {"Reservations": [{"Instances": [answer]}]}
+
+    def _terminate(self, instance: str, by_cleanup: bool) -> None:
+        found = self.instances[instance]
+        if by_cleanup and found["tags"].get(self.tag[0]) != self.tag[1]:
+            self.foreign_terminated.append(f"{instance} ({found['name']}, tags {found['tags']})")
+        if found["state"] != "terminated":
+            found["state"] = "shutting-down"
+
+    def _terminate_instances(self, InstanceIds: list[str]) -> dict:
+        for instance in InstanceIds:
+            if instance not in self.instances:
+                raise _client_error("InvalidInstanceID.NotFound", "TerminateInstances")
+            self._terminate(instance, by_cleanup=True)
+        return {}
+
+    def _describe_instance_information(self, Filters: list[dict], **_page: Any) -> dict:
+        wanted = {f["Key"]: set(f["Values"]) for f in Filters}
+        found = [{"InstanceId": mi, "ActivationId": r["activation"],
+                  "RegistrationDate": r["registered"]}
+                 for mi, r in self.registrations.items()
+                 if mi in wanted.get("InstanceIds", {mi})
+                 and r["activation"] in wanted.get("ActivationIds", {r["activation"]})]
+        return {"InstanceInformationList": found}
+
+    def _deregister_managed_instance(self, InstanceId: str) -> dict:
+        if self.registrations.pop(InstanceId, None) is None:
+            raise _client_error("InvalidInstanceId", "DeregisterManagedInstance")
+        return {}
+
+    def _api(self, _opener: Any, method: str, url: str, _token: str, allow_404: bool = False,
+             **_kwargs: Any) -> Optional[dict]:
+        parsed = urlparse(url)
+        if method == "GET" and parsed.path == "/api/v1/nodes":
+            terms = [t for t in parse_qs(parsed.query)["labelSelector"][0].split(",") if t]
+            wanted = dict(t.split("=", 1) for t in terms)
+            return {"items": [{"metadata": {"name": name, "labels": dict(node["labels"])}}
+                              for name, node in self.nodes.items()
+                              if all(node["labels"].get(k) == v for k, v in wanted.items())],
+                    "metadata": {}}
+        if method == "DELETE" and parsed.path.startswith("/api/v1/nodes/"):
+            name = unquote(parsed.path.rsplit("/", 1)[1])
+            node = self.nodes.pop(name, None)
+            if node is None:
+                return None if allow_404 else {}
+            host = self.instances.get(node["instance"])
+            if host is not None and host["state"] != "terminated":
+                self.wrongly_deleted.append(
+                    f"{name}, the Node of {host['name']} ({node['instance']}, {host['state']})")
+            return {}
+        raise AssertionError(f"the model serves no {method} {url}")
+
+    def _provider(self, reg, outputs: dict) -> Any:
+        provider = dill.loads(base64.b64decode(plain(outputs["__provider"])))
+        clients = {"ec2": type("Ec2", (), {
+                       "describe_instances": staticmethod(self._describe_instances),
+                       "terminate_instances": staticmethod(self._terminate_instances)})(),
+                   "ssm": type("Ssm", (), {
+                       "describe_instance_information":
+                           staticmethod(self._describe_instance_information),
+                       "deregister_managed_instance":
+                           staticmethod(self._deregister_managed_instance)})()}
+        provider._aws_client = lambda service, _region, **_kw: clients[service]
+        provider._bearer_token = lambda *_args: "token"
+        provider._opener = lambda _ca: None
+        provider._call = self._api
+        provider._cluster_is_gone = lambda *_args: False
+        for name in ("terminate_interval_seconds", "poll_interval_seconds", "retry_base_seconds"):
+            setattr(provider, name, 0)
+        return provider
+
+    # -- the steps ----------------------------------------------------------------------------
 
     def run(self, done: list[Step]) -> None:
+        """Runs ``done`` in order; raises StepFailed at the first step whose provider raises."""
         for step in done:
-            if step.reg.type == INSTANCE and step.reg.name.startswith("hybrid-hosts-"):
-                if step.op == "create":
-                    self._join(step.reg)
-                elif step.op == "delete":
-                    self.live.discard(id(step.reg))
-            elif step.reg.type == NODE_CLEANUP and step.op == "delete":
-                selector = selector_of(step.reg)
-                for name, (host, labels) in list(self.nodes.items()):
-                    if selects(selector, labels):
-                        if id(host) in self.live:
-                            self.wrongly_deleted.append(
-                                f"{step.reg.name} ({step.why}) deleted {name}, the Node of the "
-                                f"live {host.name}")
-                        del self.nodes[name]
-            elif step.reg.type == STALE_NODES and step.op == "update":
-                # Its update to a new instance removes the selected Nodes registered before
-                # that instance's launch: those of hosts gone before it was created.
-                selector = plain(step.reg.inputs["labelSelector"])
-                for name, (host, labels) in list(self.nodes.items()):
-                    if selects(selector, labels) and id(host) not in self.live:
-                        del self.nodes[name]
+            reg = step.reg
+            try:
+                if reg.type == INSTANCE and reg.name.startswith("hybrid-hosts-"):
+                    if step.op == "create":
+                        self._created(reg)
+                    elif step.op == "delete" and reg.id in self.instances:
+                        # terminateInstance: InvalidInstanceID.NotFound or terminated is done.
+                        self._terminate(reg.id, by_cleanup=False)
+                        self.instances[reg.id]["state"] = "terminated"
+                elif reg.type == NODE_CLEANUP and step.op == "delete":
+                    outputs = plain(reg.outputs)
+                    self._provider(reg, outputs).delete(reg.id, outputs)
+                elif reg.type == STALE_NODES and step.op == "update":
+                    news = plain(reg.outputs)
+                    self._provider(reg, news).update(reg.id, self.sweeps[reg.urn], news)
+                    self.sweeps[reg.urn] = news
+                elif reg.type == STALE_NODES and step.op == "create":
+                    self.sweeps[reg.urn] = plain(reg.outputs)
+                elif reg.type == SSM_CLEANUP and step.op == "delete":
+                    outputs = plain(reg.outputs)
+                    self._provider(reg, outputs).delete(reg.id, outputs)
+            except Exception as error:  # noqa: BLE001 the engine fails the step
+                raise StepFailed(f"{step.op} {reg.name} ({step.why}): {error}") from error
 
-    def billed_without_a_host(self) -> list[str]:
-        return sorted(f"{name} of {host.name}" for name, (host, _) in self.nodes.items()
-                      if id(host) not in self.live)
+    def billed(self, state: State) -> list[str]:
+        """What is left running, registered or billed without a host of ``state`` behind it:
+        Nodes and registrations of instances that are not running, and running instances the
+        state does not hold."""
+        live = {i for i, found in self.instances.items() if found["state"] == "running"}
+        held = {r.id for r in state.current.values()
+                if r.type == INSTANCE and r.name.startswith("hybrid-hosts-")}
+        return sorted(
+            [f"Node {n} of {self.instances[node['instance']]['name']}"
+             for n, node in self.nodes.items() if node["instance"] not in live] +
+            [f"registration {mi} of {self.instances[r['instance']]['name']}"
+             for mi, r in self.registrations.items() if r["instance"] not in live] +
+            [f"instance {i} ({self.instances[i]['name']}), not in the state"
+             for i in sorted(live - held)])
+
+
+def stack_tag(run: ProgramRun) -> tuple[str, str]:
+    return next(iter(run.lab_config.lab_tag.items()))
 
 
 def test_a_host_is_deleted_before_its_replacement_is_created(transition):
     t, replaces = transition
     order = steps(State.of(t.old), t.new, t.fresh)
-    for urn in set(hosts(t.old).values()) & set(t.plan.replaced):
+    index = {(s.op, s.urn): i for i, s in enumerate(order)}
+    replaced_hosts = set(hosts(t.old).values()) & set(t.plan.replaced)
+    assert bool(replaced_hosts) == replaces
+    for urn in replaced_hosts:
         ops = [(s.op, s.why) for s in order if s.urn == urn]
         assert ops == [("delete", "replace (delete first)"), ("create", "replace (delete first)")]
-    # The cleanups are replaced create-first: the new one before its host, the old one last.
     for name, urn in hosts(t.new).items():
+        if urn not in replaced_hosts:
+            continue
+        # Its cleanup, whose instanceId comes from the host, is deleted before it (and ends
+        # it), and created again after the new host, whose id it takes.
         cleanup = cleanup_of(t.new, name).urn
-        if cleanup in t.plan.replaced:
-            ops = [(s.op, s.why) for s in order if s.urn == cleanup]
-            assert ops == [("create", "replace (create first)"), ("delete", "pending delete")]
-            index = {(s.op, s.urn): i for i, s in enumerate(order)}
-            assert index[("create", cleanup)] < index[("create", urn)] < index[("delete", cleanup)]
+        assert [(s.op, s.why) for s in order if s.urn == cleanup] == [
+            ("delete", DEPENDENT_DELETE), ("create", DEPENDENT_RECREATE)]
+        assert index[("delete", cleanup)] < index[("delete", urn)] < index[("create", urn)] \
+            < index[("create", cleanup)]
+        # A new generation, a new token: created first (the new host boots with it), the old
+        # one deleted at the end. The sweep is updated to the new instance, never replaced.
+        token = token_of(t.new, name).urn
+        assert [(s.op, s.why) for s in order if s.urn == token] == [
+            ("create", "replace (create first)"), ("delete", "pending delete")]
+        assert index[("create", token)] < index[("create", urn)]
+        sweep = t.new.one(STALE_NODES, f"{name}-stale-nodes").urn
+        assert [s.op for s in order if s.urn == sweep] == ["update"]
 
 
 def test_no_update_runs_more_host_vcpus_than_preflight_counts(transition):
@@ -314,13 +476,21 @@ def test_no_update_runs_more_host_vcpus_than_preflight_counts(transition):
                     f"preflight counts {counted[cls]}")
 
 
+def _node_cleanup_deletes(order: list[Step]) -> list[Step]:
+    return [s for s in order if s.reg.type == NODE_CLEANUP and s.op == "delete"]
+
+
 def test_an_update_deletes_no_live_hosts_node_and_leaves_none_billed(transition):
-    t, _ = transition
+    t, replaces = transition
     state = State.of(t.old)
-    cluster = Cluster(state)
-    cluster.run(steps(state, t.new, t.fresh))
-    assert cluster.wrongly_deleted == []
-    assert cluster.billed_without_a_host() == []
+    cloud = Cloud(state, stack_tag(t.old))
+    order = steps(state, t.new, t.fresh)
+    cloud.run(order)
+    assert cloud.wrongly_deleted == []
+    assert cloud.foreign_terminated == []
+    assert cloud.billed(apply(state, order)) == []
+    # Not vacuous: where hosts are replaced, their cleanups' deletes ran and ended them.
+    assert bool(_node_cleanup_deletes(order)) == replaces
 
 
 #: Transitions to interrupt, and whether reverting brings the hosts' generation back (not for
@@ -328,55 +498,112 @@ def test_an_update_deletes_no_live_hosts_node_and_leaves_none_billed(transition)
 INTERRUPTED = [("kubernetes-version-with-gpu", True), ("join-script", True),
                ("activation-generation", False)]
 
+_FRESH: dict[tuple, ProgramRun] = {}
+
+
+def _fresh(config: dict, replaced: set[str], epoch: int) -> ProgramRun:
+    key = (tuple(sorted(config.items())), frozenset(replaced), epoch)
+    if key not in _FRESH:
+        _FRESH[key] = fresh_ids_run(config, replaced, epoch=epoch)
+    return _FRESH[key]
+
 
 @pytest.mark.parametrize("key,generation_returns", INTERRUPTED, ids=[k for k, _ in INTERRUPTED])
-def test_an_interrupted_update_then_a_revert_keeps_every_live_hosts_node(key, generation_returns,
-                                                                        tmp_path_factory):
-    """A -> B fails at the create of the last host (no capacity, the quota, Ctrl-C), after
-    the cleanups were replaced and the old hosts deleted; then A again. The old cleanups wait,
-    pending delete, for the end of the revert; by then the revert's hosts run again with A's
-    generation. None of those cleanups may select them, and once the revert is done no Node
-    of a deleted host is left."""
+def test_an_interrupted_update_then_a_revert_leaves_nothing_billed(key, generation_returns,
+                                                                 tmp_path_factory):
+    """A -> B stops after any of its steps (no capacity, the quota, Ctrl-C, a failed call);
+    then A again. At no point is a live host's Node deleted, and once the revert is done no
+    instance, Node or registration is left without a host of the state behind it."""
     t = _transition(key, tmp_path_factory)
-    state = State.of(t.old)
-    cluster = Cluster(state)
-    update = steps(state, t.new, t.fresh)
-    last = [i for i, s in enumerate(update) if s.op == "create" and s.reg.type == INSTANCE
-            and s.urn in set(hosts(t.new).values())][-1]
-    cluster.run(update[:last])
-    state = apply(state, update[:last])
-    assert [r.name for r in state.pending if r.type == NODE_CLEANUP], "nothing left pending"
-    assert cluster.wrongly_deleted == []
+    update = steps(State.of(t.old), t.new, t.fresh)
+    assert _node_cleanup_deletes(update), "no cleanup ends a host: nothing to interrupt"
+    saw_pending_cleanup = saw_generation = False
+    for stop in range(1, len(update) + 1):
+        state = State.of(t.old)
+        cloud = Cloud(state, stack_tag(t.old))
+        cloud.run(update[:stop])
+        state = apply(state, update[:stop])
+        saw_pending_cleanup |= any(r.type == HOST_TOKEN for r in state.pending)
+        revert_plan = plan(state, t.old)
+        again = _fresh(t.old.config, set(revert_plan.replaced), 2)
+        revert = steps(state, t.old, again)
+        cloud.run(revert)
+        state = apply(state, revert)
+        where = f"stopped after step {stop} ({update[stop - 1].op} {update[stop - 1].reg.name})"
+        assert state.pending == [], where
+        assert cloud.wrongly_deleted == [], where
+        assert cloud.foreign_terminated == [], where
+        assert cloud.billed(state) == [], where
+        if stop == len(update) - 1:
+            # The revert's hosts boot A's generation again (not for a new activation).
+            saw_generation = all(
+                state.current[token_of(t.old, n).urn].inputs["generation"] ==
+                token_of(t.old, n).inputs["generation"] for n in hosts(t.old))
+    assert saw_pending_cleanup, "no stop left an old token pending delete"
+    assert saw_generation == generation_returns
 
-    revert_plan = plan(state, t.old)
-    again = fresh_ids_run(t.old.config, set(revert_plan.replaced), epoch=2)
-    revert = steps(state, t.old, again)
-    cluster.run(revert)
-    state = apply(state, revert)
-    assert state.pending == []
-    assert cluster.wrongly_deleted == []
-    assert cluster.billed_without_a_host() == []
-    # Not vacuous: the revert's hosts are A's generation again, and old cleanups of A ran.
-    for name, urn in hosts(t.old).items():
-        assert (state.current[cleanup_of(t.old, name).urn].inputs["generation"] ==
-                cleanup_of(t.old, name).inputs["generation"]) == generation_returns
-    assert any(s.op == "delete" and s.why == "pending delete" and s.reg is cleanup_of(t.old, n)
-               for s in revert for n in hosts(t.old))
 
-
-def test_a_host_re_created_alone_leaves_no_node_billed():
+def test_a_host_re_created_alone_leaves_nothing_billed():
     """`pulumi up --replace <host>` re-creates the host with the same user data, so the same
-    token, and replaces no cleanup; the host's stale-node sweep, updated to the new instance,
-    removes the old host's Node (components/cleanup/stale_nodes.py)."""
+    token. Its cleanup takes the instance id, so it is deleted first (ending the old host and
+    removing its Node) and created again; its stale-node sweep, updated to the new instance,
+    still exists and finds nothing the old host left."""
     old = run_lab()
     host = hosts(old)["hybrid-hosts-node-0"]
     state = State.of(old)
-    cluster = Cluster(state)
+    cloud = Cloud(state, stack_tag(old))
     fresh = fresh_ids_run(old.config, {host}, epoch=3)
     order = steps(state, old, fresh, replace=frozenset({host}))
     assert [(s.op, s.why) for s in order if s.urn == host] == [
         ("delete", "replace (delete first)"), ("create", "replace (delete first)")]
-    assert not any(s.reg.type == NODE_CLEANUP for s in order)
-    cluster.run(order)
-    assert cluster.wrongly_deleted == []
-    assert cluster.billed_without_a_host() == []
+    cleanup = cleanup_of(old, "hybrid-hosts-node-0").urn
+    assert [(s.op, s.why) for s in order if s.urn == cleanup] == [
+        ("delete", DEPENDENT_DELETE), ("create", DEPENDENT_RECREATE)]
+    assert not any(s.reg.type == HOST_TOKEN for s in order)
+    sweep = old.one(STALE_NODES, "hybrid-hosts-node-0-stale-nodes").urn
+    assert [s.op for s in order if s.urn == sweep] == ["update"]
+    cloud.run(order)
+    assert cloud.wrongly_deleted == []
+    assert cloud.billed(apply(state, order)) == []
+    # The new host's Node is there: the new cleanup's selector finds it.
+    new_cleanup = fresh.by_urn[cleanup]
+    assert [n for n, node in cloud.nodes.items()
+            if selects(selector_of(new_cleanup), node["labels"])] != []
+
+
+def test_lowering_below_hybrid_leaves_nothing_billed():
+    """A staged teardown: upToLayer lowered below hybrid while the cluster stays. Each cleanup
+    is deleted before its host (it depends on it) and ends it; the registrations cleanup goes
+    with the activation; no instance, Node or registration is left."""
+    full, lowered = run_lab(upToLayer="hybrid"), run_lab(upToLayer="cluster")
+    state = State.of(full)
+    cloud = Cloud(state, stack_tag(full))
+    order = steps(state, lowered, lowered)
+    index = {(s.op, s.urn): i for i, s in enumerate(order)}
+    for name, urn in hosts(full).items():
+        cleanup = cleanup_of(full, name).urn
+        assert index[("delete", cleanup)] < index[("delete", urn)], name
+    cloud.run(order)
+    assert cloud.wrongly_deleted == [] and cloud.foreign_terminated == []
+    assert cloud.nodes == {} and cloud.registrations == {}
+    assert {i: f["state"] for i, f in cloud.instances.items()} == {
+        h.id: "terminated" for h in (full.by_urn[u] for u in hosts(full).values())}
+    assert cloud.billed(apply(state, order)) == []
+
+
+def test_a_cleanup_never_terminates_an_instance_without_the_stacks_tag():
+    """A host whose instance does not carry this stack's tag (retagged by hand, or an id that
+    is not this stack's host): its cleanup's delete refuses to terminate it, keeps its Node,
+    and fails the update there — the instance runs on."""
+    old = run_lab()
+    state = State.of(old)
+    cloud = Cloud(state, stack_tag(old))
+    host = old.by_urn[hosts(old)["hybrid-hosts-node-0"]]
+    key, _ = stack_tag(old)
+    cloud.instances[host.id]["tags"][key] = "someone-else/prod"
+    order = steps(state, run_lab(upToLayer="cluster"), run_lab(upToLayer="cluster"))
+    with pytest.raises(StepFailed, match="does not carry this stack's tag"):
+        cloud.run(order)
+    assert cloud.foreign_terminated == []
+    assert cloud.instances[host.id]["state"] == "running"
+    assert [n for n, node in cloud.nodes.items() if node["instance"] == host.id] != []

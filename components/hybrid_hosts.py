@@ -252,10 +252,12 @@ class HybridHosts(pulumi.ComponentResource):
                 cluster_name=args.cluster_name, region=args.region,
                 endpoint=args.cluster_endpoint,
                 certificate_authority=args.cluster_certificate_authority,
-                # This host's generation, whatever the instance: the Nodes of earlier instances.
-                label_selector=token.token.apply(
-                    lambda t, identity=identity: ",".join(
-                        [*(f"{k}={v}" for k, v in identity.items()), f"{token_key}={t}"])),
+                # This host, whatever its generation or instance: an update interrupted after a
+                # new generation's host was created but before its cleanup, then reverted,
+                # leaves that host's Node with no cleanup and a token no generation has any
+                # more. The sweep deletes only Nodes registered before the current instance was
+                # launched, which belong to earlier, terminated instances of this host.
+                label_selector=",".join(f"{k}={v}" for k, v in identity.items()),
                 activation_id=args.activation_id,
                 instance_id=self.instances[host.name].id, account=args.account,
                 opts=pulumi.ResourceOptions(parent=self))

@@ -12,8 +12,8 @@ pkg/resource/deploy/step_generator.go, calculateDependentReplacements).
 So each host also has this sweep, registered after it: it takes the host's instance id, which
 a new host changes. Its diff asks for an update, never a replacement (so it is not deleted
 ahead of the host's delete-first replacement), and its ``update`` runs once the new instance
-exists: it deletes the Nodes of this host (the same selector as its cleanup) whose SSM
-registration is older than the new instance's launch — the old host's, whose kubelet is gone
+exists: it deletes the Nodes of this host (this stack's and this host's labels, any
+generation) whose SSM registration is older than the new instance's launch — the old host's, whose kubelet is gone
 (the old instance was terminated before the new one was launched). The new host's Node
 registers after its launch and is left alone. Its ``create`` and ``delete`` do nothing: at
 destroy the Node cleanup removes every Node of the host.
@@ -133,7 +133,8 @@ class StaleNodeSweep(pulumi.dynamic.Resource, module="cleanup", name="HybridStal
     """When its host is re-created (a new ``instance_id``), deletes the host's Nodes that
     registered before the new instance was launched, and their SSM registrations.
 
-    Register it after the host, with the host's id and its Node cleanup's ``nodeSelector``.
+    Register it after the host, with the host's id and the host's identity labels (no token: a
+    host of a generation that is gone may have left its Node).
     """
 
     instanceId: pulumi.Output[str]

@@ -155,9 +155,9 @@ def render_user_data(host: HostBootstrap) -> str:
 def boot_generation(host: HostBootstrap, **placement: str) -> str:
     """A short hash of what ``host`` boots with: its user data as rendered — the templates'
     bytes, cluster, region, Kubernetes version, architecture, labels, taints, GPU setup, the
-    images it pulls ahead and the activation id — with the activation code left out (it is secret, and it changes only with
-    the activation id), plus ``placement`` (other inputs that replace the instance, such as
-    its subnet).
+    images it pulls ahead and the activation id — with the activation code left out (it is
+    secret, and it changes only with the activation id), plus ``placement`` (other inputs that
+    replace the instance, such as its subnet).
 
     Whatever changes the user data replaces the instance (``user_data_replace_on_change``), so
     a new hash means a new host, which registers a new Node; the hash goes into the Node's

@@ -45,6 +45,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import yaml
 
+from components.hybrid_user_data import INSTANCE_ID_MARK
 from components.instance_types import architecture
 from offline import chart_render
 from components.capacity import HYBRID_MAX_PODS, allocatable
@@ -327,7 +328,10 @@ def _hybrid_node(reg: Registration) -> Optional[Node]:
     if config is None:
         return None
     flags = ((config["spec"].get("kubelet") or {}).get("flags") or [])
-    labels = dict(item.split("=", 1) for item in _flag(flags, "node-labels"))
+    # The join script writes the instance's own id where the mark stands, at boot
+    # (components/templates/hybrid-host.sh); the instance's id is its registration's.
+    labels = {key: value.replace(INSTANCE_ID_MARK, str(reg.id)) for key, value in
+              (item.split("=", 1) for item in _flag(flags, "node-labels"))}
     taints = []
     for item in _flag(flags, "register-with-taints"):
         key_value, effect = item.rsplit(":", 1)

@@ -23,6 +23,14 @@ from components.iam import Role, RoleArgs, managed_policy_arn, trust_policy
 #: How long `pulumi up` waits for the control plane (the AWS provider's default too). A hybrid
 #: host's join keeps trying at least this long (hybrid_user_data.JOIN_DEADLINE_SECONDS).
 CREATE_TIMEOUT_MINUTES = 30
+
+
+def cluster_arn(region: str, account_id: str, cluster_name: str) -> str:
+    """The ARN EKS gives a cluster of this name: known before the cluster exists, for what
+    must name it without waiting for it (a tag, a policy condition)."""
+    return f"arn:aws:eks:{region}:{account_id}:cluster/{cluster_name}"
+
+
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator")
 

@@ -72,8 +72,8 @@ class HybridHostsArgs:
     #: the cluster and the internet, the IAM role's policies, and the cleanups that run after it
     #: is gone. Nothing the cluster makes: the join waits for the cluster by itself.
     wait_for: Sequence[pulumi.Resource] = ()
-    #: What the Node cleanups need until they have ended their hosts: the access entry (the
-    #: cluster itself comes with the endpoint).
+    #: What the Node cleanups need until they have ended their hosts: the access entry and the
+    #: role's cluster-read policy (the cluster itself comes with the endpoint).
     cleanup_wait_for: Sequence[pulumi.Resource] = ()
     #: The credentials the destroy-time cleanup acts with: the program's (aws_account.py).
     account: AwsAccount = AwsAccount()
@@ -244,9 +244,10 @@ class HybridHosts(pulumi.ComponentResource):
                     parent=self, depends_on=list(args.cleanup_wait_for),
                     aliases=[pulumi.Alias(name=f"{f}-node") for f in former]))
             self.node_cleanups[host.name] = cleanup
-            # `pulumi up --replace` re-creates a host with the same user data, so the same
-            # token: this sweep, which takes the instance's id,
-            # removes the Node the old host left (components/cleanup/stale_nodes.py).
+            # A host that comes back without its cleanup going first (terminated outside
+            # Pulumi and created anew after a refresh; an interrupted update reverted) leaves
+            # the old instance's Node: this sweep, which takes the instance's id, removes it
+            # once the new instance exists (components/cleanup/stale_nodes.py).
             self.stale_node_sweeps[host.name] = StaleNodeSweep(
                 f"{resource}-stale-nodes",
                 cluster_name=args.cluster_name, region=args.region,
@@ -259,7 +260,7 @@ class HybridHosts(pulumi.ComponentResource):
                 # launched, which belong to earlier, terminated instances of this host.
                 label_selector=",".join(f"{k}={v}" for k, v in identity.items()),
                 activation_id=args.activation_id,
-                instance_id=self.instances[host.name].id, account=args.account,
+                instance_id=instance.id, account=args.account,
                 opts=pulumi.ResourceOptions(parent=self))
 
         self.register_outputs({

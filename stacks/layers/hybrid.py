@@ -11,6 +11,7 @@ import pulumi
 
 from components.cilium import Cilium, CiliumArgs
 from components.demos import VLLM
+from components.eks_cluster import cluster_arn
 from components.hybrid_activation import HybridActivation, HybridActivationArgs
 from components.hybrid_hosts import HostSpec, HybridHosts, HybridHostsArgs
 from components.hybrid_node_role import HybridNodeRole, HybridNodeRoleArgs
@@ -62,10 +63,10 @@ class HybridLayer(Layer):
 
         self.activation = HybridActivation(self.child_name("activation"), HybridActivationArgs(
             role_name=self.role.role_name,
-            # Built from the configured name, as EKS forms it, not the cluster's output: only a
-            # tag (copied onto each registration) and a condition hold it, and the activation,
-            # so the hosts, then wait for none of the cluster.
-            cluster_arn=f"arn:aws:eks:{cfg.region}:{account_id}:cluster/{cfg.cluster_name}",
+            # From the configured name, not the cluster's output: only a tag (copied onto each
+            # registration) and a condition hold it, and the activation, so the hosts, then
+            # wait for none of the cluster.
+            cluster_arn=cluster_arn(cfg.region, account_id, cfg.cluster_name),
             region=cfg.region,
             # Every host once, plus one re-join each; the GPU host's share is reserved even when
             # it is off, so switching it on does not replace the activation (and the hosts).

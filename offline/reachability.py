@@ -80,7 +80,7 @@ SYSTEM_NODES = "system nodes"
 KARPENTER_NODES = "Karpenter nodes"
 INTERNET = "internet"
 #: Where the rehearsal tools (``python -m rehearse``) put their cloud pods: any cloud worker, in
-#: demo 1's namespace, so only once the demo layer is built (rehearse/flows.py lists what they
+#: demo 1's namespace, so only once the demo layer is built (rehearse/lab/flows.py lists what they
 #: connect to).
 REHEARSAL_CLOUD_PODS = "rehearsal pods (cloud)"
 
@@ -148,7 +148,7 @@ FLOWS: tuple[Flow, ...] = (
     Flow(SYSTEM_NODES, API_ENDPOINT, "tcp", 443, "kubelets on cloud nodes"),
     Flow(GATEWAY_NODES, API_ENDPOINT, "tcp", 443, "kubelets on gateway nodes"),
     Flow(KARPENTER_NODES, API_ENDPOINT, "tcp", 443, "kubelets on burst nodes"),
-    # The rehearsal tools (rehearse/flows.py names each connection; tests/test_rehearsal_flows.py
+    # The rehearsal tools (rehearse/lab/flows.py names each connection; tests/test_rehearsal_flows.py
     # holds them to this table). gateway-throughput: iperf3 each way, pod IP to pod IP.
     Flow(HYBRID_PODS_NODE_IP, REHEARSAL_CLOUD_PODS, "tcp", 5201,
          "rehearse gateway-throughput hybrid → cloud: iperf3 to a cloud pod, NATed to the node"),

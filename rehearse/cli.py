@@ -18,21 +18,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from rehearse import outcome, record
-from rehearse.arguments import stack_arguments
-from rehearse.errors import RunError
+from rehearse.run import outcome
+from rehearse.run import record
+from rehearse.run.arguments import stack_arguments
+from rehearse.run.errors import RunError
 
 #: command -> module with ``TITLE``, ``add_arguments(parser)``, ``collect(ctx, record)`` and
 #: ``analyse(events) -> Report``.
 COMMANDS = {
-    "verify gateway": "rehearse.gateway",
-    "verify gpu": "rehearse.gpu",
-    "failover": "rehearse.failover",
-    "verify burst": "rehearse.burst_verify",
-    "burst": "rehearse.burst",
-    "gateway-throughput": "rehearse.throughput",
-    "hostnet": "rehearse.hostnet",
-    "preflight": "rehearse.precheck",
+    "verify gateway": "rehearse.commands.verify_gateway.collect",
+    "verify gpu": "rehearse.commands.verify_gpu.collect",
+    "failover": "rehearse.commands.failover.collect",
+    "verify burst": "rehearse.commands.burst.verify",
+    "burst": "rehearse.commands.burst",
+    "gateway-throughput": "rehearse.commands.gateway_throughput.collect",
+    "hostnet": "rehearse.commands.hostnet.collect",
+    "preflight": "rehearse.commands.preflight.collect",
 }
 
 
@@ -113,8 +114,8 @@ def _unknown_arguments(parser: argparse.ArgumentParser, extras: Sequence[str]) -
 
 def _command_lines() -> str:
     titles = {"report": _REPORT_HELP, "summary": _SUMMARY_HELP,
-              "all": importlib.import_module("rehearse.rehearsal").TITLE,
-              "predict": importlib.import_module("rehearse.predict").TITLE}
+              "all": importlib.import_module("rehearse.pages.all").TITLE,
+              "predict": importlib.import_module("rehearse.commands.predict.collect").TITLE}
     titles.update({c: _module(c).TITLE for c in COMMANDS})
     width = max(len(c) for c in REHEARSAL_ORDER)
     return "".join(f"  {c:<{width}}  {titles[c]}\n" for c in REHEARSAL_ORDER) + \
@@ -160,11 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
         _common(sub)
         module.add_arguments(sub)
 
-    predict = importlib.import_module("rehearse.predict")
+    predict = importlib.import_module("rehearse.commands.predict.collect")
     predict.add_arguments(commands.add_parser("predict", help=predict.TITLE,
                                               description=predict.__doc__))
 
-    rehearsal = importlib.import_module("rehearse.rehearsal")
+    rehearsal = importlib.import_module("rehearse.pages.all")
     every = commands.add_parser("all", help=rehearsal.TITLE, description=rehearsal.__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(every)
@@ -173,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     summary = commands.add_parser(
         "summary", help=_SUMMARY_HELP,
         # The docstring's last paragraph is for whoever reads the code.
-        description=importlib.import_module("rehearse.summary").__doc__.rsplit("\n\n", 1)[0],
+        description=importlib.import_module("rehearse.pages.summary").__doc__.rsplit("\n\n", 1)[0],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     summary.add_argument("--stack", metavar="NAME",
                          help="the stack whose runs to gather (default: the one stack the runs "
@@ -200,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _outputs(args: argparse.Namespace):
-    from rehearse import outputs
+    from rehearse.lab import outputs
 
     if args.outputs:
         return outputs.from_file(args.outputs, args.stack)
@@ -208,13 +209,13 @@ def _outputs(args: argparse.Namespace):
 
 
 def _connect(args: argparse.Namespace, stack_outputs) -> Any:
-    from rehearse.connection import Kube, endpoint_from_stack_kubeconfig
+    from rehearse.lab.connection import Kube, endpoint_from_stack_kubeconfig
 
     if args.kubeconfig:
         kube = Kube.from_kubeconfig_file(args.kubeconfig)
         server = str(args.kubeconfig)
     else:
-        from rehearse.account import stack_account
+        from rehearse.lab.account import stack_account
 
         endpoint = endpoint_from_stack_kubeconfig(
             stack_outputs.get("kubeconfig"), stack_outputs.get("region"),
@@ -251,7 +252,7 @@ def check_inputs(command: str, args: argparse.Namespace, stack_outputs: Any) -> 
     """Input ``command`` cannot use, as one line (RunError) before anything is read or made:
     the outputs its collector reads, its options' shape, a --kubeconfig file that cannot be
     used, a --out that is not a folder."""
-    from rehearse import inputs
+    from rehearse.run import inputs
 
     # The region, and the stack's kubeconfig unless --kubeconfig stands for it, are read by
     # every command to reach the cluster.
@@ -259,7 +260,7 @@ def check_inputs(command: str, args: argparse.Namespace, stack_outputs: Any) -> 
     inputs.check(_module(command), command,
                  inputs.Given(stack_outputs, _options(args), args.work_dir), also=frame)
     if args.kubeconfig:
-        from rehearse.connection import check_kubeconfig
+        from rehearse.lab.connection import check_kubeconfig
 
         check_kubeconfig(args.kubeconfig)
     if args.out.exists() and not args.out.is_dir():
@@ -271,7 +272,7 @@ def execute(command: str, args: argparse.Namespace) -> RunResult:
     """One command's run into its folder. Raises before the folder exists (the stack's
     outputs, the command's input, the cluster); once it exists, every ending is a report in
     it."""
-    from rehearse.context import Context, boto3_clients
+    from rehearse.run.context import Context, boto3_clients
 
     module = _module(command)
     stack_outputs = _outputs(args)
@@ -279,7 +280,7 @@ def execute(command: str, args: argparse.Namespace) -> RunResult:
     region = stack_outputs.get("region")
     kube = _connect(args, stack_outputs)
     options = _options(args)
-    from rehearse.account import stack_account
+    from rehearse.lab.account import stack_account
 
     account = stack_account(stack_outputs.stack, args.work_dir)
     ctx = Context(outputs=stack_outputs, kube=kube, region=region,
@@ -394,7 +395,8 @@ def run_report(folder: Path, out: Optional[Path] = None) -> int:
 
 
 def run_summary(out: Path, stack: Optional[str], now: Optional[Any] = None) -> int:
-    from rehearse import summary, summary_page
+    from rehearse.pages import summary
+    from rehearse.pages import summary_page
 
     if not out.is_dir():
         # Not made here: a mistyped --out would leave an empty summary in a new folder.
@@ -447,13 +449,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "summary":
             return run_summary(args.out, args.stack)
         if args.command == "all":
-            return importlib.import_module("rehearse.rehearsal").main(
+            return importlib.import_module("rehearse.pages.all").main(
                 args, runner=execute, read_outputs=_outputs, parse=build_parser().parse_args,
                 as_run_error=_as_run_error, check_inputs=check_inputs,
                 reach=lambda options, stack_outputs: _connect(options, stack_outputs).close())
         if args.command == "predict":
             # The CLI's own readers, looked up here when it runs (tests replace ``_connect``).
-            return importlib.import_module("rehearse.predict").main(args, _outputs, _connect)
+            return importlib.import_module("rehearse.commands.predict.collect").main(args, _outputs, _connect)
         command = f"verify {args.target}" if args.command == "verify" else args.command
         return run_command(command, args)
     except KeyboardInterrupt:

@@ -148,7 +148,7 @@ def controller_stand_in(w: scheduling.Workload, feature_gates: str) -> dict:
     """The chart's ``kube-system/karpenter`` Deployment (the model's render of it), standing for
     the karpenter-kwok process the script runs outside the cluster: its pods take the system
     nodes' room as the real controller's do, and ``rehearse burst`` reads the gates the
-    controller started with from them (rehearse/burst/reading.py ``karpenter``). Its image
+    controller started with from them (rehearse/commands/burst/reading.py ``karpenter``). Its image
     names the version that runs and its FEATURE_GATES are the process's."""
     template = integers(copy.deepcopy(dict(w.template)))
     container = next(c for c in template["spec"]["containers"] if c["name"] == "controller")

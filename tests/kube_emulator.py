@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from rehearse.connection import Endpoint
+from rehearse.lab.connection import Endpoint
 from tests import eks_tokens
 from tests import kube_api_rules as rules
 

@@ -384,9 +384,9 @@ def test_the_leftovers_audit_refuses_another_account_and_uses_the_profile(
 
 def test_the_rehearsal_reads_the_stack_files_account_for_its_clients_and_tokens(
         moto, tmp_path):
-    from rehearse.account import stack_account
-    from rehearse.connection import eks_token
-    from rehearse.context import boto3_clients
+    from rehearse.lab.account import stack_account
+    from rehearse.lab.connection import eks_token
+    from rehearse.run.context import boto3_clients
     from tests.test_leftovers import write_stack_file
 
     write_stack_file(tmp_path, "demo", **{"aws:profile": "lab",

@@ -19,7 +19,9 @@ from typing import Any
 
 import pytest
 
-from rehearse import cli, outcome, record
+from rehearse import cli
+from rehearse.run import outcome
+from rehearse.run import record
 from rehearse.charts import common, draw
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "rehearse"

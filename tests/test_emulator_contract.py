@@ -30,7 +30,7 @@ from tests.kube_emulator import (CLUSTERPOLICIES, CONFIGMAPS, DAEMONSETS, DEPLOY
                                  LEASES, NAMESPACES, NODECLAIMS, NODEPOOLS, NODES, PODS,
                                  REPLICASETS, SERVICES, VTEP_CONFIGS, Emulator)
 from tests.real_cluster import started
-from rehearse.connection import Endpoint, Kube
+from rehearse.lab.connection import Endpoint, Kube
 
 sys.path.insert(0, str(contract.__file__).rsplit("/tests/", 1)[0] + "/engines")
 from control_plane import TOKEN, ControlPlane, stop_process  # noqa: E402

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from offline.plan import render
-from rehearse import cli, outputs
-from rehearse.errors import RunError
+from rehearse import cli
+from rehearse.lab import outputs
+from rehearse.run.errors import RunError
 from offline.runner import run_program
 from stacks.config import ConfigError, aws_provider_keys, unknown_provider_keys
 from tests.conftest import PROJECT_DIR, lab_config, run_lab

@@ -110,7 +110,7 @@ def copy_of(run: ProgramRun, name: str, new_name: str, **inputs) -> Registration
     ({"upToLayer": "cluster"}, LAYERS[:1], 2),
     ({"upToLayer": "hybrid"}, LAYERS[:2], 8),
     # The gateway layer's 2 and the demo layer's 5 (and gpu's 1) beyond the lab's own flows
-    # are the rehearsal tools' (rehearse/flows.py): the gateway's ports through the pod proxy,
+    # are the rehearsal tools' (rehearse/lab/flows.py): the gateway's ports through the pod proxy,
     # iperf3's 5201 three ways, hostnet's 9443 and its host network to echo-cloud.
     ({"upToLayer": "gateway"}, LAYERS[:3], 17),
     ({"upToLayer": "karpenter"}, LAYERS[:4], 19),

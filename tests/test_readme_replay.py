@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rehearse.summary import PARTS
+from rehearse.pages.summary import PARTS
 from tests import rehearsal_evening
 
 #: The page inlines the charts the replays draw.

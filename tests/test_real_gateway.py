@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 import pytest
 
-from rehearse.record import parse_time
+from rehearse.run.record import parse_time
 from tests import worker_share
 from tests.conftest import PROJECT_DIR
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from rehearse import burst
+from rehearse.commands import burst
 from tests import karpenter_lab, worker_share
 from tests.karpenter_scenario import run_in_netns
 from tests.real_cluster import engines_folder

@@ -2,7 +2,7 @@
 
 The ports are read from what the tools build — iperf3's command lines and pod manifests,
 hostnet's probe pods, the gateway's proxy paths, the vLLM service proxy — never retyped here;
-each must be listed in ``rehearse/flows.py`` (and nothing else listed), each listed flow must be
+each must be listed in ``rehearse/lab/flows.py`` (and nothing else listed), each listed flow must be
 in the reachability model's table (``offline/reachability.py`` FLOWS), and the model must find it
 ALLOWED over what the dev stack registers (the GPU one over the dev stack with ``gpuEnabled``).
 A tool that moves to a port the lab drops fails here, before a presenter finds out on stage.
@@ -15,7 +15,11 @@ import tarfile
 
 import pytest
 
-from rehearse import flows, gateway, gpu, hostnet, throughput
+from rehearse.lab import flows
+from rehearse.commands.verify_gateway import collect as gateway
+from rehearse.commands.verify_gpu import collect as gpu
+from rehearse.commands.hostnet import collect as hostnet
+from rehearse.commands.gateway_throughput import collect as throughput
 from offline import chart_render, reachability
 from stacks.layers import demo
 

@@ -14,9 +14,11 @@ from typing import Optional
 
 import pytest
 
-from rehearse import cli, rehearsal, record
-from rehearse.errors import RunError
-from rehearse.report import FAIL, NOT_READ, PASS, Check, Report
+from rehearse import cli
+from rehearse.pages import all as rehearsal
+from rehearse.run import record
+from rehearse.run.errors import RunError
+from rehearse.run.report import FAIL, NOT_READ, PASS, Check, Report
 
 NOW = datetime.datetime(2026, 12, 1, 18, 0, tzinfo=datetime.timezone.utc)
 XHTML = "{http://www.w3.org/1999/xhtml}"
@@ -237,9 +239,10 @@ def test_a_defect_in_a_step_still_writes_the_summary_then_raises(tmp_path):
 def test_the_pre_check_records_ops_preflights_checks_as_a_run(tmp_path, monkeypatch):
     from ops.preflight import checks as preflight_checks, sequence
     from components.aws_account import AwsAccount
-    from rehearse import outcome, precheck
-    from rehearse.context import Context
-    from rehearse.outputs import StackOutputs
+    from rehearse.run import outcome
+    from rehearse.commands.preflight import collect as precheck
+    from rehearse.run.context import Context
+    from rehearse.lab.outputs import StackOutputs
     from tests.conftest import PROJECT_DIR
 
     seen = {}

@@ -30,9 +30,11 @@ from unittest import mock
 
 import pytest
 
-from rehearse import burst, cli, predict
-from rehearse.record import read_events
-from rehearse.report import FAIL, PASS
+from rehearse import cli
+from rehearse.commands import burst
+from rehearse.commands.predict import collect as predict
+from rehearse.run.record import read_events
+from rehearse.run.report import FAIL, PASS
 from tests import fake_pulumi as fake_pulumi_cli
 from tests.conftest import list_charts_only
 from tests.offline_guard import loopback_connect
@@ -772,8 +774,8 @@ def lab_session(tmp_path: Path, scenario: str = "A", faults: Optional[Faults] = 
                 fail_up_for: Optional[str] = None) -> Iterator[Lab]:
     """The emulator, the played cluster and the patches that point the CLI at them. Only
     127.0.0.1 may be reached."""
-    from rehearse.connection import Kube
-    from rehearse.context import Context
+    from rehearse.lab.connection import Kube
+    from rehearse.run.context import Context
 
     faults = faults or Faults()
     loopback_only = loopback_connect(socket.socket.connect)
@@ -790,7 +792,7 @@ def lab_session(tmp_path: Path, scenario: str = "A", faults: Optional[Faults] = 
                                     monotonic=cluster.monotonic, progress=cluster.progress.append)
         patches = [mock.patch.object(socket.socket, "connect", loopback_only),
                    mock.patch.object(cli, "_connect", lambda args, outputs: Kube.connect(server.endpoint)),
-                   mock.patch("rehearse.context.Context", context)]
+                   mock.patch("rehearse.run.context.Context", context)]
         if stand_in:
             patches.append(mock.patch.object(burst, "open_stack", lambda name, work_dir: stack))
         with contextlib.ExitStack() as stack_of_patches:

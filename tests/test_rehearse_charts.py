@@ -18,8 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from rehearse import cli, failover_analysis, record, throughput
-from rehearse.burst.names import SCENARIO_WORDS
+from rehearse import cli
+from rehearse.commands.failover import analyse as failover_analysis
+from rehearse.run import record
+from rehearse.commands.gateway_throughput import collect as throughput
+from rehearse.commands.burst.kinds import SCENARIO_WORDS
 from rehearse.charts import DRAWERS
 from tests.report_replays import replayed, report_into
 
@@ -276,7 +279,8 @@ def test_the_pull_panel_draws_one_bar_for_the_one_pull():
 
     import importlib
 
-    from rehearse import charts, outcome
+    from rehearse import charts
+    from rehearse.run import outcome
 
     events = record.read_events(FIXTURES / "gpu-recorded")
     [chart] = outcome.analyse_run(importlib.import_module(cli.COMMANDS["verify gpu"]).analyse, events).charts
@@ -299,7 +303,8 @@ def test_the_hostnet_chart_labels_each_arrow_with_the_path_taken(runs):
 
 
 def test_a_direction_through_the_gateway_or_not_probed_is_drawn_so(tmp_path):
-    from rehearse import charts, hostnet
+    from rehearse import charts
+    from rehearse.commands.hostnet import collect as hostnet
 
     data = {"tgw": hostnet.TGW, "gateway": hostnet.GATEWAY, "paths": [
         {"label": "hybrid host network → cloud pod", "path": hostnet.GATEWAY, "status": "FAIL"},

@@ -28,9 +28,13 @@ from unittest import mock
 
 import pytest
 
-from rehearse import cli, failover, failover_analysis, leader as leaders, probes as probe_logs
-from rehearse.record import iso, parse_time, read_events
-from rehearse.report import FAIL, PASS
+from rehearse import cli
+from rehearse.commands.failover import collect as failover
+from rehearse.commands.failover import analyse as failover_analysis
+from rehearse.lab import leader as leaders
+from rehearse.lab import probes as probe_logs
+from rehearse.run.record import iso, parse_time, read_events
+from rehearse.run.report import FAIL, PASS
 from tests import rehearsal_evening
 from tests.conftest import main_in_process
 from tests.offline_guard import loopback_connect
@@ -213,7 +217,7 @@ def _ec2_client() -> Any:
     """One EC2 client for the lab's own calls, used only inside ``mock_aws`` (each mock's
     state is its own), from a session sharing the command runs' botocore data loader (a
     loader of its own parses the EC2 model again, 0.1-0.2 s)."""
-    from rehearse.context import boto3_session
+    from rehearse.run.context import boto3_session
 
     return boto3_session().client("ec2", region_name=REGION, aws_access_key_id="testing",
                                   aws_secret_access_key="testing", aws_session_token="testing")
@@ -258,8 +262,8 @@ def lab_session(scenario: Scenario, workdir: Path, world: Optional[Ec2World] = N
     """The emulator, moto and the patches that point the CLI at them; the cluster played on
     ``Sim``'s clock. Only 127.0.0.1 may be reached. In ``world`` (its moto active) if given,
     else in a world of its own."""
-    from rehearse.connection import Kube
-    from rehearse.context import Context
+    from rehearse.lab.connection import Kube
+    from rehearse.run.context import Context
 
     loopback_only = loopback_connect(socket.socket.connect)
 
@@ -277,7 +281,7 @@ def lab_session(scenario: Scenario, workdir: Path, world: Optional[Ec2World] = N
             context = functools.partial(Context, clock=sim.clock, sleep=sim.sleep,
                                         monotonic=sim.monotonic, progress=sim.progress.append)
             with mock.patch.object(cli, "_connect", lambda args, outputs: Kube.connect(server.endpoint)), \
-                    mock.patch("rehearse.context.Context", context):
+                    mock.patch("rehearse.run.context.Context", context):
                 yield lab
         finally:
             server.close()
@@ -538,7 +542,7 @@ def test_rehearse_report_replays_a_recorded_run_through_the_command(tmp_path, ca
 
 def test_ctrl_c_after_the_deletion_keeps_the_record_that_the_leader_pod_was_deleted(lab_for, monkeypatch, capsys):
     """The run folder survives an interrupt, with the deletion in it."""
-    from rehearse import failover
+    from rehearse.commands.failover import collect as failover
 
     lab = lab_for()
 
@@ -591,7 +595,7 @@ def test_a_holder_that_is_a_pod_name_or_a_prefix_refuses(lab_for):
     short = lab.nodes["a"]["dns"].split(".")[0]  # ip-10-0-1-4, a prefix of the node's name
     for holder in ("eks-hybrid-nodes-gateway-gw-a", f"{short}_0f7c1d2e"):
         lab.emulator.put(LEASES, GATEWAY_NS, LEASE, {"spec": {"holderIdentity": holder}})
-        from rehearse.connection import Kube
+        from rehearse.lab.connection import Kube
 
         resolution = leaders.resolve(Kube.connect(lab.emulator.endpoint), GATEWAY_NS, LEASE)
         assert resolution.leader is None

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from rehearse import outputs, record
-from rehearse.connection import Kube, endpoint_from_stack_kubeconfig
-from rehearse.errors import RunError
-from rehearse.report import FAIL, PASS, Check, Measurement, Report
+from rehearse.lab import outputs
+from rehearse.run import record
+from rehearse.lab.connection import Kube, endpoint_from_stack_kubeconfig
+from rehearse.run.errors import RunError
+from rehearse.run.report import FAIL, PASS, Check, Measurement, Report
 from tests import fake_pulumi as fake_pulumi_cli
 from tests.conftest import PROJECT_DIR, main_in_process
 from tests.fake_kube_api import (  # noqa: F401
@@ -282,7 +283,7 @@ def test_a_404_is_recognised_as_a_real_api_server_and_the_emulator_give_it():
     import httpx2
     from lightkube import ApiError
 
-    from rehearse.leader import not_found
+    from rehearse.lab.leader import not_found
 
     request = httpx2.Request("GET", "http://127.0.0.1/apis/cilium.io/v2/ciliumvtepconfigs/x")
     status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -406,7 +407,7 @@ def test_a_token_the_cluster_did_not_sign_for_is_refused(authenticating, monkeyp
     # with keys that are not the account's, though well-formed and fresh (tests/eks_tokens.py).
     import httpx2
 
-    from rehearse.connection import eks_token
+    from rehearse.lab.connection import eks_token
 
     server, _clock = authenticating
     if keys:
@@ -428,7 +429,7 @@ def test_the_fake_api_server_refuses_a_token_for_another_cluster(api, pki):
     from lightkube.core.exceptions import ApiError
     from lightkube.resources.core_v1 import Node
 
-    from rehearse.connection import eks_token
+    from rehearse.lab.connection import eks_token
     from tests.fake_kube_api import token_problem
 
     assert token_problem(f"Bearer {eks_token(CLUSTER, REGION)}") is None
@@ -624,7 +625,7 @@ def test_the_shared_trust_client_is_the_one_lightkube_builds(pki):
     import httpx2 as httpx
     from lightkube import Client, KubeConfig
 
-    from rehearse import connection
+    from rehearse.lab import connection
 
     config = KubeConfig.from_dict({
         "clusters": [{"name": "lab", "cluster": {"server": "https://127.0.0.1:6443",

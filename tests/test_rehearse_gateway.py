@@ -31,10 +31,13 @@ import pytest
 from moto import mock_aws
 from moto.ec2.models.route_tables import Route
 
-from rehearse import cli, gateway, gateway_kinds, record
-from rehearse.connection import Kube
-from rehearse.context import Context
-from rehearse.record import iso, read_events, utc_now
+from rehearse import cli
+from rehearse.commands.verify_gateway import collect as gateway
+from rehearse.commands.verify_gateway import kinds as gateway_kinds
+from rehearse.run import record
+from rehearse.lab.connection import Kube
+from rehearse.run.context import Context
+from rehearse.run.record import iso, read_events, utc_now
 from tests import rehearsal_evening
 from tests.offline_guard import forbid_non_loopback
 from tests.kube_emulator import (CONFIGMAPS, DAEMONSETS, LEASES, NODES, PODS, VTEP_CONFIGS,
@@ -56,7 +59,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "rehearse"
 def ec2_client():
     """One client for the module, used only inside ``mock_aws``; its session shares the other
     sessions' botocore data loader (a loader of its own parses the EC2 model again, 0.1-0.2 s)."""
-    from rehearse.context import boto3_session
+    from rehearse.run.context import boto3_session
 
     return boto3_session().client("ec2", region_name=REGION, aws_access_key_id="testing",
                                   aws_secret_access_key="testing")
@@ -118,7 +121,7 @@ def ec2(monkeypatch, ec2_world, ec2_client):
 
         return client
 
-    monkeypatch.setattr("rehearse.context.boto3_clients", clients)
+    monkeypatch.setattr("rehearse.run.context.boto3_clients", clients)
     yield ec2_client
     backend, world = _backend(), ec2_world
     table = backend.route_tables[world.route_table]
@@ -341,7 +344,7 @@ class Scene:
         if self.started is not None:
             begin, started = utc_now(), self.started
             self.now = lambda: started + (utc_now() - begin)
-            self.monkeypatch.setattr("rehearse.context.Context",
+            self.monkeypatch.setattr("rehearse.run.context.Context",
                                      functools.partial(Context, clock=self.now))
         self.plant()
         self.monkeypatch.setattr(cli, "_connect", lambda args, outputs: Kube.connect(self.emulator.endpoint))

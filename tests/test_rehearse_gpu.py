@@ -16,10 +16,12 @@ from typing import Any, Optional
 
 import pytest
 
-from rehearse import cli, gpu, gpu_analysis
-from rehearse import record as rec
-from rehearse.connection import Kube
-from rehearse.report import FAIL, PASS, SKIP
+from rehearse import cli
+from rehearse.commands.verify_gpu import collect as gpu
+from rehearse.commands.verify_gpu import analyse as gpu_analysis
+from rehearse.run import record as rec
+from rehearse.lab.connection import Kube
+from rehearse.run.report import FAIL, PASS, SKIP
 from tests.offline_guard import forbid_non_loopback
 from tests.kube_checks import as_object
 from tests.kube_emulator import DEPLOYMENTS, EVENTS, NODES, PODS, emulator  # noqa: F401 fixture
@@ -521,7 +523,7 @@ def test_a_cached_image_is_no_pull_to_time():
 
 
 def test_a_stack_without_the_demo_layer_says_to_build_it():
-    from rehearse.outputs import StackOutputs
+    from rehearse.lab.outputs import StackOutputs
 
     with pytest.raises(gpu.RunError, match="no demo layer.*upToLayer to demo.*gpuEnabled"):
         gpu.names_from_outputs(StackOutputs("dev", {"layers": ["network", "cluster"]}))

@@ -20,9 +20,10 @@ from typing import Any, Optional
 
 import pytest
 
-from rehearse import cli, hostnet
-from rehearse.connection import Kube
-from rehearse.record import read_events
+from rehearse import cli
+from rehearse.commands.hostnet import collect as hostnet
+from rehearse.lab.connection import Kube
+from rehearse.run.record import read_events
 from tests import kube_emulator, rehearsal_evening
 from tests.offline_guard import forbid_non_loopback
 from tests.kube_emulator import NODES, PODS
@@ -197,7 +198,7 @@ class Scene:
         return path
 
     def run(self, *extra: str) -> "Run":
-        from rehearse.context import Context
+        from rehearse.run.context import Context
 
         self.plant()
         ec2 = StubEc2(self.routes)
@@ -206,9 +207,9 @@ class Scene:
             assert region == REGION
             return lambda service: ec2 if service == "ec2" else pytest.fail(f"asked for {service}")
 
-        self.monkeypatch.setattr("rehearse.context.boto3_clients", clients)
+        self.monkeypatch.setattr("rehearse.run.context.boto3_clients", clients)
         self.monkeypatch.setattr(cli, "_connect", lambda args, outputs: Kube.connect(self.emulator.endpoint))
-        self.monkeypatch.setattr("rehearse.context.Context", functools.partial(
+        self.monkeypatch.setattr("rehearse.run.context.Context", functools.partial(
             Context, clock=self.clock, sleep=self.sleep, monotonic=self.monotonic,
             progress=self.progress.append))
         out = self.tmp / "runs"

@@ -29,9 +29,11 @@ from typing import Any, Optional
 import pytest
 import yaml
 
-from rehearse import cli, outcome, record
-from rehearse.errors import RunError
-from rehearse.report import FAIL, NOT_READ
+from rehearse import cli
+from rehearse.run import outcome
+from rehearse.run import record
+from rehearse.run.errors import RunError
+from rehearse.run.report import FAIL, NOT_READ
 from tests import fake_pulumi as fake_pulumi_cli
 from tests.conftest import PROJECT_DIR, main_in_process
 
@@ -66,7 +68,7 @@ READS = {
     # Every step's, before the first starts (demo 3's step is skipped without demo3).
     "all": tuple(dict.fromkeys(GATEWAY + ("demo2",) + FRAME)),
 }
-#: The layers a collector requires by name (rehearse/gateway.py, rehearse/hostnet.py).
+#: The layers a collector requires by name (rehearse/commands/verify_gateway/collect.py, rehearse/commands/hostnet/collect.py).
 LAYERS = {"verify gateway": ("gateway", "demo"), "hostnet": ("demo",)}
 #: The commands that make a run folder, with what each needs besides the outputs: the
 #: pre-check (and so `all`) reads the stack's Pulumi.<stack>.yaml, so names the stack; `all`
@@ -279,7 +281,7 @@ def test_without_pulumi_a_mistyped_stack_is_named_with_the_stack_files(lab, monk
 
 def test_without_a_stack_ls_the_stack_files_are_listed(lab, monkeypatch, tmp_path):
     # A `pulumi` that cannot list (another backend, logged out): the Pulumi.<stack>.yaml files.
-    from rehearse import outputs
+    from rehearse.lab import outputs
 
     shutil.copy(PROJECT_DIR / "Pulumi.dev.yaml", lab.work / "Pulumi.stage.yaml")
     monkeypatch.setenv("PATH", str(tmp_path / "no-pulumi-here"))
@@ -450,7 +452,7 @@ def test_a_run_that_ended_before_reading_anything_has_every_check_not_read(folde
 
 
 #: The linear collectors' reads: a check and the events it judges, by kind and, where one kind
-#: serves several checks, a field (rehearse/gateway.py and rehearse/gpu.py record them in this
+#: serves several checks, a field (rehearse/commands/verify_gateway/collect.py and rehearse/commands/verify_gpu/collect.py record them in this
 #: order). A check that passes on what it read may stay PASS; one whose read was not over is
 #: NOT READ.
 LINEAR = {

@@ -24,8 +24,10 @@ from typing import Any, Callable
 
 import pytest
 
-from rehearse import outcome, precheck, record
-from rehearse.report import FAIL, NOT_READ, PASS
+from rehearse.run import outcome
+from rehearse.commands.preflight import collect as precheck
+from rehearse.run import record
+from rehearse.run.report import FAIL, NOT_READ, PASS
 from tests import rehearsal_evening
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rehearse"
@@ -92,8 +94,8 @@ def record_preflight(folder: Path, stack: str = rehearsal_evening.STACK,
     from components.aws_account import AwsAccount
     from ops.preflight import checks as preflight_checks, sequence
     from ops.preflight.checks import SPOT_ROLE
-    from rehearse.context import Context
-    from rehearse.outputs import StackOutputs
+    from rehearse.run.context import Context
+    from rehearse.lab.outputs import StackOutputs
     from tests.test_preflight import ROOMY, fake_tools, stub_quotas
 
     clock = simulated_clock(started)

@@ -32,9 +32,11 @@ from typing import Any, Optional
 
 import pytest
 
-from rehearse import cli, predict, predict_analysis
-from rehearse.connection import Kube
-from rehearse.predict_analysis import (Forecast, Victim, decide, deletion_cost, forecast, less,
+from rehearse import cli
+from rehearse.commands.predict import collect as predict
+from rehearse.models import ranking as predict_analysis
+from rehearse.lab.connection import Kube
+from rehearse.models.ranking import (Forecast, Victim, decide, deletion_cost, forecast, less,
                                        log2_bucket, parse_time, pod_facts)
 from tests.kube_emulator import DEPLOYMENTS, PODS, REPLICASETS, emulator  # noqa: F401 fixture
 
@@ -774,7 +776,7 @@ def test_a_pod_random_at_another_clock_of_the_window_is_not_decided():
 
 
 def test_candidate_clocks_meet_every_bucket_edge_in_the_window():
-    from rehearse import clock_window
+    from rehearse.models import clock_window
 
     t = NOW - 34 * SECOND
     clocks = clock_window.candidate_clocks([t], NOW, NOW + SECOND)
@@ -784,7 +786,7 @@ def test_candidate_clocks_meet_every_bucket_edge_in_the_window():
 
 
 def test_the_window_comes_from_the_api_servers_date_header_bounded():
-    from rehearse import clock_window
+    from rehearse.models import clock_window
 
     sent = datetime.datetime(2026, 12, 1, 9, 0, 0, 200000, tzinfo=datetime.timezone.utc)
     received = sent + datetime.timedelta(milliseconds=100)
@@ -797,7 +799,7 @@ def test_the_window_comes_from_the_api_servers_date_header_bounded():
 
 
 def test_the_emulator_answers_with_its_own_clocks_date(emulator):  # noqa: F811 fixture
-    from rehearse import clock_window
+    from rehearse.models import clock_window
 
     ours = datetime.datetime(2026, 12, 1, 9, 0, 0, 500000, tzinfo=datetime.timezone.utc)
     emulator.server_clock = lambda: ours + datetime.timedelta(seconds=7)

@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from rehearse import charts, record, run_page, summary_page
-from rehearse.report import FAIL, NOT_READ, PASS, SKIP, Chart, Check, Measurement, Report
+from rehearse import charts
+from rehearse.run import record
+from rehearse.pages import run_page
+from rehearse.pages import summary_page
+from rehearse.run.report import FAIL, NOT_READ, PASS, SKIP, Chart, Check, Measurement, Report
 from tests.page_checks import SVG, XHTML, assert_no_fractional_times, assert_self_contained, parse
 from tests.report_replays import replayed
 

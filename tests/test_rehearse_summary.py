@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from rehearse import cli, outcome, record, summary_page
-from rehearse.summary_page import inline_svg
+from rehearse import cli
+from rehearse.run import outcome
+from rehearse.run import record
+from rehearse.pages import summary_page
+from rehearse.pages.summary_page import inline_svg
 from tests import rehearsal_evening
 from tests.page_checks import assert_no_fractional_times, assert_resolves, assert_self_contained, parse
 from tests.report_replays import replayed
@@ -161,7 +164,7 @@ def test_an_interrupted_run_is_shown_as_such_with_what_it_left(tmp_path):
     deleted = next(i for i, e in enumerate(events) if e["kind"] == "pod.deleted")
     partial = events[:deleted + 1] + [{"at": events[deleted]["at"], "kind": outcome.RUN_INTERRUPTED,
                                        "reason": "Ctrl-C"}]
-    from rehearse import failover
+    from rehearse.commands.failover import collect as failover
 
     folder = tmp_path / "20261201T180500Z-dev-failover"
     folder.mkdir()

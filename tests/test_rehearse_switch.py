@@ -1,4 +1,4 @@
-"""Switching a stack setting and putting it back (rehearse/switch.py, rehearse/stack.py), shared
+"""Switching a stack setting and putting it back (rehearse/lab/switch.py, rehearse/lab/stack.py), shared
 by `burst --scenarios` and `gateway-throughput --instance-types`.
 
 Against the Automation API and the fake `pulumi` (tests/fake_pulumi.py), whose `up` keeps
@@ -20,8 +20,13 @@ from unittest import mock
 
 import pytest
 
-from rehearse import burst, cli, outputs, stack as stack_api, switch, throughput
-from rehearse.report import FAIL, PASS
+from rehearse import cli
+from rehearse.commands import burst
+from rehearse.lab import outputs
+from rehearse.lab import stack as stack_api
+from rehearse.lab import switch
+from rehearse.commands.gateway_throughput import collect as throughput
+from rehearse.run.report import FAIL, PASS
 from tests import fake_pulumi as fake_pulumi_cli
 from tests.kube_emulator import PODS
 from tests.test_rehearse_burst import NS, _checks, _name, lab_session

@@ -16,11 +16,12 @@ from unittest import mock
 
 import pytest
 
-from rehearse import cli, throughput
-from rehearse import record as rec
-from rehearse.connection import Kube
-from rehearse.context import Context
-from rehearse.report import FAIL, PASS
+from rehearse import cli
+from rehearse.commands.gateway_throughput import collect as throughput
+from rehearse.run import record as rec
+from rehearse.lab.connection import Kube
+from rehearse.run.context import Context
+from rehearse.run.report import FAIL, PASS
 from tests import fake_pulumi as fake_pulumi_cli, rehearsal_evening
 from tests.offline_guard import forbid_non_loopback
 from tests.kube_checks import pod_problems
@@ -104,7 +105,7 @@ def test_the_measurement_pods_meet_restricted(on_hybrid):
 def test_the_constants_follow_the_lab():
     from components.cilium import TRANSIT_SAFE_MTU
     from components.demos import HYBRID_TAINT_TOLERATION, OFF_HYBRID, ON_HYBRID
-    from rehearse.leader import GATEWAY_NODE_LABEL
+    from rehearse.lab.leader import GATEWAY_NODE_LABEL
     from stacks.layers.demo import GATEWAY_NS
 
     assert throughput.LAB_MTU == TRANSIT_SAFE_MTU
@@ -253,7 +254,7 @@ def run(emulator, cluster, tmp_path, monkeypatch, loopback_only, capsys):
 def _runner(emulator, cluster, tmp_path, monkeypatch, capsys, stack: str = "lab"):
     """The ``run`` fixture's runner, for ``stack`` (the outputs file's name and --stack)."""
     monkeypatch.setattr(cli, "_connect", lambda args, outputs: Kube.connect(emulator.endpoint))
-    monkeypatch.setattr("rehearse.context.Context", functools.partial(
+    monkeypatch.setattr("rehearse.run.context.Context", functools.partial(
         Context, clock=cluster.clock, sleep=cluster.sleep, monotonic=cluster.monotonic))
     outputs = tmp_path / f"{stack}.json"
     outputs.write_text(json.dumps({

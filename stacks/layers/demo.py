@@ -23,7 +23,7 @@ BURST_NS = "demo-burst"
 GPU_NS = "demo-gpu"
 #: echo-cloud's target port (nginx-unprivileged listens on 8080).
 ECHO_PORT = 8080
-#: The port ``python -m rehearse gateway-throughput``'s iperf3 serves on (rehearse/throughput.py
+#: The port ``python -m rehearse gateway-throughput``'s iperf3 serves on (rehearse/commands/gateway_throughput/collect.py
 #: PORT; stacks do not import the rehearsal tools, a test holds the two equal).
 REHEARSE_IPERF3_PORT = 5201
 #: Demo 2 scales 3 -> 15 (hybrid full, 7 burst to the cloud) -> 12 -> 10 -> 3
@@ -98,7 +98,7 @@ class DemoLayer(Layer):
         cluster.eks.admit_remote_networks(self.child_name("echo-cloud"), [RemoteAccess(
             "tcp", ECHO_PORT, "demo 1 prober-hybrid to echo-cloud")], self.child())
         # The rehearsal's hybrid → cloud throughput runs iperf3 from a hybrid pod to a cloud pod
-        # (rehearse/flows.py): the same group, so the same opening, and with the demos it goes.
+        # (rehearse/lab/flows.py): the same group, so the same opening, and with the demos it goes.
         cluster.eks.admit_remote_networks(self.child_name("rehearse-iperf3"), [RemoteAccess(
             "tcp", REHEARSE_IPERF3_PORT, "rehearse gateway-throughput iperf3 hybrid to cloud")],
             self.child())

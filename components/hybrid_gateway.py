@@ -98,17 +98,26 @@ def gateway_values(vpc_cidr: str, pod_cidrs: Sequence[str],
 
 @dataclass(frozen=True)
 class GatewayNodesArgs:
+    #: The cluster the node group joins (its output, so the group waits for the cluster).
     cluster_name: pulumi.Input[str]
+    #: The cluster security group: the nodes carry it beside their own, since naming a security
+    #: group in the launch template stops EKS adding it.
     cluster_security_group_id: pulumi.Input[str]
+    #: The cloud VPC: the nodes' own (VXLAN) security group is created in it.
     vpc_id: pulumi.Input[str]
     #: One subnet per node, in different zones, and their CIDRs.
     subnet_ids: Sequence[pulumi.Input[str]]
+    #: The CIDRs of ``subnet_ids``: the hybrid nodes' security group admits VXLAN from these.
     subnet_cidrs: Sequence[str]
+    #: The gateway nodes' EC2 instance type (one node per subnet).
     instance_type: str
     #: The hybrid nodes: their network (the server LAN) and their security group.
     peer_cidr: str
     peer_security_group_id: pulumi.Input[str]
+    #: Tags the nodes' instances and volumes carry (ManagedNodeGroupArgs.instance_tags).
     instance_tags: Mapping[str, str] = field(default_factory=dict)
+    #: What the nodes need before they join and until they have drained
+    #: (ManagedNodeGroupArgs.wait_for): the route out, the CNI and kube-proxy add-ons.
     wait_for: Sequence[pulumi.Resource] = ()
 
 
@@ -160,12 +169,20 @@ class GatewayNodes(pulumi.ComponentResource):
 
 @dataclass(frozen=True)
 class HybridNodesGatewayArgs:
+    #: The cluster the Pod Identity association is made in; the route cleanup reaches its API
+    #: server with the endpoint and CA to delete the CiliumVTEPConfig the leader wrote.
     cluster_name: pulumi.Input[str]
     cluster_endpoint: pulumi.Input[str]
     cluster_certificate_authority: pulumi.Input[str]
+    #: The route tables' region and account: the gateway's IAM policy names the tables by ARN
+    #: and confines its reads to the region; the route cleanup acts there.
     region: str
     account_id: str
+    #: The cloud VPC's CIDR: the chart's required vpcCIDR, the network whose pods and nodes the
+    #: gateway connects to hybrid pods.
     vpc_cidr: str
+    #: The hybrid pod networks the leader routes to itself (the chart's podCIDRs); the route
+    #: cleanup removes the routes to them.
     pod_cidrs: Sequence[str]
     #: The route tables of the subnets where nodes, pods and control-plane interfaces live.
     route_table_ids: Sequence[pulumi.Input[str]]

@@ -39,8 +39,9 @@ class HybridActivationArgs:
     valid_days: int
     #: A new generation makes a new activation (and a new expiry).
     generation: int
-    #: The activation's name and description, as the SSM console lists them.
+    #: The activation's name, as the SSM console lists it.
     name: str
+    #: The activation's description: what it is for, beside its name in the console.
     description: str
     #: The role's policies: registered machines need them from their first call.
     wait_for: Sequence[pulumi.Resource] = ()

@@ -111,8 +111,10 @@ class GatewayNodesArgs:
     subnet_cidrs: Sequence[str]
     #: The gateway nodes' EC2 instance type (one node per subnet).
     instance_type: str
-    #: The hybrid nodes: their network (the server LAN) and their security group.
+    #: The hybrid nodes' network (the server LAN): the gateway nodes exchange VXLAN with it.
     peer_cidr: str
+    #: The hybrid nodes' security group: it gets the rules that admit VXLAN from the gateway
+    #: nodes' subnets (the return path).
     peer_security_group_id: pulumi.Input[str]
     #: Tags the nodes' instances and volumes carry (ManagedNodeGroupArgs.instance_tags).
     instance_tags: Mapping[str, str] = field(default_factory=dict)
@@ -169,14 +171,18 @@ class GatewayNodes(pulumi.ComponentResource):
 
 @dataclass(frozen=True)
 class HybridNodesGatewayArgs:
-    #: The cluster the Pod Identity association is made in; the route cleanup reaches its API
-    #: server with the endpoint and CA to delete the CiliumVTEPConfig the leader wrote.
+    #: The cluster the Pod Identity association is made in, and whose CiliumVTEPConfig the
+    #: route cleanup deletes.
     cluster_name: pulumi.Input[str]
+    #: The cluster's API server: the route cleanup deletes the CiliumVTEPConfig the leader
+    #: wrote through it.
     cluster_endpoint: pulumi.Input[str]
+    #: The cluster's CA: the route cleanup verifies the API server with it.
     cluster_certificate_authority: pulumi.Input[str]
-    #: The route tables' region and account: the gateway's IAM policy names the tables by ARN
-    #: and confines its reads to the region; the route cleanup acts there.
+    #: The route tables' region: the gateway's IAM policy confines its reads to it and names the
+    #: tables by ARN in it; the route cleanup removes the routes there.
     region: str
+    #: The route tables' account, in the ARNs the gateway's IAM policy names them by.
     account_id: str
     #: The cloud VPC's CIDR: the chart's required vpcCIDR, the network whose pods and nodes the
     #: gateway connects to hybrid pods.

@@ -64,7 +64,7 @@ class HybridHostsArgs:
     #: The cluster's name as configured, not the cluster resource's output: a host boots and
     #: installs while EKS creates the control plane, and its join waits for the cluster.
     cluster_name: str
-    #: The cluster's endpoint and CA: the Node cleanups reach the API server with them.
+    #: The cluster's API server: the Node cleanups and stale-Node sweeps delete Nodes through it.
     cluster_endpoint: pulumi.Input[str]
     #: The cluster's CA (base64 PEM, as EKS returns it): the Node cleanups verify the API
     #: server with it.

@@ -93,7 +93,11 @@ def cilium_values(pod_cidrs: Sequence[str], node_mask: int, operator_replicas: i
 
 @dataclass(frozen=True)
 class CiliumArgs:
+    #: The hybrid pods' networks (Cilium's cluster-pool): the same CIDRs as the cluster's remote
+    #: pod networks, which is how the control plane and the VPC route to hybrid pods.
     pod_cidrs: Sequence[str]
+    #: Prefix length of the block each node takes from ``pod_cidrs`` (clusterPoolIPv4MaskSize);
+    #: fixed for the cluster's life, since nodes keep the blocks they were given.
     node_mask: int
     #: Hybrid nodes the operator may run on (not the GPU host); it runs min(2, this) replicas.
     hybrid_node_count: int

@@ -55,17 +55,31 @@ DNS = (
 
 @dataclass(frozen=True)
 class EksClusterArgs:
+    #: The EKS cluster's name; also names its log group (/aws/eks/<name>/cluster) and appears in
+    #: the descriptions of its key and role. Changing it replaces the cluster.
     cluster_name: str
+    #: The control plane's Kubernetes version ("1.35"); EKS upgrades it in place, one minor
+    #: version at a time.
     kubernetes_version: str
+    #: The AWS region the cluster is in. Nothing in this component reads it: the cluster goes
+    #: to the region of the provider that creates it.
     region: str
+    #: The private subnets (at least two zones) EKS places the control plane's network
+    #: interfaces in; cloud nodes and pods reach the API server through them.
     subnet_ids: Sequence[pulumi.Input[str]]
+    #: The Service CIDR (ClusterIPs): must overlap neither VPC nor the remote networks.
     service_cidr: str
+    #: The networks hybrid nodes' own addresses come from: EKS routes to them, and the cluster
+    #: security group admits kubelets from them (and reaches kubelets on them).
     remote_node_cidrs: Sequence[str]
+    #: The networks hybrid pods' addresses come from (Cilium's pool): the control plane reaches
+    #: webhooks in hybrid pods on them, and the cluster security group admits pods from them.
     remote_pod_cidrs: Sequence[str]
     #: True: public endpoint only; False: private endpoint only. Hybrid nodes need one, not both.
     endpoint_public: bool
     #: Who may reach a public endpoint (ignored for a private one).
     public_access_cidrs: Sequence[pulumi.Input[str]]
+    #: Days the control plane's log group keeps the api, audit and authenticator logs.
     log_retention_days: int
     #: IAM roles given cluster-admin through STANDARD access entries.
     admin_role_arns: Sequence[str] = ()
@@ -92,29 +106,55 @@ class EksCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: EksClusterArgs,
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("eks-hybrid-lab:eks:Cluster", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
         self.remote_node_cidrs = list(args.remote_node_cidrs)
         self.remote_pod_cidrs = list(args.remote_pod_cidrs)
 
-        # EKS creates /aws/eks/<name>/cluster itself when logging is on, and that group outlives
-        # the cluster (and bills for storage). Created here first, it is the stack's to delete.
-        self.log_group = aws.cloudwatch.LogGroup(
+        self.log_group = self._log_group(name, args)
+        key = self._secrets_key(name, args)
+        role = self._role(name, args, key)
+        self.cluster = self._cluster(name, args, role, key)
+        self.name = self.cluster.name
+        self.arn = self.cluster.arn
+        self.endpoint = self.cluster.endpoint
+        self.certificate_authority = self.cluster.certificate_authority.apply(lambda ca: ca.data)
+        self.cluster_security_group_id = self.cluster.vpc_config.apply(
+            lambda vpc: vpc.cluster_security_group_id)
+
+        self._remote_network_rules(name, args)
+        self.dns_rules = self.admit_remote_networks(f"{name}-dns", DNS,
+                                                    pulumi.ResourceOptions(parent=self))
+        self.access = self._admin_access(name, args)
+
+        self.register_outputs({
+            "name": self.name, "arn": self.arn, "endpoint": self.endpoint,
+            "clusterSecurityGroupId": self.cluster_security_group_id,
+        })
+
+    def _log_group(self, name: str, args: EksClusterArgs) -> aws.cloudwatch.LogGroup:
+        """The control plane's log group. EKS creates /aws/eks/<name>/cluster itself when
+        logging is on, and that group outlives the cluster (and bills for storage). Created here
+        first, it is the stack's to delete."""
+        return aws.cloudwatch.LogGroup(
             f"{name}-logs",
             name=f"/aws/eks/{args.cluster_name}/cluster",
             retention_in_days=args.log_retention_days,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self),
         )
 
-        key = aws.kms.Key(
+    def _secrets_key(self, name: str, args: EksClusterArgs) -> aws.kms.Key:
+        """The key Kubernetes secrets are envelope-encrypted with, the cluster's alone."""
+        return aws.kms.Key(
             f"{name}-secrets-key",
             description=f"Envelope encryption of Kubernetes secrets in {args.cluster_name}",
             enable_key_rotation=True,
             # The shortest wait AWS allows: a destroyed lab should not keep keys around.
             deletion_window_in_days=7,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self),
         )
 
-        role = Role(f"{name}-iam", RoleArgs(
+    def _role(self, name: str, args: EksClusterArgs, key: aws.kms.Key) -> Role:
+        """The control plane's role: EKS's cluster policy and the use of ``key``."""
+        return Role(f"{name}-iam", RoleArgs(
             assume_role_policy=trust_policy("eks.amazonaws.com"),
             managed_policies=[managed_policy_arn("AmazonEKSClusterPolicy")],
             # Envelope encryption: the control plane uses this one key and nothing else.
@@ -128,9 +168,11 @@ class EksCluster(pulumi.ComponentResource):
                 }],
             }},
             description=f"EKS control plane of {args.cluster_name}",
-        ), opts=child)
+        ), opts=pulumi.ResourceOptions(parent=self))
 
-        self.cluster = aws.eks.Cluster(
+    def _cluster(self, name: str, args: EksClusterArgs, role: Role,
+                 key: aws.kms.Key) -> aws.eks.Cluster:
+        return aws.eks.Cluster(
             f"{name}-cluster",
             name=args.cluster_name,
             version=args.kubernetes_version,
@@ -176,15 +218,12 @@ class EksCluster(pulumi.ComponentResource):
                                                       delete="30m"),
             ),
         )
-        self.name = self.cluster.name
-        self.arn = self.cluster.arn
-        self.endpoint = self.cluster.endpoint
-        self.certificate_authority = self.cluster.certificate_authority.apply(lambda ca: ca.data)
-        self.cluster_security_group_id = self.cluster.vpc_config.apply(
-            lambda vpc: vpc.cluster_security_group_id)
 
-        # What hybrid nodes need of the cluster security group (docs/networking.md#ports): kubelets and pods
-        # on the remote networks reach the API server; the API server reaches kubelets.
+    def _remote_network_rules(self, name: str, args: EksClusterArgs) -> None:
+        """What hybrid nodes need of the cluster security group (docs/networking.md#ports):
+        kubelets and pods on the remote networks reach the API server; the API server reaches
+        kubelets."""
+        child = pulumi.ResourceOptions(parent=self)
         for index, cidr in enumerate(args.remote_node_cidrs):
             aws.vpc.SecurityGroupIngressRule(
                 f"{name}-api-from-nodes-{index}",
@@ -208,9 +247,11 @@ class EksCluster(pulumi.ComponentResource):
                 description="pods on hybrid nodes to the API server",
                 opts=child,
             )
-        self.dns_rules = self.admit_remote_networks(f"{name}-dns", DNS, child)
 
-        self.access = []
+    def _admin_access(self, name: str, args: EksClusterArgs) -> list[pulumi.Resource]:
+        """A STANDARD access entry with cluster-admin for each of ``args.admin_role_arns``."""
+        child = pulumi.ResourceOptions(parent=self)
+        access: list[pulumi.Resource] = []
         for index, role_arn in enumerate(args.admin_role_arns):
             entry = aws.eks.AccessEntry(
                 f"{name}-admin-{index}",
@@ -219,8 +260,8 @@ class EksCluster(pulumi.ComponentResource):
                 type="STANDARD",
                 opts=child,
             )
-            self.access.append(entry)
-            self.access.append(aws.eks.AccessPolicyAssociation(
+            access.append(entry)
+            access.append(aws.eks.AccessPolicyAssociation(
                 f"{name}-admin-{index}-policy",
                 cluster_name=self.cluster.name,
                 principal_arn=entry.principal_arn,
@@ -228,11 +269,7 @@ class EksCluster(pulumi.ComponentResource):
                 access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
                 opts=child,
             ))
-
-        self.register_outputs({
-            "name": self.name, "arn": self.arn, "endpoint": self.endpoint,
-            "clusterSecurityGroupId": self.cluster_security_group_id,
-        })
+        return access
 
     def admit_remote_networks(self, name: str, ports: Sequence[RemoteAccess],
                               opts: pulumi.ResourceOptions) -> list[aws.vpc.SecurityGroupIngressRule]:

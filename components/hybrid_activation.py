@@ -26,14 +26,22 @@ CLOCK_MARGIN_MINUTES = 60
 class HybridActivationArgs:
     #: The IAM role the registered machines act as (its name, as SSM wants it).
     role_name: pulumi.Input[str]
+    #: The cluster the hosts join, tagged on the activation (EKSClusterARN) and so copied onto
+    #: every managed instance that registers: the node role's right to deregister is scoped by
+    #: that tag.
     cluster_arn: pulumi.Input[str]
+    #: The activation's region: the registrations cleanup deregisters managed instances there.
     region: str
+    #: How many machines may register through the activation; SSM refuses one more. A host
+    #: that re-joins registers again, so leave room for that.
     registration_limit: int
     #: Days the activation accepts registrations (SSM allows at most 30).
     valid_days: int
     #: A new generation makes a new activation (and a new expiry).
     generation: int
+    #: The activation's name, as the SSM console lists it.
     name: str
+    #: The activation's description: what it is for, beside its name in the console.
     description: str
     #: The role's policies: registered machines need them from their first call.
     wait_for: Sequence[pulumi.Resource] = ()

@@ -98,17 +98,28 @@ def gateway_values(vpc_cidr: str, pod_cidrs: Sequence[str],
 
 @dataclass(frozen=True)
 class GatewayNodesArgs:
+    #: The cluster the node group joins (its output, so the group waits for the cluster).
     cluster_name: pulumi.Input[str]
+    #: The cluster security group: the nodes carry it beside their own, since naming a security
+    #: group in the launch template stops EKS adding it.
     cluster_security_group_id: pulumi.Input[str]
+    #: The cloud VPC: the nodes' own (VXLAN) security group is created in it.
     vpc_id: pulumi.Input[str]
     #: One subnet per node, in different zones, and their CIDRs.
     subnet_ids: Sequence[pulumi.Input[str]]
+    #: The CIDRs of ``subnet_ids``: the hybrid nodes' security group admits VXLAN from these.
     subnet_cidrs: Sequence[str]
+    #: The gateway nodes' EC2 instance type (one node per subnet).
     instance_type: str
-    #: The hybrid nodes: their network (the server LAN) and their security group.
+    #: The hybrid nodes' network (the server LAN): the gateway nodes exchange VXLAN with it.
     peer_cidr: str
+    #: The hybrid nodes' security group: it gets the rules that admit VXLAN from the gateway
+    #: nodes' subnets (the return path).
     peer_security_group_id: pulumi.Input[str]
+    #: Tags the nodes' instances and volumes carry (ManagedNodeGroupArgs.instance_tags).
     instance_tags: Mapping[str, str] = field(default_factory=dict)
+    #: What the nodes need before they join and until they have drained
+    #: (ManagedNodeGroupArgs.wait_for): the route out, the CNI and kube-proxy add-ons.
     wait_for: Sequence[pulumi.Resource] = ()
 
 
@@ -160,12 +171,24 @@ class GatewayNodes(pulumi.ComponentResource):
 
 @dataclass(frozen=True)
 class HybridNodesGatewayArgs:
+    #: The cluster the Pod Identity association is made in, and whose CiliumVTEPConfig the
+    #: route cleanup deletes.
     cluster_name: pulumi.Input[str]
+    #: The cluster's API server: the route cleanup deletes the CiliumVTEPConfig the leader
+    #: wrote through it.
     cluster_endpoint: pulumi.Input[str]
+    #: The cluster's CA: the route cleanup verifies the API server with it.
     cluster_certificate_authority: pulumi.Input[str]
+    #: The route tables' region: the gateway's IAM policy confines its reads to it and names the
+    #: tables by ARN in it; the route cleanup removes the routes there.
     region: str
+    #: The route tables' account, in the ARNs the gateway's IAM policy names them by.
     account_id: str
+    #: The cloud VPC's CIDR: the chart's required vpcCIDR, the network whose pods and nodes the
+    #: gateway connects to hybrid pods.
     vpc_cidr: str
+    #: The hybrid pod networks the leader routes to itself (the chart's podCIDRs); the route
+    #: cleanup removes the routes to them.
     pod_cidrs: Sequence[str]
     #: The route tables of the subnets where nodes, pods and control-plane interfaces live.
     route_table_ids: Sequence[pulumi.Input[str]]

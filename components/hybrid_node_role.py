@@ -15,9 +15,17 @@ from components.iam import Role, RoleArgs, managed_policy_arn, trust_policy
 
 @dataclass(frozen=True)
 class HybridNodeRoleArgs:
+    #: The cluster the ``HYBRID_LINUX`` access entry is made in (its output: EKS does not
+    #: retry an access entry for a cluster that does not exist yet).
     cluster_name: pulumi.Input[str]
+    #: The cluster nodeadm may describe, and the EKSClusterARN tag value of the registrations
+    #: the role may deregister (hybrid_node_policy).
     cluster_arn: pulumi.Input[str]
+    #: The account SSM acts in: the trust policy's confused-deputy conditions and the
+    #: managed-instance ARNs the role may deregister name it.
     account_id: str
+    #: The region of the activation: the trust policy's source ARN and the managed-instance
+    #: ARNs the role may deregister name it.
     region: str
 
 

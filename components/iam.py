@@ -31,9 +31,12 @@ def managed_policy_arn(name: str) -> str:
 class RoleArgs:
     #: The trust policy (a dict, may hold outputs).
     assume_role_policy: Any
+    #: ARNs of AWS managed policies, each attached as a resource of its own named after the
+    #: policy (managed_policy_arn builds them).
     managed_policies: Sequence[str] = ()
     #: Inline policy documents by name (dicts, may hold outputs).
     inline_policies: Mapping[str, Any] = field(default_factory=dict)
+    #: The role's IAM description, what the console shows beside its generated name; empty: none.
     description: str = ""
 
 

@@ -9,7 +9,7 @@ at destroy they are deleted first, while the controller can still terminate thei
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 import pulumi
@@ -198,10 +198,16 @@ class KarpenterArgs:
     #: plain string creates no dependency, and EKS does not retry CreateAccessEntry on a cluster
     #: that does not exist yet.
     cluster_name_output: pulumi.Input[str]
+    #: The cluster the controller may describe (controller_policy).
     cluster_arn: pulumi.Input[str]
+    #: Where the controller acts: the controller policy's ARNs and conditions and the
+    #: controller's AWS_REGION name it, and the leftover cleanup looks there.
     region: str
+    #: The account in the controller policy's ARNs.
     account_id: str
+    #: The Karpenter release, for both charts (the CRD chart and the controller's) alike.
     version: str
+    #: Controller replicas (the chart's ``replicas``): one leads, the others wait for the lease.
     controller_replicas: int
     #: Scenario C of demo 2: Karpenter ranks its pods' deletion cost.
     pod_deletion_cost: bool

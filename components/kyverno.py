@@ -72,6 +72,8 @@ class KyvernoArgs:
     node_selector: Mapping[str, str]
     #: Namespaces whose pods get the deletion cost; None: no policy (scenario A).
     policy_namespaces: Optional[Sequence[str]]
+    #: What the release needs first: the nodes ``node_selector`` picks (Helm waits for the
+    #: pods); at delete, the release goes before them, so its pre-delete hook can still run.
     wait_for: Sequence[pulumi.Resource] = ()
 
 

@@ -46,14 +46,21 @@ class Taint:
 
 @dataclass(frozen=True)
 class ManagedNodeGroupArgs:
+    #: The cluster the nodes join (its output, so the group waits for the cluster).
     cluster_name: pulumi.Input[str]
+    #: The private subnets the nodes run in; EKS spreads them over these.
     subnet_ids: Sequence[pulumi.Input[str]]
+    #: One EC2 instance type; its architecture picks the AL2023 image type.
     instance_type: str
+    #: The number of nodes: desired, minimum and maximum alike (nothing scales this group).
     size: int
+    #: Kubernetes labels on the nodes, which workloads select them by.
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: Kubernetes taints on the nodes: what keeps other pods off them.
     taints: Sequence[Taint] = ()
     #: Tags the instances and volumes carry (the provider's default tags do not reach them).
     instance_tags: Mapping[str, str] = field(default_factory=dict)
+    #: Size of each node's encrypted gp3 root volume, GiB.
     root_volume_gib: int = 30
     #: A shell script run at boot before the node joins (wrapped in MIME for EKS).
     extra_user_data: Optional[str] = None

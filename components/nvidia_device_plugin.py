@@ -19,6 +19,7 @@ GPU_NODE_LABEL = "nvidia.com/gpu.present"
 class NvidiaDevicePluginArgs:
     #: Taints of the GPU hosts, as pod tolerations.
     tolerations: Sequence[dict]
+    #: What the release needs first: the GPU host and the CNI (Cilium) that makes it Ready.
     wait_for: Sequence[pulumi.Resource] = ()
 
 

@@ -18,7 +18,10 @@ import pulumi_aws as aws
 class Spoke:
     #: Short name used in child resource names ("cloud", "onprem").
     name: str
+    #: The VPC the gateway attaches.
     vpc_id: pulumi.Input[str]
+    #: The VPC's CIDR: the destination of the routes to it, in the gateway's route table and
+    #: in the other spokes' route tables.
     cidr_block: str
     #: Subnets the attachment places its interfaces in: one per availability zone used.
     subnet_ids: Sequence[pulumi.Input[str]]
@@ -28,7 +31,10 @@ class Spoke:
 
 @dataclass(frozen=True)
 class TransitGatewayArgs:
+    #: The VPCs the gateway joins; every spoke gets a route to every other one. Names must be
+    #: unique: they name the attachments and routes.
     spokes: Sequence[Spoke]
+    #: The gateway's description, what the console lists it by.
     description: str = "eks-hybrid-lab"
 
 

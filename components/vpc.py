@@ -37,6 +37,8 @@ def plan_subnets(cidr_block: str, private_count: int) -> tuple[list[str], str]:
 
 @dataclass(frozen=True)
 class VpcArgs:
+    #: The VPC's CIDR, /24 or larger: its first quarters become the private subnets, one per
+    #: zone, and the NAT subnet is carved from the last quarter (plan_subnets).
     cidr_block: str
     #: One private subnet per zone, in this order; the NAT gateway goes in the first zone.
     availability_zones: Sequence[str]

@@ -119,6 +119,9 @@ class RecordingMonitor(runtime_mocks.MockMonitor):
                 "replaceOnChanges": list(request.replaceOnChanges),
                 "retainOnDelete": request.retainOnDelete,
                 "deletedWith": request.deletedWith,
+                # The other names a resource may have in a stack's state (an alias by name):
+                # the engine takes a state entry of that name as this resource.
+                "aliasNames": [a.spec.name for a in request.aliases if a.spec.name],
             },
             outputs=_mark_secrets(self.resources[response.urn].state) if response.urn in self.resources else {},
         ))

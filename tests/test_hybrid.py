@@ -504,3 +504,15 @@ def test_lowering_below_hybrid_deletes_node_objects_while_the_cluster_stays(lab)
         assert eks.urn in cleanup.dependencies
         assert host.urn in cleanup.dependencies and cleanup.urn not in host.dependencies
         assert index[("delete", cleanup.urn)] < index[("delete", host.urn)], name
+
+
+def test_a_host_named_with_its_architecture_in_state_is_this_host(lab):
+    """A stack whose state names an Arm host (and its Node cleanup) with the architecture,
+    ``<host>-arm64``, takes that entry as this host: without the alias the engine would create a
+    second host before deleting the first, and need a second host's vCPU quota."""
+    run = lab(hybridNodeInstanceType="m7g.xlarge")
+    cleanups = {c.name: c for c in run.of_type(NODE_CLEANUP)}
+    assert hosts(run)
+    for name, host in hosts(run).items():
+        assert host.options["aliasNames"] == [f"{name}-arm64"]
+        assert cleanups[f"{name}-node"].options["aliasNames"] == [f"{name}-arm64-node"]

@@ -26,14 +26,14 @@ from rehearse.run.errors import RunError
 #: command -> module with ``TITLE``, ``add_arguments(parser)``, ``collect(ctx, record)`` and
 #: ``analyse(events) -> Report``.
 COMMANDS = {
-    "verify gateway": "rehearse.commands.verify_gateway.collect",
-    "verify gpu": "rehearse.commands.verify_gpu.collect",
-    "failover": "rehearse.commands.failover.collect",
+    "verify gateway": "rehearse.commands.verify_gateway.command",
+    "verify gpu": "rehearse.commands.verify_gpu.command",
+    "failover": "rehearse.commands.failover.command",
     "verify burst": "rehearse.commands.burst.verify",
-    "burst": "rehearse.commands.burst",
-    "gateway-throughput": "rehearse.commands.gateway_throughput.collect",
-    "hostnet": "rehearse.commands.hostnet.collect",
-    "preflight": "rehearse.commands.preflight.collect",
+    "burst": "rehearse.commands.burst.command",
+    "gateway-throughput": "rehearse.commands.gateway_throughput.command",
+    "hostnet": "rehearse.commands.hostnet.command",
+    "preflight": "rehearse.commands.preflight.command",
 }
 
 
@@ -115,7 +115,7 @@ def _unknown_arguments(parser: argparse.ArgumentParser, extras: Sequence[str]) -
 def _command_lines() -> str:
     titles = {"report": _REPORT_HELP, "summary": _SUMMARY_HELP,
               "all": importlib.import_module("rehearse.pages.all").TITLE,
-              "predict": importlib.import_module("rehearse.commands.predict.collect").TITLE}
+              "predict": importlib.import_module("rehearse.commands.predict.command").TITLE}
     titles.update({c: _module(c).TITLE for c in COMMANDS})
     width = max(len(c) for c in REHEARSAL_ORDER)
     return "".join(f"  {c:<{width}}  {titles[c]}\n" for c in REHEARSAL_ORDER) + \
@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         _common(sub)
         module.add_arguments(sub)
 
-    predict = importlib.import_module("rehearse.commands.predict.collect")
+    predict = importlib.import_module("rehearse.commands.predict.command")
     predict.add_arguments(commands.add_parser("predict", help=predict.TITLE,
                                               description=predict.__doc__))
 
@@ -455,7 +455,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 reach=lambda options, stack_outputs: _connect(options, stack_outputs).close())
         if args.command == "predict":
             # The CLI's own readers, looked up here when it runs (tests replace ``_connect``).
-            return importlib.import_module("rehearse.commands.predict.collect").main(args, _outputs, _connect)
+            return importlib.import_module("rehearse.commands.predict.command").main(args, _outputs, _connect)
         command = f"verify {args.target}" if args.command == "verify" else args.command
         return run_command(command, args)
     except KeyboardInterrupt:

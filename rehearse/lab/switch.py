@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional
 
 from rehearse.run.errors import RunError
 from rehearse.lab.stack import PulumiInterrupted, config_value
+from rehearse.run.terminal import ask
 
 #: Engine step ops that change nothing (pulumi.automation.events.OpType).
 NO_CHANGE = ("same", "read", "refresh")
@@ -67,16 +68,6 @@ def plan_lines(plan: dict) -> list[str]:
     counts = ", ".join(f"{n} {op}" for op, n in sorted((plan.get("summary") or {}).items()))
     lines = [f"  {s['op']:<18} {s['type']}  {s['name']}" for s in plan["steps"]]
     return lines + [f"  ({counts or 'no change summary'})"]
-
-
-def ask(question: str) -> Optional[bool]:
-    """The presenter's answer; None when stdin is not a terminal (nobody to ask)."""
-    if not sys.stdin or not sys.stdin.isatty():
-        return None
-    try:
-        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
-    except EOFError:
-        return False
 
 
 def require_stack(ctx: Any, what: str, needs: str = "changes the stack's config") -> None:

@@ -23,12 +23,12 @@ import sys
 from typing import Any, Callable, Optional
 
 from rehearse.pages import summary_page
-from rehearse.commands.burst.settings import scenario_name
+from rehearse.models.scenarios import scenario_name
 from rehearse.run.errors import RunError, first_line
 from rehearse.run.outcome import CHECK_COMPLETED
 from rehearse.run.record import utc_now
 from rehearse.pages.summary import Step
-from rehearse.lab.switch import ask
+from rehearse.run.terminal import ask
 
 TITLE = "the whole rehearsal: the checks, then (confirmed) failover and burst, then the summary"
 

@@ -1,8 +1,10 @@
 """What a command provides, for rehearse.cli's registry: a run command (a run folder of events
-and a report, replayable) or a tool (predict: prints, keeps nothing). A command is a package
-under rehearse/commands/ whose ``__init__`` is its face: its docstring is its ``--help``
+and a report, replayable) or a tool (predict: prints, keeps nothing). A command is a folder
+under rehearse/commands/ whose ``command.py`` is its face: its docstring is its ``--help``
 description, and it has exactly the members below (tests/test_layout.py checks each
-registered command against them)."""
+registered command against them). The face is a module of its own, not the package's
+``__init__``, so that ``collect`` and ``analyse`` (the face's functions) never shadow the
+modules collect.py and analyse.py beside it."""
 
 from __future__ import annotations
 

@@ -9,18 +9,11 @@ from typing import Any
 
 from rehearse.run.arguments import seconds
 from rehearse.run.errors import RunError
-from rehearse.commands.burst.kinds import (DEFAULTS, DEFAULT_SEQUENCE, HYBRID_NODES, PODS_PER_HYBRID_NODE,
-                                  SCENARIOS)
+from rehearse.commands.burst.kinds import DEFAULTS, DEFAULT_SEQUENCE, HYBRID_NODES, PODS_PER_HYBRID_NODE
+from rehearse.models.scenarios import scenario_name
 
 
 # --- arguments --------------------------------------------------------------------------------
-
-def scenario_name(text: str) -> str:
-    """An argparse type: A, B or C (`burst --scenarios`, `all --scenarios`)."""
-    if text.upper() not in SCENARIOS:
-        raise argparse.ArgumentTypeError(f"{text!r}: a scenario is A, B or C")
-    return text.upper()
-
 
 def _common_arguments(group: Any) -> None:
     group.add_argument("--interval", type=seconds(0.1), default=DEFAULTS["interval"], metavar="S",

@@ -1,7 +1,5 @@
-"""The pre-check, kept as a run: `python -m ops.preflight`'s read-only checks (Describe, List and
-Get calls only) for the stack's ``Pulumi.<stack>.yaml``, recorded in a run folder so the
-rehearsal's summary can say when it last passed. The run itself also proves the stack's outputs
-and the cluster can be reached, as every rehearse command does first."""
+"""The collector of `python -m rehearse preflight`; what the command is and does, its --help, is
+its face's docstring (command.py)."""
 
 from __future__ import annotations
 

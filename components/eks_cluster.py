@@ -61,9 +61,6 @@ class EksClusterArgs:
     #: The control plane's Kubernetes version ("1.35"); EKS upgrades it in place, one minor
     #: version at a time.
     kubernetes_version: str
-    #: The AWS region the cluster is in. Nothing in this component reads it: the cluster goes
-    #: to the region of the provider that creates it.
-    region: str
     #: The private subnets (at least two zones) EKS places the control plane's network
     #: interfaces in; cloud nodes and pods reach the API server through them.
     subnet_ids: Sequence[pulumi.Input[str]]

@@ -34,8 +34,9 @@ class TransitGatewayArgs:
     #: The VPCs the gateway joins; every spoke gets a route to every other one. Names must be
     #: unique: they name the attachments and routes.
     spokes: Sequence[Spoke]
-    #: The gateway's description, what the console lists it by.
-    description: str = "eks-hybrid-lab"
+    #: The gateway's description, what the console lists it by: the caller names its own lab
+    #: (no default, so two labs in one account are told apart).
+    description: str
 
 
 class TransitGateway(pulumi.ComponentResource):

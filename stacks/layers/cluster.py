@@ -67,7 +67,6 @@ class ClusterLayer(Layer):
         self.eks = EksCluster(self.child_name("eks"), EksClusterArgs(
             cluster_name=cfg.cluster_name,
             kubernetes_version=cfg.kubernetes_version,
-            region=cfg.region,
             subnet_ids=network.cloud.private_subnet_ids,
             service_cidr=str(cfg.service_cidr),
             remote_node_cidrs=[network.remote_node_cidr],

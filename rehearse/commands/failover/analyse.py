@@ -11,7 +11,7 @@ from typing import Any, Iterable, Optional
 
 from rehearse.lab import leader as leaders
 from rehearse.lab import probes as probe_logs
-from rehearse.commands.verify_gateway.kinds import LEASE_DURATION_SECONDS, RETRY_PERIOD_SECONDS
+from rehearse.lab.gateway import LEASE_DURATION_SECONDS, RETRY_PERIOD_SECONDS
 from rehearse.run.record import every, first, iso, parse_time
 from rehearse.run.outcome import ending, not_read
 from rehearse.run.report import FAIL, NOT_READ, PASS, Chart, Check, Measurement, Report

@@ -10,14 +10,15 @@ from typing import Any, Callable, Iterable, Optional
 
 from rehearse.run.arguments import seconds, whole
 from rehearse.run.errors import RunError
-from rehearse.commands.verify_gateway.collect import _collect_route_tables, _node_view
 from rehearse.lab.leader import not_found
+from rehearse.lab.nodes import node_view
+from rehearse.lab.route_tables import read_route_tables
 from rehearse.commands.hostnet.analyse import analyse, client_results, httpd_sources, nginx_sources
 from rehearse.commands.hostnet.kinds import (
     NAMESPACE, REHEARSE_LABEL, RUN_LABEL, STACK_LABEL, NAMESPACE_WHY, BUSYBOX,
     UID, PORT, ECHO_APP, COMPUTE_TYPE, HYBRID_TOLERATION, SERVER,
     HOST_CLIENT, CLOUD_CLIENT, ATTEMPTS, REQUEST_TIMEOUT, TIMEOUT, POLL_SECONDS,
-    DEADLINE_MARGIN, INPUTS, NODES, ECHO, CREATED, POD,
+    DEADLINE_MARGIN, INPUTS, NODES, ROUTE_TABLE, ECHO, CREATED, POD,
     WAIT, LOG, CLEANUP, SWEPT, HOST_TO_POD, HOST_TO_SVC,
     CLOUD_TO_HOST, CHECK, CHECK_CLEANUP, TGW, GATEWAY)
 
@@ -199,7 +200,7 @@ def collect(ctx: Any, record: Any) -> None:
     client = ctx.kube.client
 
     ctx.progress("reading the nodes and echo-cloud")
-    nodes = [_node_view(n.to_dict()) for n in client.list(Node)]
+    nodes = [node_view(n.to_dict()) for n in client.list(Node)]
     record(NODES, items=nodes)
     wanted = options.get("node")
     hybrid = [n for n in nodes if _is_hybrid(n) and n["ready"] == "True" and n["internalIP"]
@@ -230,7 +231,8 @@ def collect(ctx: Any, record: Any) -> None:
 
     ctx.progress("reading the cloud route tables")
     if tables:
-        _collect_route_tables(ctx.aws("ec2"), tables, record)
+        for table in read_route_tables(ctx.aws("ec2"), tables):
+            record(ROUTE_TABLE, **table)
 
     stack = stack_label(outputs.optional("clusterName") or ctx.outputs.stack)
     bound = {"stack": stack, "deadline": deadline_seconds(timeout)}

@@ -42,6 +42,8 @@ DEADLINE_MARGIN = 60
 # Event kinds.
 INPUTS = "hostnet.inputs"
 NODES = "kube.nodes"
+#: The cloud route tables, as ``verify gateway`` records them too (``rehearse.lab.route_tables``).
+ROUTE_TABLE = "ec2.route_table"
 ECHO = "hostnet.echo_cloud"
 CREATED = "hostnet.created"
 POD = "hostnet.pod"

@@ -25,6 +25,9 @@ __all__ = ["collect", "analyse"]
 
 @dataclass(frozen=True)
 class Settings:
+    """The run's settings in seconds, from the command line (its options in command.py say what
+    each does), ``DEFAULTS`` where not given; recorded as ``failover.settings``."""
+
     interval: float
     observe: float
     timeout: float

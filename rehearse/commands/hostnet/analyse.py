@@ -1,6 +1,6 @@
 """The analysis of `rehearse hostnet` (pure: events -> report): which path each probe took,
 named from the source address the server logged and the cloud route tables' longest prefix,
-beside the lab's reachability model. The collector is rehearse.hostnet."""
+beside the lab's reachability model. The collector is collect.py."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from rehearse.commands.verify_gateway.writes import check_route, check_vtep
 
 
 #: The checks in the order the collector reads their input (the report shows the traffic
-#: before Cilium and the agent; rehearse.outcome names the read that failed by this order).
+#: before Cilium and the agent; rehearse.run.outcome names the read that failed by this order).
 READ_ORDER = (CHECK_PODS, CHECK_LEASE, CHECK_HEALTH, CHECK_LEADERSHIP, CHECK_ROUTE, CHECK_VTEP,
               CHECK_CILIUM, CHECK_AGENT, CHECK_TRAFFIC["cloudToHybrid"], CHECK_TRAFFIC["hybridToCloud"])
 

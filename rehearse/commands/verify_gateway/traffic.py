@@ -104,7 +104,8 @@ def log_refusal(lab: Lab, event: dict) -> tuple[str, str, bool]:
     fails the check even when another pod's log was read). The API server answers with a Status:
     500 when it cannot dial the kubelet (on a hybrid node: the remote node network does not
     admit the control plane on TCP 10250), 400 for a container that has not started, 404 for a
-    pod that went away while it was read. Older recordings kept only "HTTP <code>"."""
+    pod that went away while it was read. An error recorded as text ("HTTP <code>", all some
+    recordings keep) is shown as it is."""
     error = event.get("error")
     pod, node = event.get("pod"), event.get("node") or "its node"
     if isinstance(error, str):

@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from rehearse import cli
-from rehearse.commands.failover import analyse as failover_analysis
+from rehearse.commands.failover import follow as failover_follow
+from rehearse.commands.failover import gaps as failover_gaps
+from rehearse.commands.failover import kinds as failover_kinds
 from rehearse.run import record
 from rehearse.commands.gateway_throughput import collect as throughput
 from rehearse.commands.burst.kinds import SCENARIO_WORDS
@@ -137,7 +139,7 @@ def test_the_failover_timeline_shows_each_gap_with_its_verdict_and_the_markers(r
     report = report_of(runs["failover-healthy"])
     _, shown = only_chart(runs["failover-healthy"])
     numbers = values(report)
-    threshold = failover_analysis.DEFAULTS["threshold"]
+    threshold = failover_kinds.DEFAULTS["threshold"]
     for direction in ("cloud→hybrid", "hybrid→cloud"):
         for path in ("Service", "pod"):
             label = f"{direction} via {path}"
@@ -149,8 +151,8 @@ def test_the_failover_timeline_shows_each_gap_with_its_verdict_and_the_markers(r
     assert f"pass limit: the gap ends within {threshold:g} s of its start" in shown
     # AWS's 3–5 s said once, with what it times: not a gap in traffic.
     said = " ".join(shown)
-    assert said.count(failover_analysis.DOCUMENTED) == 1
-    assert f"{failover_analysis.DOCUMENTED} for {failover_analysis.DOCUMENTED_MEASURES}" in said
+    assert said.count(failover_follow.DOCUMENTED) == 1
+    assert f"{failover_follow.DOCUMENTED} for {failover_gaps.DOCUMENTED_MEASURES}" in said
     assert "leader pod deleted 0.0 s" in shown
     lease = numbers["Lease handover (new acquireTime − deletion)"]
     assert f"Lease handed over {lease:.1f} s" in shown
@@ -174,7 +176,7 @@ def test_a_route_that_never_switched_reads_not_measured_and_the_gaps_still_open(
     assert "route replaced: not measured" in shown
     gap = values(report)["longest gap cloud→hybrid via pod"]
     assert f"longest gap {gap:.1f} s and counting" in shown
-    assert f"FAIL: over {failover_analysis.DEFAULTS['threshold']:g} s" in shown
+    assert f"FAIL: over {failover_kinds.DEFAULTS['threshold']:g} s" in shown
 
 
 # --- demo 2: scale-in --------------------------------------------------------------------------

@@ -30,7 +30,8 @@ import pytest
 
 from rehearse import cli
 from rehearse.commands.failover import collect as failover
-from rehearse.commands.failover import analyse as failover_analysis
+from rehearse.commands.failover import gaps as failover_gaps
+from rehearse.commands.failover import moments as failover_moments
 from rehearse.lab import leader as leaders
 from rehearse.lab import probes as probe_logs
 from rehearse.run.record import iso, parse_time, read_events
@@ -689,7 +690,7 @@ def test_the_handover_beside_aws_3_to_5_s_says_its_clock_bound():
     assert "AWS documents 3–5 s" in row and "± 1.5 s" in row
     skewed = {m["name"]: m for m in _fixture("failover-skewed-clock")["measurements"]}[HANDOVER]
     assert "up to 1 s long: the deletion moment is the API server's deletionTimestamp" in skewed["note"]
-    assert failover_analysis.deletion_moment({"requested_at": "2026-12-01T09:00:00.400000Z"}).bound is None
+    assert failover_moments.deletion_moment({"requested_at": "2026-12-01T09:00:00.400000Z"}).bound is None
 
 
 def test_a_gap_is_shown_against_its_pass_limit_and_not_against_aws_3_to_5_s():
@@ -786,22 +787,22 @@ def _probe(at: str, path: str, ok: bool) -> probe_logs.Probe:
 def test_an_outage_still_open_at_the_end_is_counted_to_the_last_probe():
     found = [_probe("09:00:00.0", "svc", True), _probe("09:00:01.0", "svc", True),
              _probe("09:00:03.0", "svc", False), _probe("09:00:09.5", "svc", False)]
-    gap = failover_analysis.failover_gap(found, "svc", parse_time("2026-12-01T09:00:02Z"),
+    gap = failover_gaps.failover_gap(found, "svc", parse_time("2026-12-01T09:00:02Z"),
                                 parse_time("2026-12-01T09:00:10Z"))
     assert gap.ongoing and gap.seconds == 8.5 and gap.failed == 2
 
 
 def test_the_deletion_moment_comes_from_this_machine_when_the_clocks_agree():
-    agree = failover_analysis.deletion_moment({
+    agree = failover_moments.deletion_moment({
         "requested_at": "2026-12-01T09:00:00.400000Z", "answered_at": "2026-12-01T09:00:00.450000Z",
         "deletion_timestamp": "2026-12-01T09:00:30Z", "grace_seconds": 30})
     assert agree.cluster == agree.local == parse_time("2026-12-01T09:00:00.400000Z")
-    skewed = failover_analysis.deletion_moment({
+    skewed = failover_moments.deletion_moment({
         "requested_at": "2026-12-01T09:00:00.400000Z", "answered_at": "2026-12-01T09:00:00.450000Z",
         "deletion_timestamp": "2026-12-01T08:59:55Z", "grace_seconds": 30})
     assert skewed.cluster == parse_time("2026-12-01T08:59:25Z")
     assert "ahead of" in skewed.source
-    missing = failover_analysis.deletion_moment({"requested_at": "2026-12-01T09:00:00.400000Z"})
+    missing = failover_moments.deletion_moment({"requested_at": "2026-12-01T09:00:00.400000Z"})
     assert missing.offset == datetime.timedelta(0)
 
 

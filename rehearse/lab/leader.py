@@ -11,8 +11,8 @@ and exactly one live gateway pod must run on that node.
 The leader writes ``<hybrid pod CIDR> -> <its instance's primary ENI>`` (device index 0) into each
 route table, and ``CiliumVTEPConfig/hybrid-gateway`` with ``tunnelEndpoint`` = its node IP.
 
-Shared by ``rehearse.failover``; ``verify gateway`` needs the same resolution (one module for
-both is the lead's call)."""
+A lab reader: ``failover`` resolves the leader with it and polls what the leader writes;
+``verify gateway`` reads the holder the same way (``holder_host``), so both name the same node."""
 
 from __future__ import annotations
 
@@ -22,11 +22,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from rehearse.run.record import iso
+# Read through this module too (gateway-throughput picks gateway nodes by GATEWAY_NODE_LABEL).
+from rehearse.lab.gateway import GATEWAY_NAME, GATEWAY_NODE_LABEL, VTEP_CONFIG
 
-#: The chart's selector label (``app.kubernetes.io/name: eks-hybrid-nodes-gateway``).
-GATEWAY_NAME = "eks-hybrid-nodes-gateway"
-GATEWAY_NODE_LABEL = "hybrid-gateway-node"
-VTEP_CONFIG = "hybrid-gateway"
 VTEP_CONFIG_PATH = f"/apis/cilium.io/v2/ciliumvtepconfigs/{VTEP_CONFIG}"
 _HOSTNAME_LABEL = "kubernetes.io/hostname"
 

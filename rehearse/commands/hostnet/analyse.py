@@ -1,6 +1,6 @@
 """The analysis of `rehearse hostnet` (pure: events -> report): which path each probe took,
 named from the source address the server logged and the cloud route tables' longest prefix,
-beside the lab's reachability model. The collector is rehearse.hostnet."""
+beside the lab's reachability model. The collector is collect.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import ipaddress
 import re
 from typing import Iterable, Optional
 
-from rehearse.commands.verify_gateway.kinds import ROUTE_TABLE
 from rehearse.run.outcome import ending, not_read
 from rehearse.run.record import RUN_STARTED, every, first
 from rehearse.run.report import FAIL, PASS, Chart, Check, Report
@@ -16,7 +15,7 @@ from rehearse.commands.hostnet.kinds import (
     NAMESPACE, REHEARSE_LABEL, STACK_LABEL, PORT, ECHO_APP, SERVER,
     HOST_CLIENT, CLOUD_CLIENT, INPUTS, NODES, ECHO, CREATED,
     POD, WAIT, LOG, CLEANUP, SWEPT, HOST_TO_POD,
-    HOST_TO_SVC, CLOUD_TO_HOST, CHECK, CHECK_CLEANUP, TGW, GATEWAY)
+    HOST_TO_SVC, CLOUD_TO_HOST, CHECK, CHECK_CLEANUP, TGW, GATEWAY, ROUTE_TABLE)
 
 
 # --- analysis -------------------------------------------------------------------------------

@@ -40,6 +40,44 @@ without both labels, or with a pod still running (another run going on), is neve
 
 # The command's face, what rehearse.cli reads (a run command, rehearse.run.command): its
 # docstring is its --help description; the work is in collect (and analyse).
-from rehearse.commands.hostnet.collect import TITLE, LAYERS, OUTPUTS, add_arguments, check_inputs, collect, analyse
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rehearse.run.arguments import seconds, whole
+from rehearse.run.errors import RunError
+from rehearse.commands.hostnet.collect import analyse, collect
+from rehearse.commands.hostnet.kinds import ATTEMPTS, PORT, TIMEOUT
 
 __all__ = ["TITLE", "LAYERS", "OUTPUTS", "add_arguments", "check_inputs", "collect", "analyse"]
+
+TITLE = "which path host-network pods take between hybrid and cloud nodes"
+#: What collect reads from the stack, checked before a run starts (rehearse.run.inputs).
+LAYERS = (("demo", "echo-cloud, the cloud pod the host-network pod requests"),)
+OUTPUTS = ("demo1", "hybridPodCidr")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("the probes")
+    group.add_argument("--node", metavar="NAME", help="the hybrid node to probe (default: the "
+                       "first Ready one)")
+    group.add_argument("--port", type=int, default=PORT, metavar="PORT",
+                       help=f"the host-network server's port, above 1024 (default {PORT}: the "
+                            "hybrid hosts' security group admits it from the cloud VPC)")
+    group.add_argument("--attempts", type=whole(1), default=ATTEMPTS, metavar="N",
+                       help=f"requests per probe (default {ATTEMPTS})")
+    group.add_argument("--timeout", type=seconds(1.0), default=TIMEOUT, metavar="SECONDS",
+                       help=f"how long to wait for the pods to run and finish (default {TIMEOUT:g})")
+
+
+def check_inputs(given: Any) -> None:
+    port = int(given.options.get("port") or PORT)
+    if not 1024 < port < 65536:
+        raise RunError(f"--port {port}: choose a port above 1024 (no NET_BIND_SERVICE is given) "
+                       "and below 65536")
+    demo1 = given.outputs.get("demo1")
+    if not isinstance(demo1, dict) or not demo1.get("namespace"):
+        raise RunError(f"{given.outputs.origin}: the output demo1 names no namespace: run "
+                       f"`pulumi up` with this version of the lab{given.outputs.rewrite()}")

@@ -1,6 +1,7 @@
-"""The names `rehearse hostnet` shares between its collector (rehearse.hostnet) and its analysis
-(rehearse.hostnet_analysis): what it creates and labels, the event kinds it records, the probes
-and their checks."""
+"""The names `rehearse hostnet` shares between its collector (collect.py, manifests.py) and its
+analysis (analyse.py): what it creates and labels, the event kinds it records with the fields
+each carries (the strings are as recorded: old runs replay from them), the probes and their
+checks."""
 
 from __future__ import annotations
 
@@ -40,14 +41,27 @@ POLL_SECONDS = 2.0
 DEADLINE_MARGIN = 60
 
 # Event kinds.
+#: region, hybridPodCidr, remoteNodeCidr, cloudVpcCidr, transitGatewayId, routeTables,
+#: demoNamespace, namespace, port, attempts, timeout, token.
 INPUTS = "hostnet.inputs"
+#: items: each node's view (``rehearse.lab.nodes.node_view``), as ``verify gateway`` records it.
 NODES = "kube.nodes"
+#: id, found, routes (or error): the cloud route tables, as ``verify gateway`` records them too
+#: (``rehearse.lab.route_tables``).
+ROUTE_TABLE = "ec2.route_table"
+#: namespace, clusterIP, port, targetPort, pods (echo-cloud's Service and pods).
 ECHO = "hostnet.echo_cloud"
+#: object (Namespace | Pod), name, manifest.
 CREATED = "hostnet.created"
+#: name, nodeName, hostNetwork, phase, podIP, hostIP, reason (a probe pod when a wait ended).
 POD = "hostnet.pod"
+#: what, pods, done, seconds.
 WAIT = "hostnet.wait"
+#: role (the pod's name, or echo-cloud), namespace, pod, lines, error.
 LOG = "hostnet.log"
+#: deleted, failed, namespaceGone.
 CLEANUP = "hostnet.cleanup"
+#: namespace, run, pods (name -> phase, reason), deleted, failed, namespaceGone.
 SWEPT = "hostnet.leftovers_removed"
 
 # Probes (direction keys) and their checks.

@@ -1,49 +1,28 @@
-"""The collector of `python -m rehearse verify gateway`; what the command is and does, its --help, is
-its face's docstring (command.py)."""
+"""The collector of `python -m rehearse verify gateway`; what the command is and does, its --help,
+is its face's docstring (command.py). It records what it reads as events (kinds.py); the
+analysis (analyse.py) is pure over them."""
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 from typing import Any, Optional
 
-from rehearse.run.arguments import seconds, whole
-from rehearse.run.errors import RunError, api_failure
-from rehearse.commands.verify_gateway.analyse import analyse
+from rehearse.run.errors import RunError
+from rehearse.lab import probes
+from rehearse.lab.gateway import (GATEWAY_NODE_SELECTOR, GATEWAY_POD_SELECTOR, HEALTH_PORT,
+                                  LEADER_GAUGE, METRICS_PORT, VTEP_CONFIG, VTEP_VERSIONS)
 from rehearse.lab.leader import holder_host, instance_id_of, not_found
-# TITLE is the command's interface to rehearse.cli; the rest is what the collector uses.
-from rehearse.commands.verify_gateway.kinds import (  # noqa: F401
-    TITLE, GATEWAY_POD_SELECTOR, GATEWAY_NODE_SELECTOR, HEALTH_PORT, METRICS_PORT,
-    LEADER_GAUGE, VTEP_CONFIG, VTEP_VERSIONS, PROBERS, PROBER_CONTAINER, CILIUM_KEYS,
-    POD_IDENTITY_AGENT, WINDOW_SECONDS, MIN_SUCCESSES, MAX_FAILURES,
-    MAX_LOG_AGE_SECONDS, MAX_LINES, INPUTS, NODES, PODS, LEASE, HEALTHZ, ROUTE_TABLE, INSTANCE,
-    VTEP, CILIUM_CONFIG, AGENT, PROBER_PODS, PROBER_LOG, METRICS, labels_match, parse_selector)
+from rehearse.lab.nodes import node_view
+from rehearse.lab.route_tables import ec2_error_code, read_route_tables
+from rehearse.commands.verify_gateway.kinds import (
+    AGENT, CILIUM_CONFIG, CILIUM_KEYS, HEALTHZ, INPUTS, INSTANCE, LEASE, MAX_FAILURES,
+    MAX_LINES, MAX_LOG_AGE_SECONDS, METRICS, MIN_SUCCESSES, NODES, PODS, POD_IDENTITY_AGENT,
+    PROBER_LOG, PROBER_PODS, ROUTE_TABLE, VTEP, WINDOW_SECONDS)
+from rehearse.commands.verify_gateway.observed import labels_match, parse_selector
+# The face (command.py) hands the analysis on to rehearse.cli from here.
+from rehearse.commands.verify_gateway.analyse import analyse  # noqa: F401
 
-__all__ = ["TITLE", "add_arguments", "collect", "analyse"]
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    traffic = parser.add_argument_group("the traffic check (the demo probers' logs)")
-    traffic.add_argument("--window", type=seconds(1.0), default=WINDOW_SECONDS, metavar="SECONDS",
-                         help=f"how much recent log to judge (default {WINDOW_SECONDS:g})")
-    traffic.add_argument("--min-successes", type=whole(1), default=MIN_SUCCESSES, metavar="N",
-                         help="successful probes each prober needs on each path in the window "
-                              f"(default {MIN_SUCCESSES}, as AWS's e2e baseline)")
-    traffic.add_argument("--max-failures", type=whole(0), default=MAX_FAILURES, metavar="N",
-                         help=f"failed probes tolerated per path in the window (default {MAX_FAILURES})")
-    traffic.add_argument("--max-log-age", type=seconds(0.0), default=MAX_LOG_AGE_SECONDS, metavar="SECONDS",
-                         help="how old a prober's newest line may be when read "
-                              f"(default {MAX_LOG_AGE_SECONDS:g})")
-
-
-# --- collector ------------------------------------------------------------------------------
-
-def _node_view(node: dict) -> dict:
-    meta, spec, status = node.get("metadata", {}), node.get("spec") or {}, node.get("status") or {}
-    labels = meta.get("labels") or {}
-    addresses = {a.get("type"): a.get("address") for a in status.get("addresses") or []}
-    ready = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
-    return {"name": meta.get("name"), "labels": labels, "providerID": spec.get("providerID"),
-            "internalIP": addresses.get("InternalIP"), "ready": ready}
+__all__ = ["collect", "analyse"]
 
 
 def _pod_view(pod: dict) -> dict:
@@ -57,89 +36,76 @@ def _pod_view(pod: dict) -> dict:
             "restarts": sum(c.get("restartCount", 0) for c in status.get("containerStatuses") or [])}
 
 
-#: What collect reads from the stack, checked before a run starts (rehearse.inputs).
-LAYERS = (("gateway", "the gateway it verifies"),
-          ("demo", "the demo 1 probers that show traffic both ways"))
-OUTPUTS = ("gatewayNamespace", "gatewayLeaseName", "gatewayRouteTableIds", "hybridPodCidr", "demo1")
+@dataclass(frozen=True)
+class _Inputs:
+    """What the run reads the lab by: the stack's outputs with the lab's defaults filled in."""
+
+    namespace: str
+    lease: str
+    tables: list[str]
+    demo_namespace: str
+    #: Prober key -> its Deployment's name.
+    probers: dict[str, str]
+    pod_selector: str
+    node_selector: str
+    window: float
 
 
-def check_inputs(given: Any) -> None:
-    demo1 = given.outputs.get("demo1")
-    if not isinstance(demo1, dict) or not demo1.get("namespace"):
-        raise RunError(f"{given.outputs.origin}: the output demo1 names no namespace: run "
-                       f"`pulumi up` with this version of the lab{given.outputs.rewrite()}")
-
-
-def collect(ctx: Any, record: Any) -> None:
-    from lightkube.resources.apps_v1 import DaemonSet
-    from lightkube.resources.core_v1 import ConfigMap, Node, Pod
-
+def _inputs(ctx: Any, record: Any) -> _Inputs:
+    """Reads the stack's outputs and records them (``gateway.inputs``) with the options."""
     outputs = ctx.outputs
     outputs.require_layer("gateway", "the gateway it verifies")
     outputs.require_layer("demo", "the demo 1 probers that show traffic both ways")
     options = ctx.options
-    namespace = outputs.get("gatewayNamespace")
-    lease_name = outputs.get("gatewayLeaseName")
+    namespace, lease = outputs.get("gatewayNamespace"), outputs.get("gatewayLeaseName")
     tables = list(outputs.get("gatewayRouteTableIds"))
     pod_cidr = outputs.get("hybridPodCidr")
     demo1 = outputs.get("demo1")
-    probers = {**PROBERS, **(demo1.get("probers") or {})}
-    pod_selector = outputs.optional("gatewayPodSelector") or GATEWAY_POD_SELECTOR
-    node_selector = outputs.optional("gatewayNodeSelector") or GATEWAY_NODE_SELECTOR
-    record(INPUTS, region=ctx.region, namespace=namespace, lease=lease_name, routeTables=tables,
-           hybridPodCidr=pod_cidr, cloudVpcCidr=outputs.optional("cloudVpcCidr"),
-           podSelector=pod_selector, nodeSelector=node_selector,
-           demoNamespace=demo1["namespace"], probers=probers,
-           window=float(options.get("window", WINDOW_SECONDS)),
+    given = _Inputs(namespace=namespace, lease=lease, tables=tables,
+                    demo_namespace=demo1["namespace"],
+                    probers={**probes.NAMES, **(demo1.get("probers") or {})},
+                    pod_selector=outputs.optional("gatewayPodSelector") or GATEWAY_POD_SELECTOR,
+                    node_selector=outputs.optional("gatewayNodeSelector") or GATEWAY_NODE_SELECTOR,
+                    window=float(options.get("window", WINDOW_SECONDS)))
+    record(INPUTS, region=ctx.region, namespace=given.namespace, lease=given.lease,
+           routeTables=given.tables, hybridPodCidr=pod_cidr,
+           cloudVpcCidr=outputs.optional("cloudVpcCidr"), podSelector=given.pod_selector,
+           nodeSelector=given.node_selector, demoNamespace=given.demo_namespace,
+           probers=given.probers, window=given.window,
            minSuccesses=int(options.get("min_successes", MIN_SUCCESSES)),
            maxFailures=int(options.get("max_failures", MAX_FAILURES)),
            maxLogAge=float(options.get("max_log_age", MAX_LOG_AGE_SECONDS)))
+    return given
+
+
+def collect(ctx: Any, record: Any) -> None:
+    from lightkube.resources.core_v1 import Node
+
+    given = _inputs(ctx, record)
     client = ctx.kube.client
-
-    def get_or_none(resource: Any, name: str, ns: Optional[str] = None) -> Optional[dict]:
-        try:
-            return client.get(resource, name, namespace=ns).to_dict()
-        except Exception as error:  # noqa: BLE001 a 404 comes as lightkube's ApiError or httpx's
-            if not_found(error):
-                return None
-            raise
-
-    ctx.progress(f"reading the gateway in {namespace}")
-    nodes = [_node_view(n.to_dict()) for n in client.list(Node)]
+    ctx.progress(f"reading the gateway in {given.namespace}")
+    nodes = [node_view(n.to_dict()) for n in client.list(Node)]
     record(NODES, items=nodes)
-
-    # The emulator (and a careless proxy) may ignore the selector: filter here as well.
-    wanted = parse_selector(pod_selector)
-    listed = [p.to_dict() for p in client.list(Pod, namespace=namespace, labels=wanted)]
-    pods = [_pod_view(p) for p in listed if labels_match(p["metadata"].get("labels"), wanted)]
-    selector_used: Optional[str] = pod_selector
-    if not pods:
-        # A chart installed with nameOverride labels its pods otherwise; the namespace is
-        # the gateway's own, so every pod in it is a gateway pod.
-        pods = [_pod_view(p.to_dict()) for p in client.list(Pod, namespace=namespace)]
-        selector_used = None
-    record(PODS, namespace=namespace, selector=selector_used, items=pods)
-
-    lease, lease_read = _read_lease(ctx.kube, namespace, lease_name)
+    pods = _collect_pods(client, given, record)
+    lease, lease_read = _read_lease(ctx.kube, given.namespace, given.lease)
     spec = (lease or {}).get("spec") or {}
-    record(LEASE, name=lease_name, found=lease is not None,
+    record(LEASE, name=given.lease, found=lease is not None,
            holderIdentity=spec.get("holderIdentity"), acquireTime=spec.get("acquireTime"),
            renewTime=spec.get("renewTime"), leaseDurationSeconds=spec.get("leaseDurationSeconds"),
            leaseTransitions=spec.get("leaseTransitions"), **lease_read)
-
     for pod in pods:
-        path = f"/api/v1/namespaces/{namespace}/pods/{pod['name']}:{HEALTH_PORT}/proxy/healthz"
+        path = f"/api/v1/namespaces/{given.namespace}/pods/{pod['name']}:{HEALTH_PORT}/proxy/healthz"
         status, body = ctx.kube.get_raw(path)
         record(HEALTHZ, pod=pod["name"], node=pod["nodeName"], path=path, status=status,
                body=body[:200])
     for pod in pods:
-        _collect_metrics(ctx.kube, namespace, pod, record)
+        _collect_metrics(ctx.kube, given.namespace, pod, record)
 
     ctx.progress("reading the gateway's route tables and nodes in EC2")
     ec2 = ctx.aws("ec2")
-    _collect_route_tables(ec2, tables, record)
+    _collect_route_tables(ec2, given.tables, record)
     holder = spec.get("holderIdentity") or ""
-    gateway_nodes = parse_selector(node_selector)
+    gateway_nodes = parse_selector(given.node_selector)
     wanted_nodes = {p["nodeName"] for p in pods if p["nodeName"]}
     wanted_nodes |= {n["name"] for n in nodes if labels_match(n["labels"], gateway_nodes)}
     wanted_nodes |= {n["name"] for n in nodes if n["name"] == holder_host(holder)}
@@ -149,6 +115,43 @@ def collect(ctx: Any, record: Any) -> None:
 
     ctx.progress("reading Cilium's VTEP config and settings")
     _collect_vtep(client, record)
+    _collect_cluster(client, record)
+    ctx.progress("reading the demo 1 probers' recent logs")
+    _collect_probers(client, given, record)
+
+
+def _collect_pods(client: Any, given: _Inputs, record: Any) -> list[dict]:
+    """The gateway's pods, by the chart's selector, else every pod of its namespace."""
+    from lightkube.resources.core_v1 import Pod
+
+    # The emulator (and a careless proxy) may ignore the selector: filter here as well.
+    wanted = parse_selector(given.pod_selector)
+    listed = [p.to_dict() for p in client.list(Pod, namespace=given.namespace, labels=wanted)]
+    pods = [_pod_view(p) for p in listed if labels_match(p["metadata"].get("labels"), wanted)]
+    selector_used: Optional[str] = given.pod_selector
+    if not pods:
+        # A chart installed with nameOverride labels its pods otherwise; the namespace is
+        # the gateway's own, so every pod in it is a gateway pod.
+        pods = [_pod_view(p.to_dict()) for p in client.list(Pod, namespace=given.namespace)]
+        selector_used = None
+    record(PODS, namespace=given.namespace, selector=selector_used, items=pods)
+    return pods
+
+
+def _collect_cluster(client: Any, record: Any) -> None:
+    """What the gateway needs of the cluster: cilium-config's VTEP and L7 proxy keys, and the
+    Pod Identity agent's DaemonSet."""
+    from lightkube.resources.apps_v1 import DaemonSet
+    from lightkube.resources.core_v1 import ConfigMap
+
+    def get_or_none(resource: Any, name: str, ns: Optional[str] = None) -> Optional[dict]:
+        try:
+            return client.get(resource, name, namespace=ns).to_dict()
+        except Exception as error:  # noqa: BLE001 a 404 comes as lightkube's ApiError or httpx's
+            if not_found(error):
+                return None
+            raise
+
     config = get_or_none(ConfigMap, "cilium-config", "kube-system")
     data = (config or {}).get("data") or {}
     record(CILIUM_CONFIG, found=config is not None,
@@ -160,34 +163,25 @@ def collect(ctx: Any, record: Any) -> None:
                                                       "numberReady", "numberAvailable",
                                                       "updatedNumberScheduled")})
 
-    ctx.progress("reading the demo 1 probers' recent logs")
-    window = float(options.get("window", WINDOW_SECONDS))
-    demo_ns = demo1["namespace"]
-    for direction, name in probers.items():
-        selector = {"app": name}
-        prober_pods = [_pod_view(p.to_dict()) for p in client.list(Pod, namespace=demo_ns, labels=selector)]
-        prober_pods = [p for p in prober_pods if labels_match(p["labels"], selector)]
-        record(PROBER_PODS, direction=direction, prober=name, namespace=demo_ns, items=prober_pods)
+
+def _collect_probers(client: Any, given: _Inputs, record: Any) -> None:
+    """Each prober's pods, and the last window (plus a second) of each started pod's log."""
+    since = int(given.window) + 1
+    for direction, name in given.probers.items():
+        prober_pods = [_pod_view(p.to_dict())
+                       for p in probes.prober_pods(client, given.demo_namespace, name)]
+        record(PROBER_PODS, direction=direction, prober=name, namespace=given.demo_namespace,
+               items=prober_pods)
         for pod in prober_pods:
             if pod["phase"] not in ("Running", "Succeeded", "Failed"):
                 continue  # no container has started: no log to read
-            container = PROBER_CONTAINER if PROBER_CONTAINER in pod["containers"] else \
+            container = probes.CONTAINER if probes.CONTAINER in pod["containers"] else \
                 (pod["containers"] or [None])[0]
-            try:
-                lines = [line.rstrip("\n") for line in client.log(
-                    pod["name"], namespace=demo_ns, container=container, timestamps=True,
-                    since=int(window) + 1)]
-                error = None
-            except Exception as failure:  # noqa: BLE001 sorted below: an answer, or not
-                # A refused log request is the API server's Status (400 container not
-                # started, 404 pod gone, 500 kubelet not reachable): a finding, not a crash.
-                error = api_failure(failure)
-                if error is None:
-                    raise
-                lines = []
+            lines, error = probes.recent_lines(client, given.demo_namespace, pod["name"],
+                                               container, since)
             record(PROBER_LOG, direction=direction, prober=name, pod=pod["name"],
-                   namespace=demo_ns, node=pod["nodeName"], container=container,
-                   sinceSeconds=int(window) + 1, lines=lines[-MAX_LINES:], error=error)
+                   namespace=given.demo_namespace, node=pod["nodeName"], container=container,
+                   sinceSeconds=since, lines=lines[-MAX_LINES:], error=error)
 
 
 def _read_lease(kube: Any, namespace: str, name: str) -> tuple[Optional[dict], dict]:
@@ -237,25 +231,9 @@ def gauge(text: str, name: str) -> Optional[float]:
     return None
 
 
-def _ec2_code(error: BaseException) -> str:
-    return str(getattr(error, "response", {}).get("Error", {}).get("Code", ""))
-
-
 def _collect_route_tables(ec2: Any, tables: list[str], record: Any) -> None:
-    from botocore.exceptions import ClientError
-
-    keep = ("DestinationCidrBlock", "NetworkInterfaceId", "InstanceId", "GatewayId",
-            "TransitGatewayId", "NatGatewayId", "VpcPeeringConnectionId", "State", "Origin")
-    for table in tables:
-        try:
-            found = ec2.describe_route_tables(RouteTableIds=[table])["RouteTables"]
-        except ClientError as error:
-            if _ec2_code(error) != "InvalidRouteTableID.NotFound":
-                raise
-            record(ROUTE_TABLE, id=table, found=False, error=_ec2_code(error), routes=[])
-            continue
-        routes = [{k: r[k] for k in keep if k in r} for t in found for r in t.get("Routes", [])]
-        record(ROUTE_TABLE, id=table, found=bool(found), routes=routes)
+    for table in read_route_tables(ec2, tables):
+        record(ROUTE_TABLE, **table)
 
 
 def _collect_instance(ec2: Any, node: dict, record: Any) -> None:
@@ -283,9 +261,9 @@ def _collect_instance(ec2: Any, node: dict, record: Any) -> None:
     try:
         reservations = ec2.describe_instances(**request)["Reservations"]
     except ClientError as error:
-        if _ec2_code(error) not in ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"):
+        if ec2_error_code(error) not in ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"):
             raise
-        record(INSTANCE, node=node["name"], lookup=lookup, found=False, error=_ec2_code(error))
+        record(INSTANCE, node=node["name"], lookup=lookup, found=False, error=ec2_error_code(error))
         return
     instances = [i for r in reservations for i in r.get("Instances", [])]
     if not instances:
@@ -320,5 +298,3 @@ def _collect_vtep(client: Any, record: Any) -> None:
                spec=found.get("spec") or {})
         return
     record(VTEP, name=VTEP_CONFIG, found=False, version=None, tried=tried, spec=None)
-
-

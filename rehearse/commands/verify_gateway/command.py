@@ -20,6 +20,43 @@ Status that refused them); the analyser (``rehearse.gateway_analysis``) is pure 
 
 # The command's face, what rehearse.cli reads (a run command, rehearse.run.command): its
 # docstring is its --help description; the work is in collect (and analyse).
-from rehearse.commands.verify_gateway.collect import TITLE, LAYERS, OUTPUTS, add_arguments, check_inputs, collect, analyse
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rehearse.run.arguments import seconds, whole
+from rehearse.run.errors import RunError
+from rehearse.commands.verify_gateway.collect import analyse, collect
+from rehearse.commands.verify_gateway.kinds import (MAX_FAILURES, MAX_LOG_AGE_SECONDS, MIN_SUCCESSES,
+                                                    WINDOW_SECONDS)
 
 __all__ = ["TITLE", "LAYERS", "OUTPUTS", "add_arguments", "check_inputs", "collect", "analyse"]
+
+TITLE = "demo 1: check that the hybrid nodes gateway is ready"
+#: What collect reads from the stack, checked before a run starts (rehearse.run.inputs).
+LAYERS = (("gateway", "the gateway it verifies"),
+          ("demo", "the demo 1 probers that show traffic both ways"))
+OUTPUTS = ("gatewayNamespace", "gatewayLeaseName", "gatewayRouteTableIds", "hybridPodCidr", "demo1")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    traffic = parser.add_argument_group("the traffic check (the demo probers' logs)")
+    traffic.add_argument("--window", type=seconds(1.0), default=WINDOW_SECONDS, metavar="SECONDS",
+                         help=f"how much recent log to judge (default {WINDOW_SECONDS:g})")
+    traffic.add_argument("--min-successes", type=whole(1), default=MIN_SUCCESSES, metavar="N",
+                         help="successful probes each prober needs on each path in the window "
+                              f"(default {MIN_SUCCESSES}, as AWS's e2e baseline)")
+    traffic.add_argument("--max-failures", type=whole(0), default=MAX_FAILURES, metavar="N",
+                         help=f"failed probes tolerated per path in the window (default {MAX_FAILURES})")
+    traffic.add_argument("--max-log-age", type=seconds(0.0), default=MAX_LOG_AGE_SECONDS, metavar="SECONDS",
+                         help="how old a prober's newest line may be when read "
+                              f"(default {MAX_LOG_AGE_SECONDS:g})")
+
+
+def check_inputs(given: Any) -> None:
+    demo1 = given.outputs.get("demo1")
+    if not isinstance(demo1, dict) or not demo1.get("namespace"):
+        raise RunError(f"{given.outputs.origin}: the output demo1 names no namespace: run "
+                       f"`pulumi up` with this version of the lab{given.outputs.rewrite()}")

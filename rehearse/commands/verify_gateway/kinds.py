@@ -1,43 +1,15 @@
-"""What ``verify gateway`` records and reports: the lab's defaults, the event kinds and the
-check names, shared by its collector (``rehearse.gateway``) and its analyser
-(``rehearse.gateway_analysis``)."""
+"""What ``verify gateway`` records and reports: the event kinds with the fields each carries,
+the traffic check's defaults (recorded in ``gateway.inputs``), and the check names — shared by
+its collector (``rehearse.commands.verify_gateway.collect``) and its analysis (``analyse`` and
+the check modules beside it). The gateway's own names, ports and Lease timings are facts of the
+deployed gateway (``rehearse.lab.gateway``); the probers' names are ``rehearse.lab.probes``'."""
 
 from __future__ import annotations
 
-from typing import Optional
+from rehearse.lab import probes
 
-TITLE = "demo 1: check that the hybrid nodes gateway is ready"
+# --- what it reads besides the gateway ------------------------------------------------------
 
-# --- what the lab deploys (used when the stack predates the outputs that say so) -------------
-
-#: The chart's selector label (its ``_helpers.tpl`` selectorLabels; AWS's e2e suite lists the
-#: gateway pods with it too).
-GATEWAY_POD_SELECTOR = "app.kubernetes.io/name=eks-hybrid-nodes-gateway"
-GATEWAY_NODE_SELECTOR = "hybrid-gateway-node=true"
-#: The gateway's health endpoint (chart port ``healthz``, the binary's ``:8088`` default). Every
-#: replica answers it, the standby too: it says the process is up, nothing about leadership.
-HEALTH_PORT = 8088
-#: The gateway's metrics (aws/eks-hybrid-nodes-gateway cmd/gateway/main.go:
-#: ``--metrics-bind-address`` default ``:10080``, controller-runtime's metrics server, plain
-#: HTTP at /metrics).
-METRICS_PORT = 10080
-#: 1 on the replica whose leader-only setup is running, 0 on a standby (internal/metrics/
-#: metrics.go ``LeaderIsActive``; internal/gateway/setup.go sets it to 1 when leadership is won
-#: and back to 0 when it ends).
-LEADER_GAUGE = "hybrid_gateway_leader_is_active"
-#: The gateway's own election defaults (cmd/gateway/main.go): the Lease lasts 3 s, the leader
-#: gives up if it cannot renew within 2 s, and it tries every 1 s. Used when the Lease does
-#: not say its duration.
-LEASE_DURATION_SECONDS = 3
-RENEW_DEADLINE_SECONDS = 2
-RETRY_PERIOD_SECONDS = 1
-VTEP_CONFIG = "hybrid-gateway"
-#: Versions the CiliumVTEPConfig CRD may be served at, tried in this order (as the lab's
-#: cleanup does): the gateway writes cilium.io/v2.
-VTEP_VERSIONS = ("v2", "v2alpha1")
-PROBERS = {"cloudToHybrid": "prober-cloud", "hybridToCloud": "prober-hybrid"}
-DIRECTIONS = {"cloudToHybrid": "cloud → hybrid", "hybridToCloud": "hybrid → cloud"}
-PROBER_CONTAINER = "prober"
 CILIUM_KEYS = ("enable-vtep", "enable-l7-proxy")
 POD_IDENTITY_AGENT = "eks-pod-identity-agent"
 ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
@@ -53,38 +25,47 @@ MAX_LOG_AGE_SECONDS = 15.0
 #: Lines kept per prober pod (two a second).
 MAX_LINES = 2000
 
-# Event kinds.
+# --- event kinds (the strings are as recorded: old runs replay from them) --------------------
+
+#: region, namespace, lease, routeTables, hybridPodCidr, cloudVpcCidr, podSelector,
+#: nodeSelector, demoNamespace, probers (key -> Deployment), window, minSuccesses, maxFailures,
+#: maxLogAge.
 INPUTS = "gateway.inputs"
+#: items: each node's view (``rehearse.lab.nodes.node_view``).
 NODES = "kube.nodes"
+#: namespace, selector (None when every pod of the namespace was taken), items (pod views).
 PODS = "gateway.pods"
+#: name, found, holderIdentity, acquireTime, renewTime, leaseDurationSeconds,
+#: leaseTransitions, serverDate (the answer's Date header).
 LEASE = "gateway.lease"
+#: pod, node, path, status, body (one per gateway pod).
 HEALTHZ = "gateway.healthz"
+#: id, found, routes (or error), one per route table (``rehearse.lab.route_tables``).
 ROUTE_TABLE = "ec2.route_table"
+#: node, lookup, found, and instanceId, privateIp, privateDnsName, state, interfaces (or error).
 INSTANCE = "ec2.instance"
+#: name, found, version, tried, spec.
 VTEP = "cilium.vtep_config"
+#: found, data (the VTEP and L7 proxy keys).
 CILIUM_CONFIG = "cilium.config"
+#: name, found, status (the DaemonSet's scheduled/ready counts).
 AGENT = "kube.pod_identity_agent"
+#: direction (a prober key), prober, namespace, items (pod views).
 PROBER_PODS = "prober.pods"
+#: direction, prober, pod, namespace, node, container, sinceSeconds (the seconds asked for: the
+#: field is named as recorded), lines, error (the API server's Status, or None).
 PROBER_LOG = "prober.log"
+#: pod, node, path, status, gauge, lines, body (one per gateway pod).
 METRICS = "gateway.metrics"
 
-# Check names (the report's checklist, in order).
+# --- check names (the report's checklist, in order) ------------------------------------------
+
 CHECK_PODS = "gateway pods"
 CHECK_LEASE = "lease holder"
 CHECK_HEALTH = "gateway healthz"
 CHECK_LEADERSHIP = "leader by its own metrics"
 CHECK_ROUTE = "VPC route to the leader"
 CHECK_VTEP = "CiliumVTEPConfig names the leader"
-CHECK_TRAFFIC = {"cloudToHybrid": "traffic cloud → hybrid", "hybridToCloud": "traffic hybrid → cloud"}
+CHECK_TRAFFIC = {p.key: f"traffic {p.direction}" for p in probes.PROBERS}
 CHECK_CILIUM = "Cilium: VTEP on, L7 proxy off"
 CHECK_AGENT = "Pod Identity agent"
-
-
-def parse_selector(text: str) -> dict[str, str]:
-    key, _, value = text.partition("=")
-    return {key.strip(): value.strip()}
-
-
-def labels_match(labels: Optional[dict], selector: dict[str, str]) -> bool:
-    labels = labels or {}
-    return all(labels.get(k) == v for k, v in selector.items())

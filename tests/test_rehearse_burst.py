@@ -33,6 +33,7 @@ import pytest
 from rehearse import cli
 from rehearse.commands import burst
 from rehearse.commands.predict import collect as predict
+from rehearse.models import ranking
 from rehearse.run.record import read_events
 from rehearse.run.report import FAIL, PASS
 from tests import fake_pulumi as fake_pulumi_cli
@@ -1417,7 +1418,7 @@ def test_a_forecast_that_failed_at_collection_is_made_again_at_report_time(monke
             for key in ("replicas_before", "replicas_after", "delete", "order"):
                 event.pop(key)
             event.update(ok=False, error="NotImplementedError: ")
-    monkeypatch.setattr(predict, "forecast", lambda *a: (_ for _ in ()).throw(NotImplementedError()))
+    monkeypatch.setattr(ranking, "forecast", lambda *a: (_ for _ in ()).throw(NotImplementedError()))
     skipped = {c.name: c for c in burst.analyse(events).checks}[_name("B", burst.C_FORECAST)]
     assert skipped.status == "SKIP" and "NotImplementedError" in skipped.seen
     monkeypatch.undo()

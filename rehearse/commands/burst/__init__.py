@@ -17,7 +17,7 @@ from typing import Any
 #   watch          the consolidation watch's answer (pure)
 #   report         report.md and report.json (pure)
 from rehearse.commands.burst import collect as run
-from rehearse.commands.burst.analyse import compare  # noqa: F401
+from rehearse.commands.burst.scalein import compare  # noqa: F401
 from rehearse.commands.burst.capacity import capacity_check  # noqa: F401
 from rehearse.commands.burst.kinds import *  # noqa: F401,F403 the vocabulary tests and report readers use
 from rehearse.commands.burst.reading import (cost_of, feature_gates, image_version,  # noqa: F401

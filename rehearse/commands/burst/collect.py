@@ -1,17 +1,16 @@
-"""The collector of ``rehearse burst`` and ``verify burst`` (demo 2): the scenarios one after
-another, the scale sequence of each, and the stack's scenario put back at the end. What the
-command does is told in the package's docstring (rehearse/commands/burst/__init__.py), which is its help."""
+"""The collector of ``rehearse burst`` (demo 2): the scenarios one after another, the scale
+sequence of each, and the stack's scenario put back at the end. What the command does is told in
+its face's docstring (rehearse/commands/burst/command.py), which is its help; ``verify burst``'s
+collector is verify.py."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from rehearse.models import clock_window
+from rehearse.models import clock_window, ranking
 from rehearse.run.errors import RunError
-from rehearse.lab.stack import open_stack
-from rehearse.lab.switch import RestoreBlocked, require_confirmation, require_stack
+from rehearse.lab.switch import RestoreBlocked, require_stack
 from rehearse.run.record import iso
 from rehearse.run.report import FAIL
 from rehearse.commands.burst.kinds import (ABORTED, COST, COSTS_SETTLED, DONE, FORECAST, ORIGINAL,
@@ -19,7 +18,7 @@ from rehearse.commands.burst.kinds import (ABORTED, COST, COSTS_SETTLED, DONE, F
                                   ROLLOUT, SCALED, SCALEUP, SCALEUP_POLL, SCENARIO_WORDS, SETTINGS,
                                   SETTLED_NODECLAIMS, SNAPSHOT, STEP, STEP_POLL, SWITCHED,
                                   WATCH_DONE, WATCH_EVERY, WATCH_SKIPPED, WATCH_STARTED)
-from rehearse.commands.burst.settings import Settings, settings_from
+from rehearse.commands.burst.settings import Settings, settings_event, settings_from
 from rehearse.commands.burst.reading import (Cluster, active, cost_of, deployment_summary, forecast_event,
                                     pod_for_forecast)
 from rehearse.commands.burst.preconditions import (costs_settled, in_place, observe_preconditions,
@@ -187,8 +186,6 @@ class Runner:
                     timeout=timeout, pods=pods)
 
     def scale_in(self, scenario: str, step: int, target: int) -> None:
-        from rehearse.commands.predict import collect as predict
-
         ctx, s, cluster = self.ctx, self.s, self.cluster
         work = cluster.workload()
         nodes = cluster.nodes()
@@ -205,7 +202,7 @@ class Runner:
                     else [pod_for_forecast(p) for p in work["related"]], now=iso(now),
                     server_offset=offset)
         try:
-            forecast = predict.forecast(work["current"], work["related"], target, now,
+            forecast = ranking.forecast(work["current"], work["related"], target, now,
                                         clock_window.window(offset))
         except KeyboardInterrupt:
             raise
@@ -373,25 +370,12 @@ class Runner:
         self.record(DONE, scenario=scenario)
 
 
-def _settings_event(settings: Settings) -> dict:
-    return {**asdict(settings), "sequence": list(settings.sequence),
-            "scenarios": list(settings.scenarios), "peak": settings.peak,
-            "on_hybrid": settings.on_hybrid}
-
-
-def collect_verify(ctx: Any, record: Any) -> None:
-    settings = settings_from(ctx, "verify")
-    record(SETTINGS, **_settings_event(settings))
-    cluster = Cluster(ctx, settings)
-    observed = observe_preconditions(ctx, cluster, settings.stack_scenario, "verify",
-                                     watch_whole_window=False)
-    record(PRECONDITIONS, **observed)
-
-
-def collect(ctx: Any, record: Any, open_stack: Callable[[str, Path], Any] = open_stack,
-            require_confirmation: Callable[[Any, str], None] = require_confirmation) -> None:
+def collect(ctx: Any, record: Any, open_stack: Callable[[str, Path], Any],
+            require_confirmation: Callable[[Any, str], None]) -> None:
+    """Burst's run: ``open_stack`` and ``require_confirmation`` are the face's (command.py),
+    where a test puts a stand-in stack and a terminal."""
     settings = settings_from(ctx, "burst")
-    record(SETTINGS, **_settings_event(settings))
+    record(SETTINGS, **settings_event(settings))
     runner = Runner(ctx, record, settings)
     deployed = settings.stack_scenario
     switcher = Switcher(ctx, record, open_stack)

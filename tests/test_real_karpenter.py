@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from rehearse.commands import burst
+from rehearse.commands.burst import kinds as burst_kinds
 from tests import karpenter_lab, worker_share
 from tests.karpenter_scenario import run_in_netns
 from tests.real_cluster import engines_folder
@@ -310,8 +310,8 @@ def test_rehearse_burst_reports_what_the_controllers_did(runs):
     run = found["run"]
     assert run["code"] == 0, run["stderr"]
     events = run["events"]
-    scaled = [e for e in events if e["kind"] == burst.SCALED]
-    steps = [e for e in events if e["kind"] == burst.STEP]
+    scaled = [e for e in events if e["kind"] == burst_kinds.SCALED]
+    steps = [e for e in events if e["kind"] == burst_kinds.STEP]
     assert [e["replicas"] for e in scaled] == SEQUENCE[1:]
     bounds = [_wall(e["sent"]) for e in scaled] + [float("inf")]
     truth = [sorted(e["name"] for e in found["pods"] if e["deleting_wall"] is not None
@@ -320,7 +320,7 @@ def test_rehearse_burst_reports_what_the_controllers_did(runs):
     deleted_early = [e for e in found["pods"] if e["name"] in truth[0]]
     assert truth[0] == [], f"the scale-up deleted nothing: {deleted_early} {scaled}"
     assert [sorted(r["name"] for r in step["removed"]) for step in steps] == truth[1:]
-    [scaleup] = [e for e in events if e["kind"] == burst.SCALEUP]
+    [scaleup] = [e for e in events if e["kind"] == burst_kinds.SCALEUP]
     assert sorted(c["name"] for c in scaleup["nodeclaims"]) == sorted(
         c["name"] for c in found["nodeclaims"])
     assert Counter(p["place"] for p in scaleup["pods"]) == {"hybrid": 8, "cloud": 7}
@@ -331,6 +331,6 @@ def test_rehearse_burst_reports_what_the_controllers_did(runs):
     said = {(e["kind"], e["object"]) for e in _events(found, "Unconsolidatable")}
     assert {(e["kind"], e["object"]) for e in answer["said"]} == said
     checks = {c["name"]: c for c in run["report"]["checks"]}
-    seen = checks[burst.check_name("A", burst.C_CONSOLIDATION)]["seen"]
+    seen = checks[burst_kinds.check_name("A", burst_kinds.C_CONSOLIDATION)]["seen"]
     assert f'Unconsolidatable "{UNCONSOLIDATABLE}"' in seen
     assert "no Unconsolidatable event" not in seen

@@ -9,7 +9,7 @@ with its gate it ranks the cloud pods -n..-1, the emptiest node first, a minute 
 the API server's authorizer (SubjectAccessReviews). The tool's sleeps advance the clock and the
 cluster acts when its time comes; nothing waits for real.
 
-The scenario is switched through a stand-in stack object (the seam `rehearse.burst.open_stack`),
+The scenario is switched through a stand-in stack object (the seam `rehearse.commands.burst.command.open_stack`),
 or through the Automation API and the fake `pulumi` (tests/fake_pulumi.py). The forecast is the
 real one, so forecast and cluster agree unless a test plants a difference (a ReplicaSet that
 ignores the costs, a Karpenter eviction).
@@ -31,8 +31,15 @@ from unittest import mock
 import pytest
 
 from rehearse import cli
-from rehearse.commands import burst
+from rehearse.commands.burst import command as burst_command
+from rehearse.commands.burst import kinds as burst_kinds
+from rehearse.commands.burst.capacity import capacity_check
+from rehearse.commands.burst.reading import (cost_of, feature_gates, image_version, neighbour_summary,
+                                            node_summary)
+from rehearse.commands.burst.scalein import compare
+from rehearse.commands.burst.watch import hybrid_room
 from rehearse.commands.predict import collect as predict
+from rehearse.models import ranking
 from rehearse.run.record import read_events
 from rehearse.run.report import FAIL, PASS
 from tests import fake_pulumi as fake_pulumi_cli
@@ -191,9 +198,9 @@ class Cluster:
     def pod_object(self, pod: SimPod) -> dict:
         annotations = {}
         if pod.cost is not None:
-            annotations[burst.COST] = pod.cost
+            annotations[burst_kinds.COST] = pod.cost
         metadata = {"uid": f"uid-{pod.name}", "creationTimestamp": stamp(pod.created),
-                    "labels": {"app": "burst", burst.TEMPLATE_HASH: pod.hash},
+                    "labels": {"app": "burst", burst_kinds.TEMPLATE_HASH: pod.hash},
                     "annotations": annotations,
                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
                                          "name": f"burst-{pod.hash}", "uid": f"uid-rs-{pod.hash}",
@@ -254,7 +261,7 @@ class Cluster:
                 except KeyError:
                     continue
                 if not stored.deleted:
-                    found[name] = ((stored.raw.get("metadata") or {}).get("annotations") or {}).get(burst.COST)
+                    found[name] = ((stored.raw.get("metadata") or {}).get("annotations") or {}).get(burst_kinds.COST)
             try:
                 deployment = kmock.objects[resource_key(DEPLOYMENTS), NS, "burst"]
             except KeyError:
@@ -274,7 +281,7 @@ class Cluster:
         if not self.replicas_seen or self.replicas_seen[-1] != replicas:
             self.replicas_seen.append(replicas)
         annotations = (spec["template"].get("metadata") or {}).get("annotations") or {}
-        restarted = annotations.get(burst.RESTARTED_AT)
+        restarted = annotations.get(burst_kinds.RESTARTED_AT)
         if restarted != self.restarted_at:
             self.restarted_at = restarted
             revision = self.replica_sets[-1][1] + 1
@@ -283,7 +290,7 @@ class Cluster:
             self.server.put(REPLICASETS, NS, f"burst-{template_hash}", replica_set(template_hash, revision))
             self.log.append((self.t, f"rollout to {template_hash}"))
         current = self.replica_sets[-1][0]
-        template_cost = annotations.get(burst.COST)
+        template_cost = annotations.get(burst_kinds.COST)
         self.replica_set(current, replicas, template_cost)
         new_ready = all(p.ready is not None for p in self.live() if p.hash == current) and \
             len([p for p in self.live() if p.hash == current]) == replicas
@@ -317,7 +324,7 @@ class Cluster:
                 obj = self.pod_object(pod)
                 obj["metadata"].update(name=pod.name, namespace=NS)
                 if self.faults.ignore_cost:
-                    obj["metadata"]["annotations"].pop(burst.COST, None)
+                    obj["metadata"]["annotations"].pop(burst_kinds.COST, None)
                 return obj
 
             mine_objects = [seen(p) for p in mine]
@@ -423,7 +430,7 @@ class Cluster:
             pod.nominated = node
         self.server.put(NODECLAIMS, None, claim, {
             "metadata": {"creationTimestamp": stamp(self.t), "labels": {
-                burst.NODEPOOL_LABEL: POOL, "node.kubernetes.io/instance-type": "m6i.xlarge"}},
+                burst_kinds.NODEPOOL_LABEL: POOL, "node.kubernetes.io/instance-type": "m6i.xlarge"}},
             "spec": {"nodeClassRef": {"name": "default"}}, "status": {}})
         self.log.append((self.t, f"NodeClaim {claim}"))
 
@@ -432,7 +439,7 @@ class Cluster:
             self.server.put(NODES, None, node, node_object(node, "cloud"))
             self.server.put(NODECLAIMS, None, claim, {
                 "metadata": {"creationTimestamp": stamp(self.claims[claim]["created"]), "labels": {
-                    burst.NODEPOOL_LABEL: POOL, "node.kubernetes.io/instance-type": "m6i.xlarge"}},
+                    burst_kinds.NODEPOOL_LABEL: POOL, "node.kubernetes.io/instance-type": "m6i.xlarge"}},
                 "status": {"nodeName": node, "conditions": [{"type": "Ready", "status": "True"}]}})
             if self.gate_works and self.next_rank is None:
                 self.next_rank = self.t + self.faults.rank_delay
@@ -534,33 +541,33 @@ class Cluster:
         plant_scenario(self.server, scenario, self.faults)
         if leaving_c:  # the DeletionCostRanks resource strips Karpenter's values
             for pod in self.pods.values():
-                if pod.cost is not None and burst.cost_of(pod.cost) < 0:
+                if pod.cost is not None and cost_of(pod.cost) < 0:
                     pod.cost = None
                     self.touch(pod)
         self.flush()
 
 
 def replica_set(template_hash: str, revision: int) -> dict:
-    return {"metadata": {"labels": {"app": "burst", burst.TEMPLATE_HASH: template_hash},
-                         "annotations": {burst.REVISION: str(revision)},
+    return {"metadata": {"labels": {"app": "burst", burst_kinds.TEMPLATE_HASH: template_hash},
+                         "annotations": {burst_kinds.REVISION: str(revision)},
                          "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment",
                                               "name": "burst", "uid": "uid-burst", "controller": True}]},
             "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "burst",
-                                                                 burst.TEMPLATE_HASH: template_hash}}}}
+                                                                 burst_kinds.TEMPLATE_HASH: template_hash}}}}
 
 
 def node_object(name: str, place: str) -> dict:
     labels = {"kubernetes.io/hostname": name}
     taints = []
     if place == "hybrid":
-        labels[burst.HYBRID_LABEL] = "hybrid"
-        taints = [{"key": burst.HYBRID_LABEL, "value": "hybrid", "effect": "NoSchedule"}]
+        labels[burst_kinds.HYBRID_LABEL] = "hybrid"
+        taints = [{"key": burst_kinds.HYBRID_LABEL, "value": "hybrid", "effect": "NoSchedule"}]
     elif place == "cloud":
-        labels.update({burst.NODEPOOL_LABEL: POOL, "node.kubernetes.io/instance-type": "m6i.xlarge"})
+        labels.update({burst_kinds.NODEPOOL_LABEL: POOL, "node.kubernetes.io/instance-type": "m6i.xlarge"})
         taints = [{"key": "eks-hybrid-lab.io/burst", "value": "true", "effect": "NoSchedule"}]
     elif place == "gpu":
-        labels[burst.HYBRID_LABEL] = "hybrid"
-        taints = [{"key": burst.HYBRID_LABEL, "value": "hybrid", "effect": "NoSchedule"},
+        labels[burst_kinds.HYBRID_LABEL] = "hybrid"
+        taints = [{"key": burst_kinds.HYBRID_LABEL, "value": "hybrid", "effect": "NoSchedule"},
                   {"key": "gpu", "value": "true", "effect": "NoSchedule"}]
     else:
         labels["role"] = "system"
@@ -593,12 +600,12 @@ def plant_scenario(server: Emulator, scenario: str, faults: Faults) -> None:
     """What `pulumi up` leaves for a scenario: the policy in B and C, Karpenter's gate in C
     (its pods restart with the new env)."""
     if scenario in ("B", "C"):
-        server.put(CLUSTERPOLICIES, None, burst.POLICY, {
+        server.put(CLUSTERPOLICIES, None, burst_kinds.POLICY, {
             "spec": {"background": False, "rules": [{"name": "deletion-cost-on-hybrid-nodes"}]},
             "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
                                        "message": "Ready"}]}})
-    elif server.get(CLUSTERPOLICIES, None, burst.POLICY) is not None:
-        server.delete(CLUSTERPOLICIES, None, burst.POLICY)
+    elif server.get(CLUSTERPOLICIES, None, burst_kinds.POLICY) is not None:
+        server.delete(CLUSTERPOLICIES, None, burst_kinds.POLICY)
     spec = karpenter_spec(faults.karpenter_version, scenario == "C")
     server.put(DEPLOYMENTS, "kube-system", "karpenter", {
         "spec": {"replicas": 2, "selector": {"matchLabels": {"app.kubernetes.io/name": "karpenter"}},
@@ -625,12 +632,12 @@ def plant(server: Emulator, cluster: Cluster, faults: Faults, scenario: str) -> 
     if faults.squatter_m:
         server.put(PODS, "default", "squatter-1", neighbour("squatter-1", "default", "hybrid-2", f"{faults.squatter_m}m"))
     template = {"metadata": {"labels": {"app": "burst"},
-                             "annotations": ({burst.COST: faults.template_cost} if faults.template_cost else {})},
+                             "annotations": ({burst_kinds.COST: faults.template_cost} if faults.template_cost else {})},
                 "spec": {"containers": [{"name": "web", "resources": {
                     "requests": {"cpu": f"{REQUEST_M}m", "memory": "64Mi"},
                     "limits": {"cpu": "1", "memory": "128Mi"}}}],
                          "tolerations": [
-                             {"key": burst.HYBRID_LABEL, "operator": "Equal", "value": "hybrid",
+                             {"key": burst_kinds.HYBRID_LABEL, "operator": "Equal", "value": "hybrid",
                               "effect": "NoSchedule"},
                              {"key": "eks-hybrid-lab.io/burst", "operator": "Equal", "value": "true",
                               "effect": "NoSchedule"}]}}
@@ -668,7 +675,7 @@ class StandInStack:
 
     def __init__(self, cluster: Cluster, config: Optional[str], fail_up_for: Optional[str] = None):
         self.cluster = cluster
-        self.config = {} if config is None else {burst.SCENARIO_KEY: config}
+        self.config = {} if config is None else {burst_kinds.SCENARIO_KEY: config}
         self.calls: list[tuple] = []
         self.fail_up_for = fail_up_for
         #: The config last applied, and steps of another change waiting on the stack (the
@@ -679,7 +686,7 @@ class StandInStack:
     def preview(self, on_event=None, on_output=None):
         from pulumi.automation import EngineEvent
 
-        scenario = self.config.get(burst.SCENARIO_KEY, "A")
+        scenario = self.config.get(burst_kinds.SCENARIO_KEY, "A")
         self.calls.append(("preview", scenario))
         steps = fake_pulumi_cli.program_steps("dev", self.deployed, self.config) + self.pending_changes
         for event in fake_pulumi_cli._events("dev", steps):
@@ -704,7 +711,7 @@ class StandInStack:
         self.config.pop(key, None)
 
     def up(self, on_output=None):
-        scenario = self.config.get(burst.SCENARIO_KEY, "A")
+        scenario = self.config.get(burst_kinds.SCENARIO_KEY, "A")
         self.calls.append(("up", scenario))
         if on_output:
             on_output("Updating (dev)")
@@ -794,7 +801,7 @@ def lab_session(tmp_path: Path, scenario: str = "A", faults: Optional[Faults] = 
                    mock.patch.object(cli, "_connect", lambda args, outputs: Kube.connect(server.endpoint)),
                    mock.patch("rehearse.run.context.Context", context)]
         if stand_in:
-            patches.append(mock.patch.object(burst, "open_stack", lambda name, work_dir: stack))
+            patches.append(mock.patch.object(burst_command, "open_stack", lambda name, work_dir: stack))
         with contextlib.ExitStack() as stack_of_patches:
             for patch in patches:
                 stack_of_patches.enter_context(patch)
@@ -854,7 +861,7 @@ def _removed(step: dict) -> tuple[int, int]:
 
 
 def _name(scenario: str, what: str) -> str:
-    return burst.check_name(scenario, what)
+    return burst_kinds.check_name(scenario, what)
 
 
 # --- verify burst ------------------------------------------------------------------------------------
@@ -864,11 +871,11 @@ def test_verify_b_in_place_with_the_nodepool_and_the_capacity_arithmetic(lab_for
     assert lab.run("verify") == 0, lab.markdown()
     report = lab.report()
     checks = _checks(report)
-    assert checks[_name("B", burst.C_IN_PLACE)]["status"] == PASS
-    assert checks[_name("B", burst.C_KYVERNO_NODES.format(role="background"))]["status"] == PASS
-    assert "may get nodes" in checks[_name("B", burst.C_KYVERNO_NODES.format(role="admission"))]["seen"]
-    assert checks[_name("B", burst.C_GATE_OFF)]["status"] == PASS
-    capacity = checks[burst.CHECK_CAPACITY]
+    assert checks[_name("B", burst_kinds.C_IN_PLACE)]["status"] == PASS
+    assert checks[_name("B", burst_kinds.C_KYVERNO_NODES.format(role="background"))]["status"] == PASS
+    assert "may get nodes" in checks[_name("B", burst_kinds.C_KYVERNO_NODES.format(role="admission"))]["seen"]
+    assert checks[_name("B", burst_kinds.C_GATE_OFF)]["status"] == PASS
+    capacity = checks[burst_kinds.CHECK_CAPACITY]
     assert capacity["status"] == PASS
     # By hand: 3920m - (kube-proxy 100 + cilium's init 100 + echo 50 + prober 10) = 3660m -> 4 x 900m;
     # 3920m - 250m = 3670m -> 4.
@@ -886,43 +893,43 @@ def test_verify_b_without_get_nodes_for_kyverno_is_not_in_place(lab_for):
     lab = lab_for(scenario="B", faults=Faults(background_nodes=False))
     assert lab.run("verify", "--within", "3") == 1
     checks = _checks(lab.report())
-    verdict = checks[_name("B", burst.C_IN_PLACE)]
+    verdict = checks[_name("B", burst_kinds.C_IN_PLACE)]
     assert verdict["status"] == FAIL and verdict["seen"].startswith("not in place")
-    nodes = checks[_name("B", burst.C_KYVERNO_NODES.format(role="background"))]
+    nodes = checks[_name("B", burst_kinds.C_KYVERNO_NODES.format(role="background"))]
     assert nodes["status"] == FAIL and "B would look like A" in nodes["seen"]
     assert "extraResources" in nodes["fix"]
     assert "--as=system:serviceaccount:kyverno:kyverno-background-controller" in nodes["command"]
-    assert checks[_name("B", burst.C_HYBRID_COST)]["status"] == FAIL
-    assert "after 3 s" in checks[_name("B", burst.C_HYBRID_COST)]["seen"]
+    assert checks[_name("B", burst_kinds.C_HYBRID_COST)]["status"] == FAIL
+    assert "after 3 s" in checks[_name("B", burst_kinds.C_HYBRID_COST)]["seen"]
 
 
 def test_verify_a_catches_costs_left_by_the_previous_scenario(lab_for):
     lab = lab_for(scenario="A", faults=Faults(pod_cost="1"))
     assert lab.run("verify") == 1
     checks = _checks(lab.report())
-    foreign = checks[_name("A", burst.C_FOREIGN_COST)]
+    foreign = checks[_name("A", burst_kinds.C_FOREIGN_COST)]
     assert foreign["status"] == FAIL and "3 pod(s) carry a cost scenario A does not write" in foreign["seen"]
     assert "rollout restart" in foreign["fix"]
-    assert checks[_name("A", burst.C_NO_POLICY)]["status"] == PASS
-    assert checks[_name("A", burst.C_GATE_OFF)]["status"] == PASS
+    assert checks[_name("A", burst_kinds.C_NO_POLICY)]["status"] == PASS
+    assert checks[_name("A", burst_kinds.C_GATE_OFF)]["status"] == PASS
 
 
 def test_verify_c_with_an_older_karpenter_that_ignores_the_gate(lab_for):
     lab = lab_for(scenario="C", faults=Faults(karpenter_version="1.14.1"))
     assert lab.run("verify") == 1
     checks = _checks(lab.report())
-    assert checks[_name("C", burst.C_GATE_ON)]["status"] == PASS, "the env says true"
-    version = checks[_name("C", burst.C_GATE_VERSION)]
+    assert checks[_name("C", burst_kinds.C_GATE_ON)]["status"] == PASS, "the env says true"
+    version = checks[_name("C", burst_kinds.C_GATE_VERSION)]
     assert version["status"] == FAIL and "1.14.1" in version["seen"] and "C would look like B" in version["seen"]
-    assert checks[_name("C", burst.C_KARPENTER_PATCH)]["status"] == PASS
-    assert checks[_name("C", burst.C_BUDGET)]["status"] == PASS
-    assert checks[_name("C", burst.C_IN_PLACE)]["status"] == FAIL
+    assert checks[_name("C", burst_kinds.C_KARPENTER_PATCH)]["status"] == PASS
+    assert checks[_name("C", burst_kinds.C_BUDGET)]["status"] == PASS
+    assert checks[_name("C", burst_kinds.C_IN_PLACE)]["status"] == FAIL
 
 
 def test_verify_capacity_fails_when_another_pod_takes_room_on_a_hybrid_node(lab_for):
     lab = lab_for(scenario="A", faults=Faults(squatter_m=500))
     assert lab.run("verify") == 1
-    capacity = _checks(lab.report())[burst.CHECK_CAPACITY]
+    capacity = _checks(lab.report())[burst_kinds.CHECK_CAPACITY]
     assert capacity["status"] == FAIL
     assert "hybrid-2: 3920m allocatable − 750m (squatter-1 500m, echo-hybrid-2 50m, " \
            "cilium-h2 100m, kube-proxy-h2 100m) = 3170m → 3 × 900m" in capacity["seen"]
@@ -939,8 +946,8 @@ def test_scenario_b_runs_the_sequence_and_ends_as_the_rules_say(lab_for):
     assert lab.run(interval="1") == 0, lab.markdown()
     report = lab.report()
     checks = _checks(report)
-    for what in (burst.C_IN_PLACE, burst.C_RESTART, burst.C_SCALEUP, burst.C_COSTS_SETTLED,
-                 burst.C_FORECAST, burst.C_RULE, burst.C_COMPLETED):
+    for what in (burst_kinds.C_IN_PLACE, burst_kinds.C_RESTART, burst_kinds.C_SCALEUP, burst_kinds.C_COSTS_SETTLED,
+                 burst_kinds.C_FORECAST, burst_kinds.C_RULE, burst_kinds.C_COMPLETED):
         assert checks[_name("B", what)]["status"] == PASS, (what, checks[_name("B", what)])
     steps = _steps(report, "B")
     assert [(s["from"], s["to"]) for s in steps] == [(3, 15), (15, 12), (12, 10), (10, 3)]
@@ -953,8 +960,8 @@ def test_scenario_b_runs_the_sequence_and_ends_as_the_rules_say(lab_for):
     # The timings, from the cluster's own clocks, beside the demo guide's.
     numbers = _numbers(report)
     created = [p for p in lab.cluster.log if p[1].startswith("NodeClaim")]
-    assert numbers[_name("B", burst.M_NODECLAIM)] in (1.0, 2.0)
-    assert numbers[_name("B", burst.M_READY)] == pytest.approx(38.0, abs=1.0)
+    assert numbers[_name("B", burst_kinds.M_NODECLAIM)] in (1.0, 2.0)
+    assert numbers[_name("B", burst_kinds.M_READY)] == pytest.approx(38.0, abs=1.0)
     assert created, "Karpenter made NodeClaims"
     text = lab.markdown()
     assert ("| 15 → 12 | 8 → 8 | 7 → 4 | 3: 0 hybrid, 3 cloud | 3: 0 hybrid, 3 cloud (3 chosen "
@@ -969,7 +976,7 @@ def test_scenario_a_rank_decides(a_run):
     assert a_run.code == 0, lab.markdown()
     report = lab.report()
     checks = _checks(report)
-    assert checks[_name("A", burst.C_RULE)]["status"] == PASS
+    assert checks[_name("A", burst_kinds.C_RULE)]["status"] == PASS
     steps = _steps(report, "A")
     # 15: hybrid 4 + 4, cloud 4 + 3 (one NodeClaim per 4 pods), no costs. Rule 5 first: at
     # 15 -> 12 the 12 pods on nodes holding 4 tie on rank, and rule 6 takes the most recently
@@ -979,7 +986,7 @@ def test_scenario_a_rank_decides(a_run):
     assert [_removed(s) for s in steps[1:]] == [(0, 3), (2, 0), (4, 3)]
     assert all(s["verdict"] == "same" for s in steps[1:])
     assert all(p["cost"] is None for s in steps[1:] for p in s["removed"])
-    assert "15 → 12: removed from nodes holding ≥ 4 burst pods" in checks[_name("A", burst.C_RULE)]["seen"]
+    assert "15 → 12: removed from nodes holding ≥ 4 burst pods" in checks[_name("A", burst_kinds.C_RULE)]["seen"]
 
 
 def test_scenario_c_ranks_then_removes_the_emptiest_cloud_node_first(lab_for):
@@ -987,8 +994,8 @@ def test_scenario_c_ranks_then_removes_the_emptiest_cloud_node_first(lab_for):
     assert lab.run() == 0, lab.markdown()
     report = lab.report()
     checks = _checks(report)
-    assert checks[_name("C", burst.C_COSTS_SETTLED)]["status"] == PASS
-    rule = checks[_name("C", burst.C_RULE)]
+    assert checks[_name("C", burst_kinds.C_COSTS_SETTLED)]["status"] == PASS
+    rule = checks[_name("C", burst_kinds.C_RULE)]
     assert rule["status"] == PASS and "Karpenter ranked 7 of 7 cloud pods" in rule["seen"]
     steps = _steps(report, "C")
     # The node with 3 pods got -2 and the one with 4 got -1: 15 -> 12 empties the 3-pod node.
@@ -1002,11 +1009,11 @@ def test_switching_a_b_c_through_the_seam_and_back(lab_for):
     assert lab.run("--scenarios", "A", "B", "C") == 0, lab.markdown()
     report = lab.report()
     assert [c for c in lab.stack.calls if c[0] in ("set", "up", "rm")] == [
-        ("set", burst.SCENARIO_KEY, "B"), ("up", "B"), ("set", burst.SCENARIO_KEY, "C"), ("up", "C"),
-        ("set", burst.SCENARIO_KEY, "A"), ("up", "A")]
+        ("set", burst_kinds.SCENARIO_KEY, "B"), ("up", "B"), ("set", burst_kinds.SCENARIO_KEY, "C"), ("up", "C"),
+        ("set", burst_kinds.SCENARIO_KEY, "A"), ("up", "A")]
     checks = _checks(report)
-    assert checks[burst.CHECK_RESTORED]["status"] == PASS
-    assert checks[_name("B", burst.C_SWITCH)]["status"] == PASS
+    assert checks[burst_kinds.CHECK_RESTORED]["status"] == PASS
+    assert checks[_name("B", burst_kinds.C_SWITCH)]["status"] == PASS
     text = lab.markdown()
     assert "## Across scenarios" in text and "## Scenario C:" in text
     b, c = _steps(report, "B"), _steps(report, "C")
@@ -1026,7 +1033,7 @@ def test_b_without_get_nodes_is_refused_not_measured(lab_for):
     lab = lab_for(scenario="B", faults=Faults(background_nodes=False))
     assert lab.run("--within", "3", interval="1") == 1
     checks = _checks(lab.report())
-    verdict = checks[_name("B", burst.C_IN_PLACE)]
+    verdict = checks[_name("B", burst_kinds.C_IN_PLACE)]
     assert verdict["status"] == FAIL and "not measured" in verdict["seen"]
     assert "B would look like A" in verdict["seen"]
     assert not _scaled_beyond_start(lab), "nothing was measured"
@@ -1036,7 +1043,7 @@ def test_b_without_get_nodes_is_refused_not_measured(lab_for):
 def test_c_with_an_older_karpenter_is_refused_not_measured(lab_for):
     lab = lab_for(scenario="C", faults=Faults(karpenter_version="1.14.1"))
     assert lab.run() == 1
-    verdict = _checks(lab.report())[_name("C", burst.C_IN_PLACE)]
+    verdict = _checks(lab.report())[_name("C", burst_kinds.C_IN_PLACE)]
     assert verdict["status"] == FAIL and "C would look like B" in verdict["seen"]
     assert not _scaled_beyond_start(lab)
 
@@ -1046,10 +1053,10 @@ def test_a_leftover_annotation_in_the_pod_template_is_caught_after_the_restart(l
     lab = lab_for(scenario="A", faults=Faults(template_cost="1"))
     assert lab.run("--within", "3", interval="1") == 1
     checks = _checks(lab.report())
-    assert checks[_name("A", burst.C_RESTART)]["status"] == PASS
-    foreign = checks[_name("A", burst.C_FOREIGN_COST)]
+    assert checks[_name("A", burst_kinds.C_RESTART)]["status"] == PASS
+    foreign = checks[_name("A", burst_kinds.C_FOREIGN_COST)]
     assert foreign["status"] == FAIL and "pod template itself carries" in foreign["fix"]
-    assert checks[_name("A", burst.C_IN_PLACE)]["status"] == FAIL
+    assert checks[_name("A", burst_kinds.C_IN_PLACE)]["status"] == FAIL
     assert not _scaled_beyond_start(lab)
 
 
@@ -1057,7 +1064,7 @@ def test_leftover_pod_annotations_are_cleared_by_the_restart(lab_for):
     """Pods left with B's "1" before a run in A: the restart replaces them, A is in place."""
     lab = lab_for(scenario="A", faults=Faults(pod_cost="1"))
     assert lab.run() == 0, lab.markdown()
-    assert _checks(lab.report())[_name("A", burst.C_FOREIGN_COST)]["status"] == PASS
+    assert _checks(lab.report())[_name("A", burst_kinds.C_FOREIGN_COST)]["status"] == PASS
 
 
 # --- divergences and evictions ---------------------------------------------------------------------------
@@ -1069,9 +1076,9 @@ def test_an_outcome_that_differs_from_the_forecast_is_flagged(lab_for):
     assert lab.run() == 1
     report = lab.report()
     checks = _checks(report)
-    forecast = checks[_name("B", burst.C_FORECAST)]
+    forecast = checks[_name("B", burst_kinds.C_FORECAST)]
     assert forecast["status"] == FAIL and "no tie, eviction or cost change explains it" in forecast["seen"]
-    assert checks[_name("B", burst.C_RULE)]["status"] == FAIL
+    assert checks[_name("B", burst_kinds.C_RULE)]["status"] == FAIL
     steps = _steps(report, "B")
     # 12 -> 10: the costs would take the two cost-0 cloud pods; a controller blind to them takes
     # two rank-4 hybrid pods instead.
@@ -1100,7 +1107,7 @@ def test_karpenter_evictions_are_told_from_scale_in_victims(lab_for):
     assert len(step["removed"]) == 1 and len(step["forecast"]) == 2
     assert step["verdict"] == "explained" and "Karpenter evicted" in step["explanation"]
     assert step["evicted"][0]["name"] not in {p["name"] for p in step["removed"]}
-    assert _checks(report)[_name("A", burst.C_FORECAST)]["status"] == PASS
+    assert _checks(report)[_name("A", burst_kinds.C_FORECAST)]["status"] == PASS
     assert "Evicted by Karpenter" in lab.markdown()
 
 
@@ -1134,13 +1141,13 @@ def test_a_scale_up_that_never_finishes_stops_the_sequence_and_says_so(lab_for):
     assert lab.run("--timeout", "60") == 1
     report = lab.report()
     checks = _checks(report)
-    scaleup = checks[_name("A", burst.C_SCALEUP)]
+    scaleup = checks[_name("A", burst_kinds.C_SCALEUP)]
     assert scaleup["status"] == FAIL and "8 of 15 Ready" in scaleup["seen"] and "7 Pending" in scaleup["seen"] \
         and "after 60 s" in scaleup["seen"]
-    completed = checks[_name("A", burst.C_COMPLETED)]
+    completed = checks[_name("A", burst_kinds.C_COMPLETED)]
     assert completed["status"] == FAIL and "15 pods Ready: 8 after 60 s" in completed["seen"]
     numbers = _numbers(report)
-    assert numbers[_name("A", burst.M_NODECLAIM)] is None and numbers[_name("A", burst.M_READY)] is None
+    assert numbers[_name("A", burst_kinds.M_NODECLAIM)] is None and numbers[_name("A", burst_kinds.M_READY)] is None
     assert lab.server.get(DEPLOYMENTS, NS, "burst")["spec"]["replicas"] == 3, "put back at 3"
 
 
@@ -1167,7 +1174,7 @@ def test_the_watch_answers_that_karpenter_leaves_a_cloud_node_whose_pods_fit_on_
     assert {e["message"] for e in answer["events"]} == {"Disrupting Node: Empty",
                                                          "Disrupting NodeClaim: Empty"}
     assert answer["moved"] == [] and answer["created"] == []
-    check = _checks(report)[_name("A", burst.C_CONSOLIDATION)]
+    check = _checks(report)[_name("A", burst_kinds.C_CONSOLIDATION)]
     assert check["seen"].startswith("no disruption of a cloud node whose pods fit on hybrid: "
                                     f"{candidate['node']} (1 burst pod(s)")
     assert "Karpenter's events: DisruptionTerminating × 2" in check["seen"]
@@ -1180,7 +1187,7 @@ def test_the_watch_answers_that_karpenter_leaves_a_cloud_node_whose_pods_fit_on_
     assert "Expected: Karpenter disrupts no cloud node" in text
     assert "No burst pod moved during the watch." in text
     # The watch polled Karpenter's events cluster-wide and took its 180 s of the clock.
-    done = next(e for e in lab.events() if e["kind"] == burst.WATCH_DONE)
+    done = next(e for e in lab.events() if e["kind"] == burst_kinds.WATCH_DONE)
     assert done["watched"] == pytest.approx(180.0)
 
 
@@ -1199,7 +1206,7 @@ def test_a_karpenter_that_consolidates_onto_hybrid_room_is_caught(lab_for):
     assert [c["name"] for c in answer["moved"]] == [pod]
     [created] = answer["created"]
     assert created["place"] == "hybrid" and answer["moved_to"] == [created["node"]]
-    check = _checks(report)[_name("A", burst.C_CONSOLIDATION)]
+    check = _checks(report)[_name("A", burst_kinds.C_CONSOLIDATION)]
     assert check["status"] == FAIL
     assert check["seen"].startswith(f"Karpenter disrupted {candidate['node']} (NodeClaim "
                                     f"{candidate['nodeclaim']}), DisruptionTerminating "
@@ -1211,25 +1218,25 @@ def test_a_karpenter_that_consolidates_onto_hybrid_room_is_caught(lab_for):
     assert "Answer (**NOT as expected**): Karpenter disrupted" in lab.markdown()
     # Everything else in the run still passes: the watch is the only failure.
     assert [c["name"] for c in report["checks"] if c["status"] == FAIL] == \
-        [_name("A", burst.C_CONSOLIDATION)]
+        [_name("A", burst_kinds.C_CONSOLIDATION)]
 
 
 def test_watch_0_skips_the_watch_and_the_report_says_so(a_run):
     lab = a_run.lab
     assert a_run.code == 0, lab.markdown()
     report = lab.report()
-    check = _checks(report)[_name("A", burst.C_CONSOLIDATION)]
+    check = _checks(report)[_name("A", burst_kinds.C_CONSOLIDATION)]
     assert check["status"] == "SKIP" and check["seen"] == "not watched (--watch 0)"
     assert "### Consolidation and hybrid capacity (scenario A)\n\nNot watched (--watch 0)." in lab.markdown()
     kinds = {e["kind"] for e in lab.events()}
-    assert burst.WATCH_SKIPPED in kinds and burst.WATCH_STARTED not in kinds
+    assert burst_kinds.WATCH_SKIPPED in kinds and burst_kinds.WATCH_STARTED not in kinds
 
 
 def test_in_b_the_question_does_not_arise_and_the_report_says_why(lab_for):
     """B ends at 3 with every pod on a hybrid node: no cloud node holds pods to move."""
     lab = lab_for(scenario="B")
     assert lab.run("--watch", "60") == 0, lab.markdown()
-    check = _checks(lab.report())[_name("B", burst.C_CONSOLIDATION)]
+    check = _checks(lab.report())[_name("B", burst_kinds.C_CONSOLIDATION)]
     assert check["status"] == "SKIP"
     assert check["seen"].startswith("the question did not arise: no cloud node held burst pods "
                                     "after the last scale-in")
@@ -1238,10 +1245,10 @@ def test_in_b_the_question_does_not_arise_and_the_report_says_why(lab_for):
 
 def test_hybrid_room_counts_free_slots_beside_the_other_pods():
     situation = {"deployment": {"found": True, "tolerations": [
-                     {"key": burst.HYBRID_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
+                     {"key": burst_kinds.HYBRID_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
                      "containers": [{"resources": {"requests": {"cpu": "900m"}}}],
                      "init_containers": []},
-                 "nodes": [burst.node_summary({**node_object(n, p), "metadata": {
+                 "nodes": [node_summary({**node_object(n, p), "metadata": {
                      **node_object(n, p)["metadata"], "name": n}}, POOL)
                            for n, p in (("hybrid-1", "hybrid"), ("hybrid-2", "hybrid"),
                                         ("cloud-1", "cloud"), ("cloud-2", "cloud"))],
@@ -1249,7 +1256,7 @@ def test_hybrid_room_counts_free_slots_beside_the_other_pods():
                  "nodeclaims": [{"name": "claim-1", "node": "cloud-1"}],
                  "pods": [{"name": f"p{i}", "node": n, "phase": "Running", "deleting": False}
                           for i, n in enumerate(["hybrid-1"] * 3 + ["cloud-1"] * 2 + ["cloud-2"] * 3)]}
-    room = burst.hybrid_room(situation)
+    room = hybrid_room(situation)
     # hybrid-1: 4 fit, 3 there -> 1; hybrid-2: (3920 - 2000) // 900 = 2 fit -> 2. Room 3.
     assert [(h["node"], h["fit"], h["free_slots"]) for h in room["hybrid"]] == \
         [("hybrid-1", 4, 1), ("hybrid-2", 2, 2)]
@@ -1257,11 +1264,11 @@ def test_hybrid_room_counts_free_slots_beside_the_other_pods():
     assert [(c["node"], c["nodeclaim"], c["fits"]) for c in room["cloud"]] == \
         [("cloud-1", "claim-1", True), ("cloud-2", None, True)]
     situation["pods"].append({"name": "p9", "node": "cloud-2", "phase": "Running", "deleting": False})
-    assert [c["fits"] for c in burst.hybrid_room(situation)["cloud"]] == [True, False]
+    assert [c["fits"] for c in hybrid_room(situation)["cloud"]] == [True, False]
 
 
 def neighbour_summary_of(name: str, node: str, cpu: str) -> dict:
-    return burst.neighbour_summary({**neighbour(name, "default", node, cpu),
+    return neighbour_summary({**neighbour(name, "default", node, cpu),
                                     "metadata": {"name": name, "namespace": "default"}})
 
 
@@ -1272,7 +1279,7 @@ def test_an_interrupt_in_the_middle_puts_the_scenario_back(lab_for):
     # Ctrl-C: exit 1 with the folder kept (a run never loses its folder); the restore previews before it
     # applies (item 6).
     assert lab.run("--scenarios", "B") == 1
-    assert lab.stack.calls[-3:] == [("set", burst.SCENARIO_KEY, "A"), ("preview", "A"), ("up", "A")]
+    assert lab.stack.calls[-3:] == [("set", burst_kinds.SCENARIO_KEY, "A"), ("preview", "A"), ("up", "A")]
     assert lab.cluster.scenario == "A"
     # The folder is kept (a run never loses its folder), its report saying the run was interrupted.
     checks = _checks(lab.report())
@@ -1283,9 +1290,9 @@ def test_a_failed_switch_is_reported_and_the_scenario_put_back(lab_for):
     lab = lab_for(scenario="A", fail_up_for="C")
     assert lab.run("--scenarios", "C", "--within", "2") == 1
     checks = _checks(lab.report())
-    assert checks[_name("C", burst.C_SWITCH)]["status"] == FAIL
-    assert "update failed" in checks[_name("C", burst.C_SWITCH)]["seen"]
-    assert checks[burst.CHECK_RESTORED]["status"] == PASS
+    assert checks[_name("C", burst_kinds.C_SWITCH)]["status"] == FAIL
+    assert "update failed" in checks[_name("C", burst_kinds.C_SWITCH)]["seen"]
+    assert checks[burst_kinds.CHECK_RESTORED]["status"] == PASS
     assert lab.stack.calls[-1] == ("up", "A")
 
 
@@ -1303,7 +1310,7 @@ def fake_pulumi(tmp_path, monkeypatch):
     """A `pulumi` on PATH that answers from a state file; returns (state path, log path)."""
     return fake_pulumi_cli.install(tmp_path, monkeypatch, {"selected": "dev", "stacks": {"dev": {
         "outputs": {"demo2": {"namespace": NS, "scenario": "A"}},
-        "config": {burst.SCENARIO_KEY: "A"}}}})
+        "config": {burst_kinds.SCENARIO_KEY: "A"}}}})
 
 
 def test_a_failure_in_the_middle_restores_the_scenario_through_the_automation_api(
@@ -1313,7 +1320,7 @@ def test_a_failure_in_the_middle_restores_the_scenario_through_the_automation_ap
     state, log = fake_pulumi
     with lab_session(tmp_path, scenario="A", faults=Faults(fail_at_12=ConnectionError("reset")),
                      stand_in=False) as lab:
-        real = burst.open_stack
+        real = burst_command.open_stack
 
         def opened(name, work_dir):
             stack = real(name, work_dir)
@@ -1321,13 +1328,13 @@ def test_a_failure_in_the_middle_restores_the_scenario_through_the_automation_ap
 
             def up_and_play(**kwargs):
                 result = up(**kwargs)
-                lab.cluster.apply_scenario(json.loads(state.read_text())["stacks"]["dev"]["config"][burst.SCENARIO_KEY])
+                lab.cluster.apply_scenario(json.loads(state.read_text())["stacks"]["dev"]["config"][burst_kinds.SCENARIO_KEY])
                 return result
 
             stack.up = up_and_play
             return stack
 
-        with mock.patch.object(burst, "open_stack", opened):
+        with mock.patch.object(burst_command, "open_stack", opened):
             assert lab.run("--scenarios", "B") == 2
         assert 12 in lab.cluster.replicas_seen, "it failed in the middle of B"
     calls = [[a for a in json.loads(line) if a != "--non-interactive"]
@@ -1337,7 +1344,7 @@ def test_a_failure_in_the_middle_restores_the_scenario_through_the_automation_ap
     assert [c[c.index("--") + 1] for c in sets] == ["B", "A"]
     assert len(ups) == 2
     final = json.loads(state.read_text())["stacks"]["dev"]
-    assert final["config"][burst.SCENARIO_KEY] == "A"
+    assert final["config"][burst_kinds.SCENARIO_KEY] == "A"
     assert final["outputs"]["demo2"]["scenario"] == "A"
 
 
@@ -1346,11 +1353,11 @@ def test_a_failure_in_the_middle_restores_the_scenario_through_the_automation_ap
 @pytest.mark.charts
 def test_a_recorded_a_b_c_run_replays_to_its_report(tmp_path):
     events = read_events(FIXTURES / "burst-abc")
-    report = burst.analyse(events)
+    report = burst_command.analyse(events)
     assert report.passed, report.summary()
     # The recorded forecasts are rehearse.predict's: every scale-in removed what it forecast.
     for s in "ABC":
-        forecast = next(c for c in report.checks if c.name == _name(s, burst.C_FORECAST))
+        forecast = next(c for c in report.checks if c.name == _name(s, burst_kinds.C_FORECAST))
         assert forecast.status == "PASS" and "3 of 3 scale-ins exactly as forecast" in forecast.seen
     data = report.to_json()
     steps = {s: data["demo2"]["scenarios"][s]["steps"] for s in "ABC"}
@@ -1364,8 +1371,8 @@ def test_a_recorded_a_b_c_run_replays_to_its_report(tmp_path):
     assert {p["cost"] for p in steps["B"][1]["removed"]} == {None}
     numbers = {m.name: m.value for m in report.measurements}
     for s in "ABC":
-        assert numbers[_name(s, burst.M_NODECLAIM)] == 1.0
-        assert numbers[_name(s, burst.M_READY)] == 37.0
+        assert numbers[_name(s, burst_kinds.M_NODECLAIM)] == 1.0
+        assert numbers[_name(s, burst_kinds.M_READY)] == 37.0
     text = report.to_markdown()
     assert text.index("## Across scenarios") < text.index("## Checklist")
     assert "| C | 0 / 3 (left: 8 hybrid, 4 cloud on 1 node) |" in text
@@ -1373,12 +1380,12 @@ def test_a_recorded_a_b_c_run_replays_to_its_report(tmp_path):
     # The consolidation watch: A ends with a pod on a cloud node and room on the hybrid nodes,
     # and Karpenter leaves it; B and C end with every pod on a hybrid node.
     checks = {c.name: c for c in report.checks}
-    assert checks[_name("A", burst.C_CONSOLIDATION)].status == PASS
+    assert checks[_name("A", burst_kinds.C_CONSOLIDATION)].status == PASS
     assert "could have moved into the hybrid nodes' 6 free slot(s) and stayed for 180 s" in \
-        checks[_name("A", burst.C_CONSOLIDATION)].seen
+        checks[_name("A", burst_kinds.C_CONSOLIDATION)].seen
     for s in "BC":
-        assert checks[_name(s, burst.C_CONSOLIDATION)].status == "SKIP"
-        assert "the question did not arise" in checks[_name(s, burst.C_CONSOLIDATION)].seen
+        assert checks[_name(s, burst_kinds.C_CONSOLIDATION)].status == "SKIP"
+        assert "the question did not arise" in checks[_name(s, burst_kinds.C_CONSOLIDATION)].seen
     assert "consolidation and hybrid capacity |" in text
     assert text.count("### Consolidation and hybrid capacity (scenario") == 3
     # `rehearse report` rewrites the report and the chart from the events alone.
@@ -1393,18 +1400,18 @@ def test_a_recorded_a_b_c_run_replays_to_its_report(tmp_path):
 
 
 def test_a_recorded_refusal_replays(tmp_path):
-    report = burst.analyse(read_events(FIXTURES / "burst-b-no-get-nodes"))
-    verdict = {c.name: c for c in report.checks}[_name("B", burst.C_IN_PLACE)]
+    report = burst_command.analyse(read_events(FIXTURES / "burst-b-no-get-nodes"))
+    verdict = {c.name: c for c in report.checks}[_name("B", burst_kinds.C_IN_PLACE)]
     assert verdict.status == FAIL and "B would look like A" in verdict.seen
     assert report.measurements == [] and "**Not measured**" in report.to_markdown()
 
 
 def test_a_recorded_verify_replays():
-    report = burst.analyse(read_events(FIXTURES / "verify-burst-c-old-karpenter"))
+    report = burst_command.analyse(read_events(FIXTURES / "verify-burst-c-old-karpenter"))
     checks = {c.name: c for c in report.checks}
-    assert [c.name for c in report.failures] == [_name("C", burst.C_IN_PLACE),
-                                                 _name("C", burst.C_GATE_VERSION)]
-    assert checks[burst.CHECK_CAPACITY].status == PASS
+    assert [c.name for c in report.failures] == [_name("C", burst_kinds.C_IN_PLACE),
+                                                 _name("C", burst_kinds.C_GATE_VERSION)]
+    assert checks[burst_kinds.CHECK_CAPACITY].status == PASS
     assert report.title == "Demo 2: ready to burst"
 
 
@@ -1413,16 +1420,16 @@ def test_a_forecast_that_failed_at_collection_is_made_again_at_report_time(monke
     makes them from the recorded snapshots once the predictor works."""
     events = read_events(FIXTURES / "burst-abc")
     for event in events:
-        if event["kind"] == burst.FORECAST:
+        if event["kind"] == burst_kinds.FORECAST:
             for key in ("replicas_before", "replicas_after", "delete", "order"):
                 event.pop(key)
             event.update(ok=False, error="NotImplementedError: ")
-    monkeypatch.setattr(predict, "forecast", lambda *a: (_ for _ in ()).throw(NotImplementedError()))
-    skipped = {c.name: c for c in burst.analyse(events).checks}[_name("B", burst.C_FORECAST)]
+    monkeypatch.setattr(ranking, "forecast", lambda *a: (_ for _ in ()).throw(NotImplementedError()))
+    skipped = {c.name: c for c in burst_command.analyse(events).checks}[_name("B", burst_kinds.C_FORECAST)]
     assert skipped.status == "SKIP" and "NotImplementedError" in skipped.seen
     monkeypatch.undo()
-    report = burst.analyse(events)
-    assert {c.name: c for c in report.checks}[_name("B", burst.C_FORECAST)].status == PASS
+    report = burst_command.analyse(events)
+    assert {c.name: c for c in report.checks}[_name("B", burst_kinds.C_FORECAST)].status == PASS
     assert "made at report time from the snapshot" in report.to_markdown()
 
 
@@ -1434,30 +1441,30 @@ def test_compare_explains_a_tie_and_a_cost_change():
                 for n, node, cost in (("p1", "n1", None), ("p2", "n1", None), ("p3", "n2", None),
                                       ("p4", "n2", None))]
     forecast = {"ok": True, "delete": [{"name": "p1", "tie": True}]}
-    verdict, why = burst.compare(snapshot, [{"name": "p3", "cost": None}], forecast, [])
+    verdict, why = compare(snapshot, [{"name": "p3", "cost": None}], forecast, [])
     assert verdict == "explained" and "a tie" in why
     forecast = {"ok": True, "delete": [{"name": "p1", "tie": False}]}
-    verdict, why = burst.compare(snapshot, [{"name": "p3", "cost": None, "seen_terminating": True,
+    verdict, why = compare(snapshot, [{"name": "p3", "cost": None, "seen_terminating": True,
                                              "cost_at_deletion": "-1"}], forecast, [])
     assert verdict == "explained" and "costs changed" in why
-    verdict, why = burst.compare(snapshot, [{"name": "p3", "cost": None}], forecast, [])
+    verdict, why = compare(snapshot, [{"name": "p3", "cost": None}], forecast, [])
     assert verdict == "unexplained"
-    assert burst.compare(snapshot, [{"name": "p1"}], forecast, []) == ("same", "")
+    assert compare(snapshot, [{"name": "p1"}], forecast, []) == ("same", "")
 
 
 def test_capacity_sets_allocatable_beside_the_formula_that_sized_the_request():
     from components.capacity import BURST_PODS_PER_HYBRID_NODE
 
-    assert burst.PODS_PER_HYBRID_NODE == BURST_PODS_PER_HYBRID_NODE
+    assert burst_kinds.PODS_PER_HYBRID_NODE == BURST_PODS_PER_HYBRID_NODE
     observed = {"deployment": {"found": True, "tolerations": [
-                    {"key": burst.HYBRID_LABEL, "operator": "Equal", "value": "hybrid", "effect": "NoSchedule"}],
+                    {"key": burst_kinds.HYBRID_LABEL, "operator": "Equal", "value": "hybrid", "effect": "NoSchedule"}],
                     "containers": [{"resources": {"requests": {"cpu": "900m", "memory": "64Mi"}}}],
                     "init_containers": []},
-                "nodes": [{**burst.node_summary(node_object(name, "hybrid"), POOL), "name": name}
+                "nodes": [{**node_summary(node_object(name, "hybrid"), POOL), "name": name}
                           for name in ("hybrid-1", "hybrid-2")],
                 "hybrid_neighbours": []}
     observed["nodes"][1]["allocatable"] = {"cpu": "3500m", "memory": "14819Mi"}
-    check = burst.capacity_check(observed, {"on_hybrid": 8, "peak": 15})
+    check = capacity_check(observed, {"on_hybrid": 8, "peak": 15})
     assert check.status == FAIL
     assert "hybrid-1: 3920m allocatable − 0m (nothing) = 3920m → 4 × 900m" in check.seen
     assert "hybrid-2: 3500m allocatable (components/capacity.py's formula gives 3920m: the kubelet " \
@@ -1466,19 +1473,19 @@ def test_capacity_sets_allocatable_beside_the_formula_that_sized_the_request():
 
 
 def test_cost_parsing_follows_the_controller():
-    assert [burst.cost_of(v) for v in (None, "1", "-5", "0", "+10", "008", "", "x", "2147483648")] == \
+    assert [cost_of(v) for v in (None, "1", "-5", "0", "+10", "008", "", "x", "2147483648")] == \
         [0, 1, -5, 0, 0, 0, 0, 0, 0]
 
 
 def test_feature_gates_and_versions_are_read_from_the_running_controller():
-    gates, source = burst.feature_gates({"env": [{"name": "FEATURE_GATES",
+    gates, source = feature_gates({"env": [{"name": "FEATURE_GATES",
                                                   "value": "ReservedCapacity=true,PodDeletionCostManagement=true"}]})
     assert gates["PodDeletionCostManagement"] is True and source == "env FEATURE_GATES"
-    gates, source = burst.feature_gates({"args": ["--feature-gates=PodDeletionCostManagement=false"]})
+    gates, source = feature_gates({"args": ["--feature-gates=PodDeletionCostManagement=false"]})
     assert gates == {"PodDeletionCostManagement": False} and source == "argument --feature-gates"
-    assert burst.image_version("public.ecr.aws/karpenter/controller:1.15.0@sha256:abc") == (1, 15, 0)
-    assert burst.image_version("public.ecr.aws/karpenter/controller:v1.14.1") == (1, 14, 1)
-    assert burst.image_version("localhost:5000/karpenter@sha256:abc") is None
+    assert image_version("public.ecr.aws/karpenter/controller:1.15.0@sha256:abc") == (1, 15, 0)
+    assert image_version("public.ecr.aws/karpenter/controller:v1.14.1") == (1, 14, 1)
+    assert image_version("localhost:5000/karpenter@sha256:abc") is None
 
 
 def test_every_new_command_has_help(capsys):
@@ -1499,10 +1506,10 @@ def test_a_step_whose_victims_the_controllers_clock_decided_is_not_unexplained()
                  "deleting": False} for n in ("a", "b", "c")]
     forecast = {"ok": True, "delete": [{"name": "a", "tie": False, "clock": True}],
                 "clock_undecided": ["a", "b"], "window": "+0.000 s to +2.000 s around the snapshot"}
-    verdict, why = burst.compare(snapshot, [{"name": "b", "cost": None}], forecast, [])
+    verdict, why = compare(snapshot, [{"name": "b", "cost": None}], forecast, [])
     assert verdict == "explained" and "the controller's clock" in why and "+2.000 s" in why
     # A victim outside the undecided set is still unexplained.
-    verdict, _ = burst.compare(snapshot, [{"name": "c", "cost": None}], forecast, [])
+    verdict, _ = compare(snapshot, [{"name": "c", "cost": None}], forecast, [])
     assert verdict == "unexplained"
 
 
@@ -1510,8 +1517,8 @@ def test_each_snapshot_records_the_api_servers_clock_and_the_forecast_its_window
     lab = a_run.lab
     assert a_run.code == 0, lab.markdown()
     events = lab.events()
-    snapshots = [e for e in events if e["kind"] == burst.SNAPSHOT]
+    snapshots = [e for e in events if e["kind"] == burst_kinds.SNAPSHOT]
     assert snapshots and all(s["server_offset"]["low_ns"] <= 0 <= s["server_offset"]["high_ns"]
                              for s in snapshots)
-    forecasts = [e for e in events if e["kind"] == burst.FORECAST and e.get("ok")]
+    forecasts = [e for e in events if e["kind"] == burst_kinds.FORECAST and e.get("ok")]
     assert forecasts and all("clock_undecided" in f and f["window"].endswith("around the snapshot") for f in forecasts)

@@ -21,7 +21,9 @@ from unittest import mock
 import pytest
 
 from rehearse import cli
-from rehearse.commands import burst
+from rehearse.commands.burst import command as burst_command
+from rehearse.commands.burst import kinds as burst_kinds
+from rehearse.commands.burst.switching import SCENARIO_SCOPE, clear_costs
 from rehearse.lab import outputs
 from rehearse.lab import stack as stack_api
 from rehearse.lab import switch
@@ -43,7 +45,7 @@ def fake(tmp_path, monkeypatch):
     """Two stacks, "other" selected (the presenter's own choice), the rehearsal acting on dev."""
     return fake_pulumi_cli.install(tmp_path, monkeypatch, {"selected": "other", "stacks": {
         "dev": {"outputs": {"demo2": {"namespace": NS, "scenario": "A"}},
-                "config": {burst.SCENARIO_KEY: "A"}},
+                "config": {burst_kinds.SCENARIO_KEY: "A"}},
         "other": {"outputs": {}, "config": {}}}})
 
 
@@ -53,7 +55,7 @@ def _ctx(yes: bool = True) -> SimpleNamespace:
 
 
 def _switch(ctx) -> switch.ConfigSwitch:
-    config = switch.ConfigSwitch(ctx, lambda: stack_api.open_stack("dev", ROOT), burst.SCENARIO_SCOPE)
+    config = switch.ConfigSwitch(ctx, lambda: stack_api.open_stack("dev", ROOT), SCENARIO_SCOPE)
     ctx.said = ctx.progress.__self__
     config.read_original()
     return config
@@ -115,7 +117,7 @@ def test_ctrl_c_waits_for_pulumi_to_cancel_before_the_restore(fake):
     assert [e[1] for e in ups] == ["start", "end", "start", "end"], ups
     assert ups[1][4] == "canceled" and ups[3][4] == "succeeded"
     final = _state(state)["stacks"]["dev"]
-    assert final["config"][burst.SCENARIO_KEY] == "A" and final["deployed"][burst.SCENARIO_KEY] == "A"
+    assert final["config"][burst_kinds.SCENARIO_KEY] == "A" and final["deployed"][burst_kinds.SCENARIO_KEY] == "A"
     assert "lock" not in final and not final.get("pending_operations")
     said = "\n".join(ctx.said)
     assert "Ctrl-C: waiting up to" in said and "to cancel" in said
@@ -176,13 +178,13 @@ def test_a_switch_whose_preview_changes_more_is_refused_and_nothing_applied(tmp_
             "eks-hybrid-lab:layer:Network$aws:ec2/securityGroupRule:SecurityGroupRule", "network-extra-rule")]
         assert lab.run("--scenarios", "B") == 1
         calls = [c for c in lab.stack.calls if c[0] != "get"]
-        assert calls == [("set", burst.SCENARIO_KEY, "B"), ("preview", "B"), ("set", burst.SCENARIO_KEY, "A")]
+        assert calls == [("set", burst_kinds.SCENARIO_KEY, "B"), ("preview", "B"), ("set", burst_kinds.SCENARIO_KEY, "A")]
         assert lab.cluster.scenario == "A"
         checks = _checks(lab.report())
-        seen = checks[_name("B", burst.C_SWITCH)]["seen"]
-        assert checks[_name("B", burst.C_SWITCH)]["status"] == FAIL
+        seen = checks[_name("B", burst_kinds.C_SWITCH)]["seen"]
+        assert checks[_name("B", burst_kinds.C_SWITCH)]["status"] == FAIL
         assert "changes more than the scenario's resources" in seen and "network-extra-rule" in seen
-        assert checks[burst.CHECK_RESTORED]["status"] == PASS
+        assert checks[burst_kinds.CHECK_RESTORED]["status"] == PASS
 
 
 def test_each_switch_prints_its_plan_before_the_up(tmp_path):
@@ -192,7 +194,7 @@ def test_each_switch_prints_its_plan_before_the_up(tmp_path):
         plan = said.index("plan (burstScenario C):")
         assert said.index("pulumi preview (burstScenario C)") < plan < said.index("pulumi up (burstScenario C)")
         assert any("karpenter-karpenter-controller-release" in line for line in said[plan:plan + 5])
-        switched = next(e for e in lab.events() if e["kind"] == burst.SWITCHED)
+        switched = next(e for e in lab.events() if e["kind"] == burst_kinds.SWITCHED)
         assert switched["change_summary"] == {"same": 60, "create": 2, "update": 1}
 
 
@@ -205,14 +207,14 @@ def test_without_yes_a_non_terminal_stdin_is_refused_before_anything_changes(tmp
 
 
 def test_without_yes_the_presenter_is_asked_and_a_no_applies_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr(burst, "require_confirmation", lambda ctx, what: None)  # a terminal
+    monkeypatch.setattr(burst_command, "require_confirmation", lambda ctx, what: None)  # a terminal
     asked = []
     monkeypatch.setattr(switch, "ask", lambda question: asked.append(question) or False)
     with lab_session(tmp_path, scenario="A") as lab:
         assert lab.run("--scenarios", "B", yes=False) == 1
         assert [c for c in lab.stack.calls if c[0] == "up"] == []
         assert asked and "apply this plan (burstScenario B)" in asked[0]
-        assert lab.stack.config.get(burst.SCENARIO_KEY) == "A"
+        assert lab.stack.config.get(burst_kinds.SCENARIO_KEY) == "A"
 
 
 def test_instance_types_say_the_node_group_is_replaced_and_the_leader_fails_over():
@@ -231,7 +233,7 @@ def test_the_instance_type_scope_is_the_gateway_node_group():
                                           {throughput.CONFIG_KEY: "c6in.xlarge"})
     assert steps and all(throughput.GATEWAY_SCOPE.allows(switch.step_of(s["urn"], s["op"], s["type"]))
                          for s in steps)
-    burst_steps = fake_pulumi_cli.program_steps("lab", {}, {burst.SCENARIO_KEY: "C"})
+    burst_steps = fake_pulumi_cli.program_steps("lab", {}, {burst_kinds.SCENARIO_KEY: "C"})
     assert not any(throughput.GATEWAY_SCOPE.allows(switch.step_of(s["urn"], s["op"], s["type"]))
                    for s in burst_steps)
 
@@ -267,27 +269,27 @@ def test_the_fake_pulumi_selects_as_the_cli_does(fake):
 def test_after_b_the_restore_to_a_strips_kyverno_s_costs_and_verify_passes(tmp_path):
     with lab_session(tmp_path, scenario="A") as lab:
         assert lab.run("--scenarios", "B") == 0, lab.markdown()
-        restored = next(e for e in lab.events() if e["kind"] == burst.RESTORED)
+        restored = next(e for e in lab.events() if e["kind"] == burst_kinds.RESTORED)
         assert restored["ok"] and restored["costs_cleared"] and \
             {c["cost"] for c in restored["costs_cleared"]} == {"1"}
         pods = [lab.server.get(PODS, NS, name) for name in lab.cluster.pods]
-        assert all(burst.COST not in (p["metadata"].get("annotations") or {}) for p in pods if p)
+        assert all(burst_kinds.COST not in (p["metadata"].get("annotations") or {}) for p in pods if p)
         for folder in lab.out.iterdir():
             for item in folder.iterdir():
                 item.unlink()
             folder.rmdir()
         assert lab.run("verify") == 0, lab.markdown()
-        assert _checks(lab.report())[_name("A", burst.C_FOREIGN_COST)]["status"] == PASS
+        assert _checks(lab.report())[_name("A", burst_kinds.C_FOREIGN_COST)]["status"] == PASS
 
 
 def test_a_restore_to_b_keeps_kyverno_s_one_and_strips_karpenter_s_ranks():
-    pods = [{"metadata": {"name": "p1", "annotations": {burst.COST: "1"}}},
-            {"metadata": {"name": "p2", "annotations": {burst.COST: "-2"}}},
+    pods = [{"metadata": {"name": "p1", "annotations": {burst_kinds.COST: "1"}}},
+            {"metadata": {"name": "p2", "annotations": {burst_kinds.COST: "-2"}}},
             {"metadata": {"name": "p3", "annotations": {}}}]
     cluster = mock.Mock(burst_pods=lambda: pods, t={"Pod": "Pod"}, s=SimpleNamespace(namespace=NS))
-    assert burst.clear_costs(cluster, "B") == [{"name": "p2", "cost": "-2"}]
-    assert burst.clear_costs(cluster, "C") == []
-    assert [c["name"] for c in burst.clear_costs(cluster, "A")] == ["p1", "p2"]
+    assert clear_costs(cluster, "B") == [{"name": "p2", "cost": "-2"}]
+    assert clear_costs(cluster, "C") == []
+    assert [c["name"] for c in clear_costs(cluster, "A")] == ["p1", "p2"]
 
 
 # --- item 15: --outputs without --stack changes no stack -------------------------------------------

@@ -1,17 +1,16 @@
-"""The collector of ``rehearse burst`` and ``verify burst`` (demo 2): the scenarios one after
-another, the scale sequence of each, and the stack's scenario put back at the end. What the
-command does is told in the package's docstring (rehearse/commands/burst/__init__.py), which is its help."""
+"""The collector of ``rehearse burst`` (demo 2): the scenarios one after another, the scale
+sequence of each, and the stack's scenario put back at the end. What the command does is told in
+its face's docstring (rehearse/commands/burst/command.py), which is its help; ``verify burst``'s
+collector is verify.py."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from rehearse.models import clock_window
+from rehearse.models import clock_window, ranking
 from rehearse.run.errors import RunError
-from rehearse.lab.stack import open_stack
-from rehearse.lab.switch import RestoreBlocked, require_confirmation, require_stack
+from rehearse.lab.switch import RestoreBlocked, require_stack
 from rehearse.run.record import iso
 from rehearse.run.report import FAIL
 from rehearse.commands.burst.kinds import (ABORTED, COST, COSTS_SETTLED, DONE, FORECAST, ORIGINAL,
@@ -19,12 +18,14 @@ from rehearse.commands.burst.kinds import (ABORTED, COST, COSTS_SETTLED, DONE, F
                                   ROLLOUT, SCALED, SCALEUP, SCALEUP_POLL, SCENARIO_WORDS, SETTINGS,
                                   SETTLED_NODECLAIMS, SNAPSHOT, STEP, STEP_POLL, SWITCHED,
                                   WATCH_DONE, WATCH_EVERY, WATCH_SKIPPED, WATCH_STARTED)
-from rehearse.commands.burst.settings import Settings, settings_from
+from rehearse.commands.burst.settings import Settings, settings_event, settings_from
 from rehearse.commands.burst.reading import (Cluster, active, cost_of, deployment_summary, forecast_event,
                                     pod_for_forecast)
 from rehearse.commands.burst.preconditions import (costs_settled, in_place, observe_preconditions,
                                           scenario_checks)
 from rehearse.commands.burst.switching import Switcher, _pulumi_error, clear_costs
+from rehearse.commands.burst.changes import (diff, event_change, node_change, nodeclaim_change,
+                                            pod_change)
 
 
 # --- the collector --------------------------------------------------------------------------------
@@ -185,8 +186,6 @@ class Runner:
                     timeout=timeout, pods=pods)
 
     def scale_in(self, scenario: str, step: int, target: int) -> None:
-        from rehearse.commands.predict import collect as predict
-
         ctx, s, cluster = self.ctx, self.s, self.cluster
         work = cluster.workload()
         nodes = cluster.nodes()
@@ -203,7 +202,7 @@ class Runner:
                     else [pod_for_forecast(p) for p in work["related"]], now=iso(now),
                     server_offset=offset)
         try:
-            forecast = predict.forecast(work["current"], work["related"], target, now,
+            forecast = ranking.forecast(work["current"], work["related"], target, now,
                                         clock_window.window(offset))
         except KeyboardInterrupt:
             raise
@@ -273,6 +272,48 @@ class Runner:
             self.record(WATCH_SKIPPED, scenario=scenario, reason="--watch 0")
             return
         every = max(s.interval, min(WATCH_EVERY, s.watch))
+        started, claims, nodes, pods, events = self._watch_started(scenario, every)
+        ctx.progress(f"scenario {scenario}: watching Karpenter for {s.watch:g} s (does it move "
+                     "cloud pods onto the hybrid nodes' free room?)")
+        seen_claims = {c["name"]: c for c in claims}
+        seen_nodes = {n["name"]: n for n in nodes}
+        seen_pods = {p["name"]: p for p in pods}
+        seen_events = {e["key"]: e for e in events}
+        changes: list[dict] = []
+        start = ctx.monotonic()
+        last_progress = 0.0
+        while True:
+            ctx.sleep(every)
+            at = iso(ctx.clock())
+            now_claims = {c["name"]: c for c in cluster.nodeclaims() or []}
+            changes += diff(seen_claims, now_claims, at, nodeclaim_change)
+            now_nodes = {n["name"]: n for n in cluster.nodes()}
+            changes += diff(seen_nodes, now_nodes, at, node_change)
+            now_pods = {p["name"]: p for p in cluster.summaries()}
+            changes += diff(seen_pods, now_pods, at, pod_change)
+            # Events are read in the order they last happened, and kept once seen.
+            now_events = {e["key"]: e for e in cluster.karpenter_events()}
+            changes += diff({key: seen_events.get(key) for key in now_events}, now_events, at,
+                            event_change)
+            seen_events.update(now_events)
+            seen_claims, seen_nodes, seen_pods = now_claims, now_nodes, now_pods
+            elapsed = ctx.monotonic() - start
+            if elapsed >= s.watch:
+                break
+            if elapsed - last_progress >= 30:
+                last_progress = elapsed
+                ctx.progress(f"  {elapsed:.0f} s: {len(now_claims)} NodeClaim(s), "
+                             f"{len([c for c in changes if c['what'] != 'event'])} change(s), "
+                             f"{len([c for c in changes if c['what'] == 'event'])} event(s)")
+        self.record(WATCH_DONE, scenario=scenario, started=started, ended=iso(ctx.clock()),
+                    watched=round(ctx.monotonic() - start, 3), changes=changes,
+                    nodes=sorted(seen_nodes.values(), key=lambda n: n["name"]),
+                    nodeclaims=list(seen_claims.values()),
+                    pods=sorted(seen_pods.values(), key=lambda p: p["name"]))
+
+    def _watch_started(self, scenario: str, every: float) -> tuple[str, list, list, list, list]:
+        """The watch's starting situation, recorded: (when, NodeClaims, nodes, pods, events)."""
+        ctx, s, cluster = self.ctx, self.s, self.cluster
         nodes = cluster.nodes()
         work = cluster.workload()
         pods = cluster.summaries(work["all"])
@@ -291,78 +332,7 @@ class Runner:
                               "consolidate_after": disruption.get("consolidateAfter"),
                               "budgets": disruption.get("budgets")},
                     events=events)
-        ctx.progress(f"scenario {scenario}: watching Karpenter for {s.watch:g} s (does it move "
-                     "cloud pods onto the hybrid nodes' free room?)")
-        seen_claims = {c["name"]: c for c in claims}
-        seen_nodes = {n["name"]: n for n in nodes}
-        seen_pods = {p["name"]: p for p in pods}
-        seen_events = {e["key"]: e for e in events}
-        changes: list[dict] = []
-        start = ctx.monotonic()
-        last_progress = 0.0
-        while True:
-            ctx.sleep(every)
-            at = iso(ctx.clock())
-            now_claims = {c["name"]: c for c in cluster.nodeclaims() or []}
-            for name, claim in seen_claims.items():
-                if name not in now_claims:
-                    changes.append({"at": at, "what": "nodeclaim deleted", "name": name,
-                                    "node": claim.get("node")})
-                elif now_claims[name]["deleting"] and not claim["deleting"]:
-                    changes.append({"at": at, "what": "nodeclaim deleting", "name": name,
-                                    "node": now_claims[name].get("node")})
-            for name, claim in now_claims.items():
-                if name not in seen_claims:
-                    changes.append({"at": at, "what": "nodeclaim created", "name": name,
-                                    "node": claim.get("node")})
-            now_nodes = {n["name"]: n for n in cluster.nodes()}
-            for name, node in seen_nodes.items():
-                if name not in now_nodes:
-                    changes.append({"at": at, "what": "node gone", "name": name,
-                                    "place": node["place"]})
-            for name, node in now_nodes.items():
-                if name not in seen_nodes:
-                    changes.append({"at": at, "what": "node appeared", "name": name,
-                                    "place": node["place"]})
-            now_pods = {p["name"]: p for p in cluster.summaries()}
-            for name, pod in seen_pods.items():
-                now = now_pods.get(name)
-                if now is None:
-                    if active(pod):
-                        changes.append({"at": at, "what": "pod gone", "name": name,
-                                        "node": pod["node"], "place": pod["place"],
-                                        "disruption_target": pod["disruption_target"]})
-                elif active(pod) and not active(now):
-                    changes.append({"at": at, "what": "pod terminating", "name": name,
-                                    "node": now["node"], "place": now["place"],
-                                    "disruption_target": now["disruption_target"]})
-                elif now["node"] and now["node"] != pod["node"]:
-                    changes.append({"at": at, "what": "pod bound", "name": name,
-                                    "node": now["node"], "place": now["place"]})
-            for name, pod in now_pods.items():
-                if name not in seen_pods:
-                    changes.append({"at": at, "what": "pod created", "name": name,
-                                    "node": pod["node"], "place": pod["place"]})
-            for event in cluster.karpenter_events():
-                before = seen_events.get(event["key"])
-                if before is None or (before["count"], before["last"]) != (event["count"], event["last"]):
-                    changes.append({"at": at, "what": "event", **event})
-                seen_events[event["key"]] = event
-            seen_claims, seen_nodes = now_claims, now_nodes
-            seen_pods = now_pods
-            elapsed = ctx.monotonic() - start
-            if elapsed >= s.watch:
-                break
-            if elapsed - last_progress >= 30:
-                last_progress = elapsed
-                ctx.progress(f"  {elapsed:.0f} s: {len(now_claims)} NodeClaim(s), "
-                             f"{len([c for c in changes if c['what'] != 'event'])} change(s), "
-                             f"{len([c for c in changes if c['what'] == 'event'])} event(s)")
-        self.record(WATCH_DONE, scenario=scenario, started=started, ended=iso(ctx.clock()),
-                    watched=round(ctx.monotonic() - start, 3), changes=changes,
-                    nodes=sorted(seen_nodes.values(), key=lambda n: n["name"]),
-                    nodeclaims=list(seen_claims.values()),
-                    pods=sorted(seen_pods.values(), key=lambda p: p["name"]))
+        return started, claims, nodes, pods, events
 
     def run_scenario(self, scenario: str) -> None:
         s, ctx = self.s, self.ctx
@@ -400,25 +370,12 @@ class Runner:
         self.record(DONE, scenario=scenario)
 
 
-def _settings_event(settings: Settings) -> dict:
-    return {**asdict(settings), "sequence": list(settings.sequence),
-            "scenarios": list(settings.scenarios), "peak": settings.peak,
-            "on_hybrid": settings.on_hybrid}
-
-
-def collect_verify(ctx: Any, record: Any) -> None:
-    settings = settings_from(ctx, "verify")
-    record(SETTINGS, **_settings_event(settings))
-    cluster = Cluster(ctx, settings)
-    observed = observe_preconditions(ctx, cluster, settings.stack_scenario, "verify",
-                                     watch_whole_window=False)
-    record(PRECONDITIONS, **observed)
-
-
-def collect(ctx: Any, record: Any, open_stack: Callable[[str, Path], Any] = open_stack,
-            require_confirmation: Callable[[Any, str], None] = require_confirmation) -> None:
+def collect(ctx: Any, record: Any, open_stack: Callable[[str, Path], Any],
+            require_confirmation: Callable[[Any, str], None]) -> None:
+    """Burst's run: ``open_stack`` and ``require_confirmation`` are the face's (command.py),
+    where a test puts a stand-in stack and a terminal."""
     settings = settings_from(ctx, "burst")
-    record(SETTINGS, **_settings_event(settings))
+    record(SETTINGS, **settings_event(settings))
     runner = Runner(ctx, record, settings)
     deployed = settings.stack_scenario
     switcher = Switcher(ctx, record, open_stack)

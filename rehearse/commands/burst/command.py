@@ -31,9 +31,32 @@ The collector records what it saw (events.jsonl); the analysis is pure over thos
 ``python -m rehearse report <folder>`` gives the same report, tables and chart again.
 """
 
-# The command's face, what rehearse.cli reads (a run command, rehearse.run.command): its
-# docstring is its --help description. ``collect`` and ``check_inputs`` stay in the package,
-# where the seams a test replaces (open_stack, require_confirmation) are looked up.
-from rehearse.commands.burst import TITLE, add_arguments, analyse, check_inputs, collect
+from __future__ import annotations
+
+from typing import Any
+
+from rehearse.commands.burst import collect as collector
+from rehearse.commands.burst.kinds import TITLE
+from rehearse.commands.burst.report import analyse
+from rehearse.commands.burst.settings import add_arguments, settings_from
+# The seams a test replaces (``mock.patch.object(command, "open_stack", ...)``: a stand-in
+# stack; ``require_confirmation``: a terminal). They are read from this module each time a run
+# starts and handed to the collector, so that a test puts them in one place.
+from rehearse.lab.stack import open_stack
+from rehearse.lab.switch import require_confirmation, require_stack
 
 __all__ = ["TITLE", "add_arguments", "analyse", "check_inputs", "collect"]
+
+
+def check_inputs(given: Any) -> None:
+    """Before a run starts (rehearse.run.inputs): demo 2's names, and with --scenarios that
+    switch a stack named and someone to confirm each switch."""
+    settings = settings_from(given, "burst")
+    if any(x != settings.stack_scenario for x in settings.scenarios):
+        require_stack(given, "burst --scenarios")
+        require_confirmation(given, "burst --scenarios")
+
+
+def collect(ctx: Any, record: Any) -> None:
+    collector.collect(ctx, record, lambda name, work_dir: open_stack(name, work_dir),
+                      lambda ctx, what: require_confirmation(ctx, what))

@@ -31,7 +31,6 @@ GATE = "PodDeletionCostManagement"
 #: The first Karpenter with the gate; older ones ignore the Helm value silently.
 GATE_SINCE = (1, 15, 0)
 SCENARIO_KEY = "eks-hybrid-lab:burstScenario"
-from rehearse.models.scenarios import SCENARIOS  # noqa: E402 the names `all` takes too
 SCENARIO_WORDS = {"A": "no policy, Karpenter's gate off",
                   "B": "Kyverno writes pod-deletion-cost \"1\" on hybrid pods",
                   "C": "B plus Karpenter's podDeletionCostManagement"}

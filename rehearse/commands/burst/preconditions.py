@@ -3,7 +3,8 @@ decides with the same checks the analysis reports."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 from rehearse.run.record import iso
 from rehearse.run.report import FAIL, NOT_READ, PASS, SKIP, Check
@@ -152,178 +153,254 @@ def _restart_fix(observed: dict) -> str:
     return fix
 
 
+@dataclass(frozen=True)
+class _Seen:
+    """One preconditions event as the scenario checks read it: the scenario, the active pods of
+    the last poll, the running Karpenter's gate, and the commands a reader runs to look again."""
+    observed: dict
+    scenario: str
+    namespace: str
+    policy: dict
+    pods: list[dict]
+    gate_on: Optional[bool]
+    gates_seen: str
+    controllers: list[dict]
+
+    def name(self, what: str) -> str:
+        return check_name(self.scenario, what)
+
+    @property
+    def deployment(self) -> str:
+        return (self.observed.get("deployment") or {}).get("name") or "burst"
+
+    @property
+    def karpenter_cmd(self) -> str:
+        return (f"kubectl -n {KARPENTER_NS} get pods -l app.kubernetes.io/name=karpenter -o "
+                "jsonpath='{range .items[*]}{.metadata.name} {.spec.containers[0].image} "
+                "{.spec.containers[0].env[?(@.name==\"FEATURE_GATES\")].value}{\"\\n\"}{end}'")
+
+    @property
+    def placement_cmd(self) -> str:
+        return (f"kubectl -n {self.namespace} get pods -l app={self.deployment} "
+                "-o custom-columns=POD:.metadata.name,NODE:.spec.nodeName,"
+                "COST:'.metadata.annotations.controller\\.kubernetes\\.io/pod-deletion-cost'")
+
+    @property
+    def policy_cmd(self) -> str:
+        return f"kubectl get clusterpolicy {POLICY} -o wide"
+
+
+def _seen(observed: dict) -> _Seen:
+    gate_on, gates_seen, controllers = _gates(observed)
+    return _Seen(observed, observed["scenario"], observed.get("namespace", "demo-burst"),
+                 observed.get("policy") or {}, _final_pods(observed), gate_on, gates_seen,
+                 controllers)
+
+
+# --- the scenario checks, one function each (the tables below say which scenario makes which) ---
+
+def _no_policy(x: _Seen) -> Check:
+    found = x.policy.get("found")
+    return Check(x.name(C_NO_POLICY), FAIL if found else PASS,
+                 f"ClusterPolicy {POLICY} exists: Kyverno writes \"1\" on hybrid pods, "
+                 "so A would look like B" if found else f"no ClusterPolicy {POLICY}",
+                 "scenario A has no policy: `pulumi config set burstScenario A` and "
+                 "`pulumi up` deletes it" if found else "", x.policy_cmd)
+
+
+def _kyverno_may_get_nodes(x: _Seen, role: str) -> Check:
+    return _review_check(
+        x.name(C_KYVERNO_NODES.format(role=role)),
+        _review(x.observed, f"kyverno {role}", "get", "nodes"),
+        f"grant it through the chart values {role}Controller.rbac.clusterRole."
+        "extraResources (components/kyverno.py does) and `pulumi up`",
+        "Kyverno drops the policy's node lookup silently, so no pod gets \"1\": "
+        f"{x.scenario} would look like A")
+
+
+def _kyverno_admission_may_get_nodes(x: _Seen) -> Check:
+    return _kyverno_may_get_nodes(x, "admission")
+
+
+def _kyverno_background_may_get_nodes(x: _Seen) -> Check:
+    return _kyverno_may_get_nodes(x, "background")
+
+
+def _kyverno_may_update_pods(x: _Seen) -> Check:
+    return _review_check(
+        x.name(C_KYVERNO_UPDATE), _review(x.observed, "kyverno background", "update", "pods"),
+        "grant it through backgroundController.rbac.clusterRole.extraResources and "
+        "`pulumi up`",
+        "the mutate-existing rule cannot patch the bound pod: no \"1\"")
+
+
+def _kyverno_sees_bindings(x: _Seen) -> Check:
+    config = x.observed.get("kyverno_config") or {}
+    filters = config.get("resource_filters") or ""
+    dropped = [f for f in BINDING_FILTERS if f in filters]
+    config_cmd = (f"kubectl -n {KYVERNO_NS} get configmap {KYVERNO_CONFIGMAP} -o "
+                  "jsonpath='{.data.resourceFilters}'")
+    if not config.get("found"):
+        return Check(x.name(C_FILTERS), FAIL,
+                     f"no ConfigMap {KYVERNO_NS}/{KYVERNO_CONFIGMAP} (Kyverno's config)",
+                     "is Kyverno installed? the demo layer installs it: `pulumi up`", config_cmd)
+    if dropped:
+        return Check(x.name(C_FILTERS), FAIL,
+                     f"Kyverno's resourceFilters drop {', '.join(dropped)}: the policy "
+                     "never sees a binding",
+                     "set config.resourceFiltersExclude to exactly "
+                     "[\"[Pod/binding,*,*]\", \"[Binding,*,*]\"] (components/kyverno.py); "
+                     "the chart preserves an existing ConfigMap (config.preserve), so "
+                     "delete it and `pulumi up`", config_cmd)
+    return Check(x.name(C_FILTERS), PASS, "Kyverno's resourceFilters keep Pod/binding and Binding",
+                 "", config_cmd)
+
+
+def _policy_ready(x: _Seen) -> Check:
+    policy, s = x.policy, x.scenario
+    if not policy.get("found"):
+        return Check(x.name(C_POLICY), FAIL, f"no ClusterPolicy {POLICY}",
+                     f"scenario {s} needs it: `pulumi config set burstScenario {s}` "
+                     "and `pulumi up`", x.policy_cmd)
+    if policy.get("ready"):
+        return Check(x.name(C_POLICY), PASS, f"Ready ({policy.get('reason') or 'True'})",
+                     "", x.policy_cmd)
+    return Check(x.name(C_POLICY), FAIL,
+                 f"not Ready: {policy.get('reason') or ''} {policy.get('message') or ''}".strip(),
+                 f"`kubectl describe clusterpolicy {POLICY}` and Kyverno's admission "
+                 f"controller's log (`kubectl -n {KYVERNO_NS} logs deploy/"
+                 "kyverno-admission-controller`)", x.policy_cmd)
+
+
+def _hybrid_pods_cost_one(x: _Seen) -> Check:
+    hybrid = [p for p in x.pods if p.get("place") == "hybrid"]
+    polls = x.observed.get("pod_polls") or []
+    waited = polls[-1]["waited"] if polls else 0.0
+    if not hybrid:
+        return Check(x.name(C_HYBRID_COST), FAIL,
+                     "no burst pod runs on a hybrid node to look at",
+                     f"scale the Deployment to 3 (`kubectl -n {x.namespace} scale deploy/"
+                     f"{x.deployment} --replicas=3`) and run this again", x.placement_cmd)
+    without = [p for p in hybrid if p.get("cost") != "1"]
+    if not without:
+        first_ok = next((poll["waited"] for poll in polls
+                         if costs_settled(x.scenario, [p for p in poll["pods"] if active(p)])), None)
+        return Check(x.name(C_HYBRID_COST), PASS,
+                     f"{len(hybrid)} of {len(hybrid)} pods on hybrid nodes carry "
+                     f"\"1\" (seen after {first_ok:g} s)", "", x.placement_cmd)
+    return Check(x.name(C_HYBRID_COST), FAIL,
+                 f"{len(without)} of {len(hybrid)} pods on hybrid nodes carry no \"1\" after "
+                 f"{waited:g} s: {_pods_text(without)}",
+                 "Kyverno did not annotate them: the checks above say why (RBAC, filters, "
+                 f"policy); Kyverno's background controller's log: `kubectl -n {KYVERNO_NS} "
+                 "logs deploy/kyverno-background-controller`", x.placement_cmd)
+
+
+def _foreign(scenario: str, pod: dict) -> bool:
+    """Whether the pod carries a cost nobody in the scenario writes: a previous scenario's, or
+    a stray writer's (B and C write "1" on hybrid pods; C's Karpenter, negatives on cloud pods)."""
+    value = pod.get("cost")
+    if value is None:
+        return False
+    if scenario == "A":
+        return True
+    if pod.get("place") == "hybrid":
+        return value != "1"
+    return not (scenario == "C" and pod.get("place") == "cloud" and cost_of(value) < 0)
+
+
+def _no_foreign_cost(x: _Seen) -> Check:
+    foreign = [p for p in x.pods if _foreign(x.scenario, p)]
+    if foreign:
+        return Check(x.name(C_FOREIGN_COST), FAIL,
+                     f"{len(foreign)} pod(s) carry a cost scenario {x.scenario} does not write "
+                     f"(left from a previous scenario?): {_pods_text(foreign)}",
+                     _restart_fix(x.observed), x.placement_cmd)
+    return Check(x.name(C_FOREIGN_COST), PASS,
+                 f"{len(x.pods)} burst pod(s): " + (
+                     "none carries a cost" if all(p.get("cost") is None for p in x.pods)
+                     else "only the scenario's costs"), "", x.placement_cmd)
+
+
+def _gate_off(x: _Seen) -> Check:
+    if x.gate_on is False:
+        return Check(x.name(C_GATE_OFF), PASS, x.gates_seen, "", x.karpenter_cmd)
+    return Check(x.name(C_GATE_OFF), FAIL,
+                 f"{x.gates_seen}: Karpenter ranks the cloud pods, so {x.scenario} would look "
+                 "like C" if x.gate_on else x.gates_seen,
+                 f"`pulumi config set burstScenario {x.scenario}` and `pulumi up` turns it "
+                 "off; then remove the negative costs it left (switching from C "
+                 "does)", x.karpenter_cmd)
+
+
+def _gate_on(x: _Seen) -> Check:
+    if x.gate_on:
+        return Check(x.name(C_GATE_ON), PASS, x.gates_seen, "", x.karpenter_cmd)
+    return Check(x.name(C_GATE_ON), FAIL,
+                 f"{x.gates_seen}: Karpenter writes no ranks, so C would look like B",
+                 "`pulumi config set burstScenario C` and `pulumi up` sets the Helm "
+                 "value settings.featureGates.podDeletionCostManagement=true; a chart "
+                 "older than 1.15.0 ignores it silently", x.karpenter_cmd)
+
+
+def _gate_version(x: _Seen) -> Check:
+    versions = [(c.get("name"), c.get("version"), c.get("image")) for c in x.controllers]
+    old = [v for v in versions if v[1] and tuple(int(n) for n in v[1].split(".")) < GATE_SINCE]
+    unknown = [v for v in versions if not v[1]]
+    if not versions:
+        return Check(x.name(C_GATE_VERSION), FAIL, "no Karpenter controller found",
+                     "the karpenter layer installs it: `pulumi up`", x.karpenter_cmd)
+    if old:
+        return Check(x.name(C_GATE_VERSION), FAIL,
+                     "running " + ", ".join(f"{n}: {v}" for n, v, _ in old) +
+                     f": {GATE} arrived in 1.15.0 and an older controller ignores it "
+                     "silently, so C would look like B",
+                     "set karpenterVersion to 1.15.0 or later (both charts) and "
+                     "`pulumi up`", x.karpenter_cmd)
+    if unknown:
+        return Check(x.name(C_GATE_VERSION), SKIP,
+                     "no version in the image reference: " +
+                     ", ".join(i or "?" for _, _, i in unknown) +
+                     " (the runtime check before the first scale-in still applies)",
+                     "", x.karpenter_cmd)
+    return Check(x.name(C_GATE_VERSION), PASS,
+                 ", ".join(f"{n}: {v}" for n, v, _ in versions), "", x.karpenter_cmd)
+
+
+def _karpenter_may_patch_pods(x: _Seen) -> Check:
+    return _review_check(
+        x.name(C_KARPENTER_PATCH), _review(x.observed, "karpenter", "patch", "pods"),
+        "the Helm value settings.featureGates.podDeletionCostManagement=true grants it "
+        "(a chart older than 1.15.0 does not): `pulumi up`",
+        "Karpenter cannot write its ranks: C would look like B")
+
+
+def _budget(x: _Seen) -> Check:
+    return budget_check(x.observed, x.name(C_BUDGET))
+
+
+#: Kyverno's side of B and C: it may read the node a pod is bound to and patch the pod, it sees
+#: the binding, its policy is Ready, and the pods on hybrid nodes carry its "1".
+_KYVERNO_WRITES = (_kyverno_admission_may_get_nodes, _kyverno_background_may_get_nodes,
+                   _kyverno_may_update_pods, _kyverno_sees_bindings, _policy_ready,
+                   _hybrid_pods_cost_one)
+
+#: Which checks prove each scenario in place, in the order they are reported
+#: (docs/rehearse.md, `verify burst`): A — nobody writes costs; B — Kyverno writes "1" on
+#: hybrid pods and Karpenter's gate is off; C — B's writers plus Karpenter ranking the cloud
+#: pods (the gate on, a controller that knows it, allowed to patch pods, a 100% budget).
+SCENARIO_CHECKS: dict[str, tuple[Callable[[_Seen], Check], ...]] = {
+    "A": (_no_policy, _no_foreign_cost, _gate_off),
+    "B": (*_KYVERNO_WRITES, _no_foreign_cost, _gate_off),
+    "C": (*_KYVERNO_WRITES, _no_foreign_cost, _gate_on, _gate_version, _karpenter_may_patch_pods,
+          _budget),
+}
+
+
 def scenario_checks(observed: dict) -> list[Check]:
     """The checks that prove ``observed['scenario']`` is in place, in order."""
-    s = observed["scenario"]
-    ns = observed.get("namespace", "demo-burst")
-    checks: list[Check] = []
-    policy = observed.get("policy") or {}
-    gate_on, gates_seen, controllers = _gates(observed)
-    karpenter_cmd = (f"kubectl -n {KARPENTER_NS} get pods -l app.kubernetes.io/name=karpenter -o "
-                     "jsonpath='{range .items[*]}{.metadata.name} {.spec.containers[0].image} "
-                     "{.spec.containers[0].env[?(@.name==\"FEATURE_GATES\")].value}{\"\\n\"}{end}'")
-    pods = _final_pods(observed)
-    placement_cmd = (f"kubectl -n {ns} get pods -l app={(observed.get('deployment') or {}).get('name') or 'burst'} "
-                     "-o custom-columns=POD:.metadata.name,NODE:.spec.nodeName,"
-                     "COST:'.metadata.annotations.controller\\.kubernetes\\.io/pod-deletion-cost'")
-    policy_cmd = f"kubectl get clusterpolicy {POLICY} -o wide"
-
-    def name(what: str) -> str:
-        return check_name(s, what)
-
-    if s == "A":
-        checks.append(Check(name(C_NO_POLICY), FAIL if policy.get("found") else PASS,
-                            f"ClusterPolicy {POLICY} exists: Kyverno writes \"1\" on hybrid pods, "
-                            "so A would look like B" if policy.get("found") else
-                            f"no ClusterPolicy {POLICY}",
-                            "scenario A has no policy: `pulumi config set burstScenario A` and "
-                            "`pulumi up` deletes it" if policy.get("found") else "", policy_cmd))
-    else:
-        for role in ("admission", "background"):
-            found = _review(observed, f"kyverno {role}", "get", "nodes")
-            checks.append(_review_check(
-                name(C_KYVERNO_NODES.format(role=role)), found,
-                f"grant it through the chart values {role}Controller.rbac.clusterRole."
-                "extraResources (components/kyverno.py does) and `pulumi up`",
-                "Kyverno drops the policy's node lookup silently, so no pod gets \"1\": "
-                f"{s} would look like A"))
-        checks.append(_review_check(
-            name(C_KYVERNO_UPDATE), _review(observed, "kyverno background", "update", "pods"),
-            "grant it through backgroundController.rbac.clusterRole.extraResources and "
-            "`pulumi up`",
-            "the mutate-existing rule cannot patch the bound pod: no \"1\""))
-        config = observed.get("kyverno_config") or {}
-        filters = config.get("resource_filters") or ""
-        dropped = [f for f in BINDING_FILTERS if f in filters]
-        config_cmd = (f"kubectl -n {KYVERNO_NS} get configmap {KYVERNO_CONFIGMAP} -o "
-                      "jsonpath='{.data.resourceFilters}'")
-        if not config.get("found"):
-            checks.append(Check(name(C_FILTERS), FAIL,
-                                f"no ConfigMap {KYVERNO_NS}/{KYVERNO_CONFIGMAP} (Kyverno's config)",
-                                "is Kyverno installed? the demo layer installs it: `pulumi up`",
-                                config_cmd))
-        elif dropped:
-            checks.append(Check(name(C_FILTERS), FAIL,
-                                f"Kyverno's resourceFilters drop {', '.join(dropped)}: the policy "
-                                "never sees a binding",
-                                "set config.resourceFiltersExclude to exactly "
-                                "[\"[Pod/binding,*,*]\", \"[Binding,*,*]\"] (components/kyverno.py); "
-                                "the chart preserves an existing ConfigMap (config.preserve), so "
-                                "delete it and `pulumi up`", config_cmd))
-        else:
-            checks.append(Check(name(C_FILTERS), PASS,
-                                "Kyverno's resourceFilters keep Pod/binding and Binding", "",
-                                config_cmd))
-        if not policy.get("found"):
-            checks.append(Check(name(C_POLICY), FAIL, f"no ClusterPolicy {POLICY}",
-                                f"scenario {s} needs it: `pulumi config set burstScenario {s}` "
-                                "and `pulumi up`", policy_cmd))
-        elif policy.get("ready"):
-            checks.append(Check(name(C_POLICY), PASS, f"Ready ({policy.get('reason') or 'True'})",
-                                "", policy_cmd))
-        else:
-            checks.append(Check(name(C_POLICY), FAIL,
-                                f"not Ready: {policy.get('reason') or ''} {policy.get('message') or ''}".strip(),
-                                f"`kubectl describe clusterpolicy {POLICY}` and Kyverno's admission "
-                                f"controller's log (`kubectl -n {KYVERNO_NS} logs deploy/"
-                                "kyverno-admission-controller`)", policy_cmd))
-        hybrid = [p for p in pods if p.get("place") == "hybrid"]
-        polls = observed.get("pod_polls") or []
-        waited = polls[-1]["waited"] if polls else 0.0
-        if not hybrid:
-            checks.append(Check(name(C_HYBRID_COST), FAIL,
-                                "no burst pod runs on a hybrid node to look at",
-                                f"scale the Deployment to 3 (`kubectl -n {ns} scale deploy/"
-                                f"{(observed.get('deployment') or {}).get('name') or 'burst'} "
-                                "--replicas=3`) and run this again", placement_cmd))
-        else:
-            without = [p for p in hybrid if p.get("cost") != "1"]
-            first_ok = next((poll["waited"] for poll in polls
-                             if costs_settled(s, [p for p in poll["pods"] if active(p)])), None)
-            if not without:
-                checks.append(Check(name(C_HYBRID_COST), PASS,
-                                    f"{len(hybrid)} of {len(hybrid)} pods on hybrid nodes carry "
-                                    f"\"1\" (seen after {first_ok:g} s)", "", placement_cmd))
-            else:
-                checks.append(Check(
-                    name(C_HYBRID_COST), FAIL,
-                    f"{len(without)} of {len(hybrid)} pods on hybrid nodes carry no \"1\" after "
-                    f"{waited:g} s: {_pods_text(without)}",
-                    "Kyverno did not annotate them: the checks above say why (RBAC, filters, "
-                    f"policy); Kyverno's background controller's log: `kubectl -n {KYVERNO_NS} "
-                    "logs deploy/kyverno-background-controller`", placement_cmd))
-    # Values nobody in this scenario writes: a previous scenario's, or a stray writer's.
-    foreign = []
-    for pod in pods:
-        value = pod.get("cost")
-        if value is None:
-            continue
-        if s == "A":
-            foreign.append(pod)
-        elif pod.get("place") == "hybrid" and value != "1":
-            foreign.append(pod)
-        elif pod.get("place") != "hybrid" and not (s == "C" and pod.get("place") == "cloud"
-                                                   and cost_of(value) < 0):
-            foreign.append(pod)
-    if foreign:
-        checks.append(Check(name(C_FOREIGN_COST), FAIL,
-                            f"{len(foreign)} pod(s) carry a cost scenario {s} does not write "
-                            f"(left from a previous scenario?): {_pods_text(foreign)}",
-                            _restart_fix(observed), placement_cmd))
-    else:
-        checks.append(Check(name(C_FOREIGN_COST), PASS,
-                            f"{len(pods)} burst pod(s): " + (
-                                "none carries a cost" if all(p.get("cost") is None for p in pods)
-                                else "only the scenario's costs"), "", placement_cmd))
-    # Karpenter's gate.
-    if s in ("A", "B"):
-        if gate_on is False:
-            checks.append(Check(name(C_GATE_OFF), PASS, gates_seen, "", karpenter_cmd))
-        else:
-            checks.append(Check(name(C_GATE_OFF), FAIL,
-                                f"{gates_seen}: Karpenter ranks the cloud pods, so {s} would look "
-                                "like C" if gate_on else gates_seen,
-                                f"`pulumi config set burstScenario {s}` and `pulumi up` turns it "
-                                "off; then remove the negative costs it left (switching from C "
-                                "does)", karpenter_cmd))
-    else:
-        if gate_on:
-            checks.append(Check(name(C_GATE_ON), PASS, gates_seen, "", karpenter_cmd))
-        else:
-            checks.append(Check(name(C_GATE_ON), FAIL,
-                                f"{gates_seen}: Karpenter writes no ranks, so C would look like B",
-                                "`pulumi config set burstScenario C` and `pulumi up` sets the Helm "
-                                "value settings.featureGates.podDeletionCostManagement=true; a chart "
-                                "older than 1.15.0 ignores it silently", karpenter_cmd))
-        versions = [(c.get("name"), c.get("version"), c.get("image")) for c in controllers]
-        old = [v for v in versions if v[1] and tuple(int(x) for x in v[1].split(".")) < GATE_SINCE]
-        unknown = [v for v in versions if not v[1]]
-        if not versions:
-            checks.append(Check(name(C_GATE_VERSION), FAIL, "no Karpenter controller found",
-                                "the karpenter layer installs it: `pulumi up`", karpenter_cmd))
-        elif old:
-            checks.append(Check(name(C_GATE_VERSION), FAIL,
-                                "running " + ", ".join(f"{n}: {v}" for n, v, _ in old) +
-                                f": {GATE} arrived in 1.15.0 and an older controller ignores it "
-                                "silently, so C would look like B",
-                                "set karpenterVersion to 1.15.0 or later (both charts) and "
-                                "`pulumi up`", karpenter_cmd))
-        elif unknown:
-            checks.append(Check(name(C_GATE_VERSION), SKIP,
-                                "no version in the image reference: " +
-                                ", ".join(i or "?" for _, _, i in unknown) +
-                                " (the runtime check before the first scale-in still applies)",
-                                "", karpenter_cmd))
-        else:
-            checks.append(Check(name(C_GATE_VERSION), PASS,
-                                ", ".join(f"{n}: {v}" for n, v, _ in versions), "", karpenter_cmd))
-        checks.append(_review_check(
-            name(C_KARPENTER_PATCH), _review(observed, "karpenter", "patch", "pods"),
-            "the Helm value settings.featureGates.podDeletionCostManagement=true grants it "
-            "(a chart older than 1.15.0 does not): `pulumi up`",
-            "Karpenter cannot write its ranks: C would look like B"))
-        checks.append(budget_check(observed, name(C_BUDGET)))
-    return checks
+    seen = _seen(observed)
+    return [check(seen) for check in SCENARIO_CHECKS[seen.scenario]]
 
 
 def budget_check(observed: dict, name: str) -> Check:

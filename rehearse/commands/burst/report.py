@@ -12,7 +12,8 @@ from rehearse.commands.burst.kinds import (CHECK_RESTORED, ORIGINAL, PRECONDITIO
 from rehearse.run.outcome import not_read
 from rehearse.commands.burst.preconditions import in_place, scenario_checks
 from rehearse.commands.burst.capacity import capacity, capacity_check, nodepool_check
-from rehearse.commands.burst.analyse import ScenarioResult, StepRow, _victim_text, analyse_scenario
+from rehearse.commands.burst.analyse import ScenarioResult, _victim_text, analyse_scenario
+from rehearse.commands.burst.scalein import StepRow
 
 
 class BurstReport(Report):

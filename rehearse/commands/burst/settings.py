@@ -4,7 +4,7 @@ the stack's outputs (recorded first, so the analysis reads the same numbers)."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from rehearse.run.arguments import seconds
@@ -15,17 +15,14 @@ from rehearse.models.scenarios import scenario_name
 
 # --- arguments --------------------------------------------------------------------------------
 
-def _common_arguments(group: Any) -> None:
+def common_arguments(group: Any) -> None:
+    """The options both commands take: how often to poll, how long costs may take."""
     group.add_argument("--interval", type=seconds(0.1), default=DEFAULTS["interval"], metavar="S",
                        help="poll the cluster every S seconds (default 0.5)")
     group.add_argument("--within", type=seconds(0.0), default=DEFAULTS["within"], metavar="S",
                        help="pods bound to hybrid nodes must carry Kyverno's cost within S "
                             "seconds (default 15; in A the run watches S seconds that nobody "
                             "writes one)")
-
-
-def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
-    _common_arguments(parser.add_argument_group("demo 2"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--yes", action="store_true",
                        help="apply each previewed switch without asking (a run whose stdin is "
                             "not a terminal needs it)")
-    _common_arguments(group)
+    common_arguments(group)
     group.add_argument("--timeout", type=seconds(1.0), default=DEFAULTS["timeout"], metavar="S",
                        help="give up a wait (rollout, NodeClaims gone, 15 Ready, a scale-in) "
                             "after S seconds and record it (default 300)")
@@ -115,3 +112,10 @@ def settings_from(ctx: Any, mode: str) -> Settings:
                     rank_timeout=number("rank_timeout") if mode == "burst" else DEFAULTS["rank_timeout"],
                     pause=number("pause") if mode == "burst" else DEFAULTS["pause"],
                     watch=number("watch") if mode == "burst" else DEFAULTS["watch"])
+
+
+def settings_event(settings: Settings) -> dict:
+    """The settings as the run records them first (the analysis reads its numbers there)."""
+    return {**asdict(settings), "sequence": list(settings.sequence),
+            "scenarios": list(settings.scenarios), "peak": settings.peak,
+            "on_hybrid": settings.on_hybrid}

@@ -1,4 +1,4 @@
-"""Switching scenarios (collect): the glue between the run and rehearse.switch (preview,
+"""Switching scenarios (collect): the glue between the run and rehearse.lab.switch (preview,
 confirm, ``pulumi up``), and the deletion costs a restore leaves on the pods."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from typing import Any, Callable, Optional
 
 from rehearse.run.errors import RunError
 from rehearse.run.arguments import PROJECT_DIR
-from rehearse.lab.stack import open_stack
 from rehearse.lab.switch import ConfigSwitch, Scope
 from rehearse.commands.burst.kinds import COST, SCENARIO_KEY
 from rehearse.commands.burst.reading import Cluster
@@ -35,9 +34,10 @@ SCENARIO_SCOPE = Scope(
 
 
 class Switcher:
-    """Switches ``burstScenario`` (rehearse.switch: preview, confirm, up) and puts it back."""
+    """Switches ``burstScenario`` (rehearse.lab.switch: preview, confirm, up) and puts it back,
+    through the stack ``open_stack`` opens (the face's, command.py: a test's stand-in there)."""
 
-    def __init__(self, ctx: Any, record: Any, open_stack: Callable[[str, Path], Any] = open_stack):
+    def __init__(self, ctx: Any, record: Any, open_stack: Callable[[str, Path], Any]):
         self.ctx, self.record = ctx, record
         self._open_stack = open_stack
         self.config = ConfigSwitch(ctx, self._open, SCENARIO_SCOPE)

@@ -12,10 +12,33 @@ before it measures).
 
 from __future__ import annotations
 
-from rehearse.commands import burst
+import argparse
+from typing import Any
 
-TITLE = burst.VERIFY_TITLE
-add_arguments = burst.add_verify_arguments
-collect = burst.collect_verify
-check_inputs = burst.check_verify_inputs
-analyse = burst.analyse
+from rehearse.commands.burst.kinds import PRECONDITIONS, SETTINGS, VERIFY_TITLE as TITLE
+from rehearse.commands.burst.preconditions import observe_preconditions
+from rehearse.commands.burst.reading import Cluster
+from rehearse.commands.burst.report import analyse
+from rehearse.commands.burst.settings import common_arguments, settings_event, settings_from
+
+__all__ = ["TITLE", "add_arguments", "analyse", "check_inputs", "collect"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common_arguments(parser.add_argument_group("demo 2"))
+
+
+def check_inputs(given: Any) -> None:
+    """Before a run starts (rehearse.run.inputs): demo 2's names in the stack's outputs."""
+    settings_from(given, "verify")
+
+
+def collect(ctx: Any, record: Any) -> None:
+    """The stack's scenario, observed once as ``burst`` observes it before measuring (its pods
+    left as they are: no restart, no waiting the whole window in A)."""
+    settings = settings_from(ctx, "verify")
+    record(SETTINGS, **settings_event(settings))
+    cluster = Cluster(ctx, settings)
+    observed = observe_preconditions(ctx, cluster, settings.stack_scenario, "verify",
+                                     watch_whole_window=False)
+    record(PRECONDITIONS, **observed)

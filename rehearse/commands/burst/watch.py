@@ -83,13 +83,34 @@ def consolidation_answer(started: Optional[dict], done: Optional[dict],
                 "finished",
                 "disrupted": [], "events": [], "moved": [], "created": []}
     changes = done.get("changes") or []
+    gone = [c for c in changes if c["what"] in ("pod gone", "pod terminating")]
+    gone = list({c["name"]: c for c in reversed(gone)}.values())[::-1]
+    final = {p["name"]: p for p in done.get("pods") or []}
+    created = [{**c, "node": (final.get(c["name"]) or {}).get("node") or c.get("node"),
+                "place": (final.get(c["name"]) or {}).get("place") or c.get("place")}
+               for c in changes if c["what"] == "pod created"]
+    cloud = {c["node"]: c for c in room["cloud"]}
+    rows = []
+    for node, entry in sorted(_disrupted(started, changes).items()):
+        info = cloud.get(node) or {"node": node, "pods": [], "fits": False, "nodeclaim": None}
+        left = [c for c in gone if c.get("node") == node]
+        rows.append({**entry, "nodeclaim": info.get("nodeclaim"), "pods": info["pods"],
+                     "fits": info["fits"], "pods_gone": left,
+                     "evicted": [c["name"] for c in left if c.get("disruption_target")]})
+    answer = {**base, "disrupted": rows, "events": [c for c in changes if c["what"] == "event"],
+              "moved": gone, "created": created, "changes": len(changes),
+              "said": _said(started, changes, room)}
+    return {**answer, **_verdict(answer, room, created, done),
+            "seen": _watch_evidence(answer),
+            "moved_to": sorted({c["node"] for c in created if c.get("node")})}
+
+
+def _disrupted(started: dict, changes: list[dict]) -> dict[str, dict]:
+    """The nodes disrupted during the watch, with the evidence: a NodeClaim deleted (or
+    deleting), a cloud node gone, or Karpenter saying DisruptionTerminating about either."""
     by_claim = {c["name"]: c.get("node") for c in started.get("nodeclaims") or []}
     by_claim.update({c["name"]: c.get("node") for c in changes
                      if c["what"].startswith("nodeclaim") and c.get("node")})
-    cloud = {c["node"]: c for c in room["cloud"]}
-    events = [c for c in changes if c["what"] == "event"]
-    # A disruption: its NodeClaim deleted (or deleting), its node gone, or Karpenter saying
-    # DisruptionTerminating about either.
     disrupted: dict[str, dict] = {}
 
     def mark(node: Optional[str], why: str, at: str, reason: Optional[str] = None) -> None:
@@ -114,25 +135,15 @@ def consolidation_answer(started: Optional[dict], done: Optional[dict],
                    else message)
             mark(node, f"{c['kind']} {c['object']}: {c['reason']} \"{message}\"", c["at"],
                  f"{c['reason']} ({why})")
-    gone = [c for c in changes if c["what"] in ("pod gone", "pod terminating")]
-    gone = list({c["name"]: c for c in reversed(gone)}.values())[::-1]
-    final = {p["name"]: p for p in done.get("pods") or []}
-    created = [{**c, "node": (final.get(c["name"]) or {}).get("node") or c.get("node"),
-                "place": (final.get(c["name"]) or {}).get("place") or c.get("place")}
-               for c in changes if c["what"] == "pod created"]
-    rows = []
-    for node, entry in sorted(disrupted.items()):
-        info = cloud.get(node) or {"node": node, "pods": [], "fits": False, "nodeclaim": None}
-        left = [c for c in gone if c.get("node") == node]
-        rows.append({**entry, "nodeclaim": info.get("nodeclaim"), "pods": info["pods"],
-                     "fits": info["fits"], "pods_gone": left,
-                     "evicted": [c["name"] for c in left if c.get("disruption_target")]})
-    moved_to = sorted({c["node"] for c in created if c.get("node")})
-    answer = {**base, "disrupted": rows, "events": events, "moved": gone, "created": created,
-              "changes": len(changes), "said": _said(started, changes, room)}
-    offending = [r for r in rows if r["fits"]]
+    return disrupted
+
+
+def _verdict(answer: dict, room: dict, created: list[dict], done: dict) -> dict:
+    """The status and the answer's words: FAIL when a cloud node whose pods fit on the hybrid
+    room was disrupted, SKIP when no cloud node's pods fit (the question did not arise), else
+    PASS."""
+    offending = [r for r in answer["disrupted"] if r["fits"]]
     candidates = [c for c in room["cloud"] if c["fits"]]
-    seen = _watch_evidence(answer)
     if offending:
         parts = []
         for r in offending:
@@ -143,23 +154,20 @@ def consolidation_answer(started: Optional[dict], done: Optional[dict],
                          + f", which held {', '.join(r['pods'])} — they fit in the hybrid nodes' "
                          f"{room['room']} free slot(s) — and its pods moved to "
                          + (", ".join(to) or "no node yet"))
-        return {**answer, "status": FAIL, "answer": "; ".join(parts), "seen": seen,
-                "moved_to": moved_to}
+        return {"status": FAIL, "answer": "; ".join(parts)}
     if not candidates:
         held = [c for c in room["cloud"] if c["pods"]]
         why = ("no cloud node held burst pods after the last scale-in" if not held else
                "no cloud node's burst pods fit in the hybrid nodes' free room ("
                + ", ".join(f"{c['node']}: {len(c['pods'])}" for c in held)
                + f" against {room['room']} free slot(s))")
-        return {**answer, "status": SKIP, "answer": f"the question did not arise: {why}",
-                "seen": seen, "moved_to": moved_to}
+        return {"status": SKIP, "answer": f"the question did not arise: {why}"}
     names = ", ".join(f"{c['node']} ({len(c['pods'])} burst pod(s): {', '.join(c['pods'])})"
                       for c in candidates)
-    return {**answer, "status": PASS,
+    return {"status": PASS,
             "answer": f"no disruption of a cloud node whose pods fit on hybrid: {names} could "
                       f"have moved into the hybrid nodes' {room['room']} free slot(s) and stayed "
-                      f"for {done.get('watched'):g} s",
-            "seen": seen, "moved_to": moved_to}
+                      f"for {done.get('watched'):g} s"}
 
 
 def _said(started: dict, changes: list[dict], room: dict) -> list[dict]:

@@ -31,6 +31,7 @@ from unittest import mock
 import pytest
 
 from rehearse import cli
+from rehearse.run import execute as run_execute
 from rehearse.commands import burst
 from rehearse.commands.predict import collect as predict
 from rehearse.run.record import read_events
@@ -791,7 +792,7 @@ def lab_session(tmp_path: Path, scenario: str = "A", faults: Optional[Faults] = 
         context = functools.partial(Context, clock=cluster.clock, sleep=cluster.sleep,
                                     monotonic=cluster.monotonic, progress=cluster.progress.append)
         patches = [mock.patch.object(socket.socket, "connect", loopback_only),
-                   mock.patch.object(cli, "_connect", lambda args, outputs: Kube.connect(server.endpoint)),
+                   mock.patch.object(run_execute, "_connect", lambda args, outputs: Kube.connect(server.endpoint)),
                    mock.patch("rehearse.run.context.Context", context)]
         if stand_in:
             patches.append(mock.patch.object(burst, "open_stack", lambda name, work_dir: stack))

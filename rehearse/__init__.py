@@ -7,4 +7,10 @@ events to checks and numbers. A recorded run replays through its analyser
 (``python -m rehearse report <folder>``), which is how the tests prove the analysis. The tools
 read the stack; they change nothing Pulumi owns (the failover deletes a pod, which its
 Deployment replaces).
+
+Where things are: rehearse.cli holds the registry of commands (in a rehearsal's order) and the
+parser; run/ the frame every run shares; lab/ the only code that talks to the lab; models/ the
+pure models; commands/<command>/ one folder per command, its face command.py; pages/ what reads
+run folders (all, summary); charts/ the drawing (rehearse.run.command says what each kind of
+command provides).
 """

@@ -265,3 +265,185 @@ def _over_limit() -> dict[str, int]:
 
 def test_no_module_over_800_lines():
     assert _over_limit() == {}
+
+
+# --- rehearse/ in rooms -----------------------------------------------------------------------
+# rehearse/run/ is the frame every run shares, rehearse/lab/ the only code that talks to
+# Kubernetes, EC2 and Pulumi, rehearse/models/ pure, rehearse/commands/<command>/ one folder per
+# command, rehearse/pages/ what reads many run folders and never a cluster (rehearse.run.command).
+
+#: What a command's folder may import of rehearse/ besides itself. rehearse.charts is not in it:
+#: an analysis describes its charts as data (rehearse.run.report.Chart) and rehearse.run.report
+#: has them drawn.
+COMMAND_MAY_IMPORT = ("rehearse.run", "rehearse.lab", "rehearse.models")
+#: The libraries that reach outside the process: rehearse/models/ imports none of them.
+IO_LIBRARIES = ("lightkube", "boto3", "botocore", "subprocess", "pulumi", "pulumi_aws", "httpx",
+                "socket", "requests", "urllib", "http")
+MAX_REHEARSE_LINES = 500
+MAX_FUNCTION_LINES = 80
+#: (module, function) allowed over MAX_FUNCTION_LINES, each with why; empty: none needs it.
+LONG_FUNCTIONS: dict[tuple[str, str], str] = {}
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def _command_of(name: str) -> str | None:
+    """``rehearse.commands.<c>`` for a module in a command's folder, else None."""
+    parts = name.split(".")
+    return ".".join(parts[:3]) if len(parts) >= 3 and parts[:2] == ["rehearse", "commands"] else None
+
+
+def _room_rule(module: str, target: str) -> str | None:
+    """Why ``module`` may not import ``target`` (both of rehearse/), or None when it may."""
+    command = _command_of(module)
+    if command is not None:
+        if _within(target, command) or any(_within(target, p) for p in COMMAND_MAY_IMPORT):
+            return None
+        return "a command imports only rehearse.run, rehearse.lab, rehearse.models and its own folder"
+    if _within(module, "rehearse.pages") and (_within(target, "rehearse.lab")
+                                              or _within(target, "rehearse.commands")):
+        return "rehearse.pages reads run folders, never a cluster nor a command"
+    if (_within(module, "rehearse.lab") or _within(module, "rehearse.models")) and \
+            (_within(target, "rehearse.commands") or _within(target, "rehearse.pages")):
+        return "rehearse.lab and rehearse.models serve the commands, never the other way"
+    if _within(module, "rehearse.models") and _within(target, "rehearse.lab"):
+        return "rehearse.models is pure: no I/O"
+    return None
+
+
+def room_violations(graph: Mapping[str, set[str]]) -> list[str]:
+    return sorted(f"{m} imports {t}: {why}" for m, targets in graph.items()
+                  if _within(m, "rehearse") for t in targets if _within(t, "rehearse")
+                  for why in [_room_rule(m, t)] if why)
+
+
+def io_imports(name: str, source: str) -> list[str]:
+    """The I/O libraries ``name`` imports anywhere in its source (absolute imports)."""
+    found = set()
+    for node in ast.walk(ast.parse(source, filename=name)):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else []
+        found.update(f"{name} imports {n}" for n in names if n.split(".")[0] in IO_LIBRARIES)
+    return sorted(found)
+
+
+def _rehearse_sources() -> dict[str, str]:
+    return {name: path.read_text(encoding="utf-8") for name, path in project_modules().items()
+            if _within(name, "rehearse")}
+
+
+def long_functions(name: str, source: str) -> list[str]:
+    """Functions of ``name`` over MAX_FUNCTION_LINES lines (a docstring counts), not excepted."""
+    return sorted(f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines"
+                  for node in ast.walk(ast.parse(source, filename=name))
+                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+                  and (name, node.name) not in LONG_FUNCTIONS)
+
+
+def test_each_room_imports_only_what_it_may(graph):
+    assert room_violations(graph) == []
+
+
+def test_models_do_no_io():
+    assert [line for name, source in _rehearse_sources().items()
+            if _within(name, "rehearse.models") for line in io_imports(name, source)] == []
+
+
+def test_no_rehearse_module_over_500_lines():
+    assert {name: len(source.splitlines()) for name, source in _rehearse_sources().items()
+            if len(source.splitlines()) > MAX_REHEARSE_LINES} == {}
+
+
+def test_no_rehearse_function_over_80_lines():
+    assert [line for name, source in _rehearse_sources().items()
+            for line in long_functions(name, source)] == []
+
+
+def test_planted_cross_command_import_is_caught(graph):
+    planted = _planted(graph, "rehearse.commands.verify_gpu.analyse",
+                       "def f():\n    from rehearse.commands.failover import analyse\n")
+    caught = "rehearse.commands.verify_gpu.analyse imports rehearse.commands.failover.analyse"
+    assert not any(v.startswith(caught) for v in room_violations(graph))
+    assert any(v.startswith(caught) for v in room_violations(planted))
+
+
+def test_planted_lab_import_in_pages_is_caught(graph):
+    planted = _planted(graph, "rehearse.pages.summary", "from rehearse.lab import connection\n")
+    caught = "rehearse.pages.summary imports rehearse.lab.connection"
+    assert not any(v.startswith(caught) for v in room_violations(graph))
+    assert any(v.startswith(caught) for v in room_violations(planted))
+
+
+def test_planted_io_in_models_and_long_function_are_caught():
+    source = _rehearse_sources()["rehearse.models.scenarios"]
+    assert io_imports("rehearse.models.scenarios", source) == []
+    assert io_imports("rehearse.models.scenarios", source + "\ndef f():\n    import boto3\n") == [
+        "rehearse.models.scenarios imports boto3"]
+    long = "def f():\n" + "    x = 1\n" * MAX_FUNCTION_LINES
+    assert long_functions("m", "def f():\n" + "    x = 1\n" * (MAX_FUNCTION_LINES - 1)) == []
+    assert long_functions("m", long) == [f"m.f: {MAX_FUNCTION_LINES + 1} lines"]
+
+
+# --- the registry of commands (rehearse.cli) --------------------------------------------------
+
+def _members(protocol: type) -> tuple[set[str], set[str]]:
+    """A Protocol's (data members, methods), as declared on it."""
+    data = set(getattr(protocol, "__annotations__", {}))
+    methods = {k for k, v in vars(protocol).items() if callable(v) and not k.startswith("_")}
+    return data, methods
+
+
+def _lacks(face, protocol: type) -> list[str]:
+    from rehearse.run.command import OPTIONAL_MEMBERS
+
+    data, methods = _members(protocol)
+    return sorted([m for m in data - OPTIONAL_MEMBERS if not hasattr(face, m)] +
+                  [m for m in methods if not callable(getattr(face, m, None))])
+
+
+def test_every_registered_face_provides_its_kind():
+    import importlib
+
+    from rehearse import cli
+
+    assert len(cli.REGISTRY) == len(cli.BY_NAME) == 12
+    for entry in cli.REGISTRY:
+        face = importlib.import_module(entry.module)
+        assert (face.__doc__ or "").strip(), f"{entry.name}: its face {entry.module} has no docstring"
+        assert isinstance(face.TITLE, str) and face.TITLE, entry.name
+        assert _lacks(face, entry.kind) == [], f"{entry.name}: {entry.module} is no {entry.kind.__name__}"
+
+
+def test_a_face_that_lacks_a_member_is_caught():
+    import types
+
+    from rehearse.run.command import FolderCommand, RunCommand
+
+    face = types.SimpleNamespace(TITLE="t", add_arguments=print, check_inputs=print, collect=print)
+    assert _lacks(face, RunCommand) == ["analyse"]
+    assert _lacks(types.SimpleNamespace(TITLE="t", add_arguments=print, run=1), FolderCommand) == ["run"]
+
+
+def test_every_command_folder_has_a_face_and_is_registered():
+    from rehearse import cli
+
+    folders = {p.name for p in (ROOT / "rehearse" / "commands").iterdir()
+               if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders
+    assert sorted(f for f in folders if not (ROOT / "rehearse" / "commands" / f / "command.py").exists()) == []
+    registered = {_command_of(entry.module) for entry in cli.REGISTRY}
+    assert sorted(f for f in folders if f"rehearse.commands.{f}" not in registered) == []
+
+
+def test_all_runs_its_steps_in_the_registrys_order():
+    from rehearse import cli
+    from rehearse.pages import all as rehearsal
+    from rehearse.run.command import RunCommand
+
+    order = list(cli.REHEARSAL_ORDER)
+    for phase in (rehearsal.READ_ONLY, rehearsal.CHANGING):
+        assert all(cli.BY_NAME[c].kind is RunCommand for c in phase), phase
+        assert list(phase) == sorted(phase, key=order.index), phase

@@ -15,6 +15,7 @@ from typing import Optional
 import pytest
 
 from rehearse import cli
+from rehearse.run import execute as run_execute
 from rehearse.pages import all as rehearsal
 from rehearse.run import record
 from rehearse.run.errors import RunError
@@ -36,7 +37,7 @@ class StandIn:
         self.outcomes = outcomes or {}
         self.calls: list[tuple[str, argparse.Namespace]] = []
 
-    def __call__(self, command: str, args: argparse.Namespace) -> cli.RunResult:
+    def __call__(self, command: str, args: argparse.Namespace) -> run_execute.RunResult:
         self.calls.append((command, args))
         outcome = self.outcomes.get(command, 0)
         if isinstance(outcome, BaseException) or (isinstance(outcome, type) and
@@ -50,7 +51,7 @@ class StandIn:
         if outcome == 2:  # failed part-way: the report's first check says so (rehearse.outcome)
             checks.insert(0, Check("run completed", FAIL, "failed at 17:40: the cluster went away"))
         Report(command, "lab", record.iso(started), f"{command} run", checks).write(folder)
-        return cli.RunResult(1 if outcome == "interrupted" else outcome, folder,
+        return run_execute.RunResult(1 if outcome == "interrupted" else outcome, folder,
                              interrupted=outcome == "interrupted")
 
     @property
@@ -73,8 +74,8 @@ def run_all(tmp_path: Path, *extra: str, runner: StandIn, gpu: bool = True,
     argv = ["all", "--outputs", str(outputs_file(tmp_path, gpu)), "--stack", "lab",
             "--out", str(tmp_path / "rehearsals"), *extra]
     args = cli.build_parser().parse_args(argv)
-    return rehearsal.main(args, runner=runner, read_outputs=cli._outputs,
-                          parse=cli.build_parser().parse_args, as_run_error=cli._as_run_error,
+    return rehearsal.main(args, runner=runner, read_outputs=run_execute._outputs,
+                          parse=cli.build_parser().parse_args, as_run_error=run_execute._as_run_error,
                           clock=lambda: NOW, confirm=confirm, interactive=interactive)
 
 
@@ -172,8 +173,8 @@ def test_ctrl_c_while_writing_the_summary_says_how_to_write_it(tmp_path, capsys)
     args = cli.build_parser().parse_args(["all", "--outputs", str(outputs_file(tmp_path)), "--stack",
                                           "lab", "--out", str(tmp_path / "r"), "--yes"])
     runner = StandIn()
-    assert rehearsal.main(args, runner=runner, read_outputs=cli._outputs,
-                          parse=cli.build_parser().parse_args, as_run_error=cli._as_run_error,
+    assert rehearsal.main(args, runner=runner, read_outputs=run_execute._outputs,
+                          parse=cli.build_parser().parse_args, as_run_error=run_execute._as_run_error,
                           clock=clock) == 1
     assert runner.commands == READ_ONLY + CHANGING
     assert f"python -m rehearse summary --stack lab --out {tmp_path / 'r'}" in capsys.readouterr().err

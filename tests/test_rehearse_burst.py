@@ -38,6 +38,7 @@ from rehearse.commands.burst.reading import (cost_of, feature_gates, image_versi
                                             node_summary)
 from rehearse.commands.burst.scalein import compare
 from rehearse.commands.burst.watch import hybrid_room
+from rehearse.run import execute as run_execute
 from rehearse.commands.predict import collect as predict
 from rehearse.models import ranking
 from rehearse.run.record import read_events
@@ -798,7 +799,7 @@ def lab_session(tmp_path: Path, scenario: str = "A", faults: Optional[Faults] = 
         context = functools.partial(Context, clock=cluster.clock, sleep=cluster.sleep,
                                     monotonic=cluster.monotonic, progress=cluster.progress.append)
         patches = [mock.patch.object(socket.socket, "connect", loopback_only),
-                   mock.patch.object(cli, "_connect", lambda args, outputs: Kube.connect(server.endpoint)),
+                   mock.patch.object(run_execute, "_connect", lambda args, outputs: Kube.connect(server.endpoint)),
                    mock.patch("rehearse.run.context.Context", context)]
         if stand_in:
             patches.append(mock.patch.object(burst_command, "open_stack", lambda name, work_dir: stack))

@@ -29,6 +29,7 @@ from unittest import mock
 import pytest
 
 from rehearse import cli
+from rehearse.run import execute as run_execute
 from rehearse.commands.failover import collect as failover
 from rehearse.commands.failover import gaps as failover_gaps
 from rehearse.commands.failover import moments as failover_moments
@@ -281,7 +282,7 @@ def lab_session(scenario: Scenario, workdir: Path, world: Optional[Ec2World] = N
             lab = _build(server, sim, ec2, world, tables, scenario, workdir, stack_name)
             context = functools.partial(Context, clock=sim.clock, sleep=sim.sleep,
                                         monotonic=sim.monotonic, progress=sim.progress.append)
-            with mock.patch.object(cli, "_connect", lambda args, outputs: Kube.connect(server.endpoint)), \
+            with mock.patch.object(run_execute, "_connect", lambda args, outputs: Kube.connect(server.endpoint)), \
                     mock.patch("rehearse.run.context.Context", context):
                 yield lab
         finally:

@@ -32,6 +32,7 @@ from moto import mock_aws
 from moto.ec2.models.route_tables import Route
 
 from rehearse import cli
+from rehearse.run import execute as run_execute
 from rehearse.commands.verify_gateway import collect as gateway
 from rehearse.commands.verify_gateway import kinds as gateway_kinds
 from rehearse.run import record
@@ -347,7 +348,7 @@ class Scene:
             self.monkeypatch.setattr("rehearse.run.context.Context",
                                      functools.partial(Context, clock=self.now))
         self.plant()
-        self.monkeypatch.setattr(cli, "_connect", lambda args, outputs: Kube.connect(self.emulator.endpoint))
+        self.monkeypatch.setattr(run_execute, "_connect", lambda args, outputs: Kube.connect(self.emulator.endpoint))
         out = self.tmp / "runs"
         code = cli.main(["verify", "gateway", "--outputs", str(self.outputs_file()), "--out", str(out),
                          *extra])
@@ -880,7 +881,7 @@ def test_rehearse_all_runs_the_real_commands_and_pages_what_they_found(scene, ca
     # gateway passes against the emulator, verify burst finds no burst Deployment, demo 3 is
     # skipped (no output demo3).
     scene.plant()
-    scene.monkeypatch.setattr(cli, "_connect", lambda args, outputs: Kube.connect(scene.emulator.endpoint))
+    scene.monkeypatch.setattr(run_execute, "_connect", lambda args, outputs: Kube.connect(scene.emulator.endpoint))
     out = scene.tmp / "runs"
     outputs = scene.outputs_file()
     # First with input a step cannot use: --outputs names no stack, and the pre-check reads the

@@ -17,6 +17,7 @@ from typing import Any, Optional
 import pytest
 
 from rehearse import cli
+from rehearse.run import execute as run_execute
 from rehearse.commands.verify_gpu import collect as gpu
 from rehearse.commands.verify_gpu import analyse as gpu_analysis
 from rehearse.run import record as rec
@@ -220,7 +221,7 @@ def loopback_only(monkeypatch):
 def verify(emulator, outputs_file, tmp_path, monkeypatch, loopback_only, capsys):
     """Runs `python -m rehearse verify gpu` in-process against the emulator: (exit code, run
     folder or None, report.json or None, stdout, stderr)."""
-    monkeypatch.setattr(cli, "_connect", lambda args, outputs: Kube.connect(emulator.endpoint))
+    monkeypatch.setattr(run_execute, "_connect", lambda args, outputs: Kube.connect(emulator.endpoint))
 
     def run(*args: str, drop: tuple[str, ...] = ()):
         out = tmp_path / "rehearsals"

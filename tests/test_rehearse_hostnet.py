@@ -21,6 +21,7 @@ from typing import Any, Optional
 import pytest
 
 from rehearse import cli
+from rehearse.run import execute as run_execute
 from rehearse.commands.hostnet import collect as hostnet
 from rehearse.lab.connection import Kube
 from rehearse.run.record import read_events
@@ -208,7 +209,7 @@ class Scene:
             return lambda service: ec2 if service == "ec2" else pytest.fail(f"asked for {service}")
 
         self.monkeypatch.setattr("rehearse.run.context.boto3_clients", clients)
-        self.monkeypatch.setattr(cli, "_connect", lambda args, outputs: Kube.connect(self.emulator.endpoint))
+        self.monkeypatch.setattr(run_execute, "_connect", lambda args, outputs: Kube.connect(self.emulator.endpoint))
         self.monkeypatch.setattr("rehearse.run.context.Context", functools.partial(
             Context, clock=self.clock, sleep=self.sleep, monotonic=self.monotonic,
             progress=self.progress.append))

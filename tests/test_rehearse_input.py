@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from rehearse import cli
+from rehearse.run import execute as run_execute
 from rehearse.run import outcome
 from rehearse.run import record
 from rehearse.run.errors import RunError
@@ -104,7 +105,7 @@ def lab(tmp_path, monkeypatch, capsys):
     def run(command: str, *args: str, outputs: Optional[Any] = COMPLETE, stack: bool = True,
             patch_connect: bool = True) -> tuple[int, list[str], list[str]]:
         if patch_connect:
-            monkeypatch.setattr(cli, "_connect", refuse_to_connect)
+            monkeypatch.setattr(run_execute, "_connect", refuse_to_connect)
         argv = command.split()
         if isinstance(outputs, dict):
             argv += ["--outputs", str(outputs_file(outputs))]

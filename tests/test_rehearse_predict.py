@@ -33,6 +33,7 @@ from typing import Any, Optional
 import pytest
 
 from rehearse import cli
+from rehearse.run import execute as run_execute
 from rehearse.commands.predict import collect as predict
 from rehearse.models import ranking as predict_analysis
 from rehearse.lab.connection import Kube
@@ -708,7 +709,7 @@ def test_live_reads_the_current_replicasets_pods_and_ranks_by_all_its_replicaset
 
     outputs = tmp_path / "lab.json"
     outputs.write_text(json.dumps({"region": "ap-northeast-2", "kubeconfig": "{}"}))
-    monkeypatch.setattr(cli, "_connect", lambda args, stack_outputs: Kube.connect(emulator.endpoint))
+    monkeypatch.setattr(run_execute, "_connect", lambda args, stack_outputs: Kube.connect(emulator.endpoint))
     code, out, err = run(capsys, "--outputs", str(outputs), "--replicas", "2", "--now", t(NOW), "--json")
     assert code == 0, err
     document = json.loads(out)

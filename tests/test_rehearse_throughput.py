@@ -17,6 +17,7 @@ from unittest import mock
 import pytest
 
 from rehearse import cli
+from rehearse.run import execute as run_execute
 from rehearse.commands.gateway_throughput import collect as throughput
 from rehearse.run import record as rec
 from rehearse.lab.connection import Kube
@@ -253,7 +254,7 @@ def run(emulator, cluster, tmp_path, monkeypatch, loopback_only, capsys):
 
 def _runner(emulator, cluster, tmp_path, monkeypatch, capsys, stack: str = "lab"):
     """The ``run`` fixture's runner, for ``stack`` (the outputs file's name and --stack)."""
-    monkeypatch.setattr(cli, "_connect", lambda args, outputs: Kube.connect(emulator.endpoint))
+    monkeypatch.setattr(run_execute, "_connect", lambda args, outputs: Kube.connect(emulator.endpoint))
     monkeypatch.setattr("rehearse.run.context.Context", functools.partial(
         Context, clock=cluster.clock, sleep=cluster.sleep, monotonic=cluster.monotonic))
     outputs = tmp_path / f"{stack}.json"

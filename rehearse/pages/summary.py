@@ -1,15 +1,11 @@
-"""The page a presenter reads the evening before: the latest run of each command for one stack,
-gathered from the run folders (``rehearsals/<time>-<stack>-<command>/report.json``) into
-``<stack>-summary.html`` (self-contained, its charts inline) and ``<stack>-summary.md``.
+"""What the summary page shows, gathered: the latest run of each command for one stack, from
+the run folders (``rehearsals/<time>-<stack>-<command>/report.json``), part by part of the demo
+guide's runbook. "Latest" is by the start time the run recorded, not by the folder's
+modification time: a ``rehearse report`` replay rewrites a report without making its run any
+newer.
 
-For each part of the demo guide's runbook (docs/demo-guide.md#the-runbook) — the pre-check,
-demo 1, demo 2, demo 3 — it says whether the latest runs passed (and, for a FAIL, the fix),
-their numbers beside the demo guide's, how old each run is, and which commands were never run.
-"Latest" is by the start time the run recorded, not by the folder's modification time: a
-``rehearse report`` replay rewrites a report without making its run any newer. A run that was
-interrupted or failed part-way is shown as such (its report's first check, rehearse.outcome).
-
-This module gathers; rehearse.summary_page renders and writes the pages."""
+What the page says is the `summary` command's help (rehearse.pages.summary_command, its face);
+this module gathers; rehearse.pages.summary_page renders and writes the pages."""
 
 from __future__ import annotations
 
@@ -290,7 +286,7 @@ def stacks_of(root: Path) -> set[str]:
 
 def only_stack(root: Path) -> str:
     """The one stack the runs under ``root`` are of (for a summary without --stack); ``root``
-    is a folder (rehearse.cli says when it is not)."""
+    is a folder (rehearse.pages.summary_command says when it is not)."""
     folders = run_folders(root)
     if not folders:
         raise RunError(f"{root} holds no rehearsal runs (no folder with events.jsonl or "

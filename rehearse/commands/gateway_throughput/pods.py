@@ -9,9 +9,9 @@ from rehearse.commands.gateway_throughput.kinds import LABEL, LABEL_VALUE, POD_C
 from rehearse.run.errors import first_line, status_code
 
 #: iperf3 3.16 on Alpine, whose image runs as a non-root user (``USER iperf``, michellabbe/
-#: docker-iperf3's Dockerfile). Pinned by version tag: its sha256 digest could not be read
-#: here (no registry access) — pin it with ``crane digest docker.io/mlabbe/iperf3:3.16-r0`` and
-#: append ``@sha256:...``, or pass ``--image`` with a digest. iperf3 needs no capability: it
+#: docker-iperf3's Dockerfile). Pinned by version tag only, since the project records no digest
+#: of it: pin it with ``crane digest docker.io/mlabbe/iperf3:3.16-r0`` and append
+#: ``@sha256:...``, or pass ``--image`` with a digest. iperf3 needs no capability: it
 #: listens on 5201 (above 1024) and uses plain TCP sockets.
 IMAGE = "docker.io/mlabbe/iperf3:3.16-r0"
 PORT = 5201

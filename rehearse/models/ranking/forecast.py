@@ -42,7 +42,7 @@ class Victim:
     uid: str = ""
     namespace: str = ""
     #: True when this pod goes at some controller clocks in the forecast's window and stays at
-    #: others (a log2 bucket edge falls in it): not decided by the rules (rehearse.clock_window).
+    #: others (a log2 bucket edge falls in it): not decided by the rules (rehearse.models.clock_window).
     clock: bool = False
 
 

@@ -33,7 +33,6 @@ def names_from_outputs(outputs: Any) -> dict[str, Any]:
 
 
 def collect(ctx: Any, record: Any) -> None:
-    import httpx2
     from lightkube.resources.apps_v1 import Deployment
     from lightkube.resources.core_v1 import Event, Node, Pod
 
@@ -91,6 +90,15 @@ def collect(ctx: Any, record: Any) -> None:
         record(CLIENT_LOG, pod=name, container=container, since_seconds=since_seconds,
                lines=lines)
 
+    _complete(ctx, record, names, deployment)
+
+
+def _complete(ctx: Any, record: Any, names: dict[str, Any], deployment: Any) -> None:
+    """One completion through the vLLM Service (the API server's service proxy), as the cloud
+    client asks it; recorded skipped when neither the stack nor the Deployment names a model."""
+    import httpx2
+
+    ns = names["namespace"]
     model = names.get("model") or (deployment_summary(deployment.to_dict()).get("model")
                                    if deployment is not None else None)
     path = (f"/api/v1/namespaces/{ns}/services/{names['service']}:{names['port']}"

@@ -20,6 +20,7 @@ from rehearse.commands.verify_gateway import collect as gateway
 from rehearse.commands.verify_gpu import collect as gpu
 from rehearse.commands.hostnet import collect as hostnet
 from rehearse.commands.gateway_throughput import collect as throughput
+from rehearse.commands.gateway_throughput import pods as throughput_pods
 from offline import chart_render, reachability
 from stacks.layers import demo
 
@@ -117,7 +118,7 @@ def test_the_lab_allows_every_port_a_rehearsal_tool_connects_to(dev_run, lab, ov
 def test_the_tools_ports_are_the_ones_the_lab_opens_and_the_chart_serves():
     from components.hybrid_hosts import WEBHOOK_PORT
 
-    assert throughput.PORT == demo.REHEARSE_IPERF3_PORT
+    assert throughput_pods.PORT == demo.REHEARSE_IPERF3_PORT
     assert hostnet.PORT == WEBHOOK_PORT
     # The gateway's ports as its chart declares them (host network: the node's ports), where
     # the chart sources are (../shared/charts or EKS_HYBRID_LAB_CHARTS), as the chart tests.

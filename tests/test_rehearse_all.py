@@ -242,6 +242,7 @@ def test_the_pre_check_records_ops_preflights_checks_as_a_run(tmp_path, monkeypa
     from components.aws_account import AwsAccount
     from rehearse.run import outcome
     from rehearse.commands.preflight import collect as precheck
+    from rehearse.commands.preflight import analyse as precheck_analysis
     from rehearse.run.context import Context
     from rehearse.lab.outputs import StackOutputs
     from tests.conftest import PROJECT_DIR
@@ -271,7 +272,7 @@ def test_the_pre_check_records_ops_preflights_checks_as_a_run(tmp_path, monkeypa
     assert seen["region"] == "ap-northeast-2" and seen["cluster"]
     # The stack's account settings, for the account check (the dev stack has none).
     assert seen["account"] == AwsAccount()
-    report = outcome.analyse_run(precheck.analyse, record.read_events(tmp_path / "run"))
+    report = outcome.analyse_run(precheck_analysis.analyse, record.read_events(tmp_path / "run"))
     assert [(c.name, c.status) for c in report.checks] == [
         ("credentials", PASS), ("quotas", PASS), ("region", FAIL), ("instance types", "SKIP")]
     assert report.checks[1].seen == "WARN: 4 vCPUs of headroom (ask for more)"
@@ -282,7 +283,7 @@ def test_the_pre_check_records_ops_preflights_checks_as_a_run(tmp_path, monkeypa
     with pytest.raises(RunError, match="the pre-check reads the stack file: no stack file"):
         precheck.collect(ctx, recorder)
     # Nothing recorded: the pre-check's checks were not read, which is no verdict on the account.
-    assert precheck.analyse([]).checks[0].status == NOT_READ
+    assert precheck_analysis.analyse([]).checks[0].status == NOT_READ
     # Outputs from a file (--outputs without --stack) are named after the file, not a stack.
     ctx.outputs = StackOutputs("lab-outputs", {}, named=False)
     with pytest.raises(RunError, match="pass --stack NAME with --outputs"):

@@ -20,6 +20,8 @@ from rehearse import cli
 from rehearse.run import execute as run_execute
 from rehearse.commands.verify_gpu import collect as gpu
 from rehearse.commands.verify_gpu import analyse as gpu_analysis
+from rehearse.commands.verify_gpu import demo as gpu_demo
+from rehearse.commands.verify_gpu import parse as gpu_parse
 from rehearse.run import record as rec
 from rehearse.lab.connection import Kube
 from rehearse.run.report import FAIL, PASS, SKIP
@@ -90,7 +92,7 @@ def test_demo3_output_names_what_the_demo_layer_deploys(gpu_run):
 def test_device_plugin_namespace_matches_the_component():
     from components.nvidia_device_plugin import GPU_NODE_LABEL, NAMESPACE
 
-    assert (gpu_analysis.DEVICE_PLUGIN_NAMESPACE, gpu.GPU_LABEL) == (NAMESPACE, GPU_NODE_LABEL)
+    assert (gpu_demo.DEVICE_PLUGIN_NAMESPACE, gpu.GPU_LABEL) == (NAMESPACE, GPU_NODE_LABEL)
 
 
 # --- the cluster ----------------------------------------------------------------------------
@@ -420,7 +422,7 @@ def test_recorded_run_gives_the_figures_worked_out_by_hand(tmp_path):
     """
     folder = tmp_path / "run"
     shutil.copytree(FIXTURE, folder)
-    report = gpu.analyse(rec.read_events(folder))
+    report = gpu_analysis.analyse(rec.read_events(folder))
     numbers = {m.name: m.value for m in report.measurements}
     assert numbers[gpu_analysis.M_SUCCESS] == 96.7
     assert numbers[gpu_analysis.M_P50] == 0.41
@@ -447,13 +449,13 @@ def test_recorded_run_gives_the_figures_worked_out_by_hand(tmp_path):
     ("4m27.912s", 267.912), ("850ms", 0.85), ("1h2m0s", 3720.0), ("0s", 0.0), ("0", 0.0),
     ("1.5µs", 1.5e-6), ("2us", 2e-6), ("15.981s", 15.981), ("-1.5h", -5400.0)])
 def test_go_durations(text, seconds):
-    assert gpu_analysis.parse_go_duration(text) == pytest.approx(seconds)
+    assert gpu_parse.parse_go_duration(text) == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize("text", ["", "4m27", "4 m", "1d", "m", "4m27.9s (x)"])
 def test_not_go_durations(text):
     with pytest.raises(ValueError):
-        gpu_analysis.parse_go_duration(text)
+        gpu_parse.parse_go_duration(text)
 
 
 def test_pulled_messages_of_each_kubelet_generation():
@@ -502,7 +504,7 @@ def test_a_completion_that_times_out_points_at_the_path_to_the_hybrid_pod():
     events = [e if e["kind"] != gpu.COMPLETION else
               {**e, "status": None, "body": "", "seconds": 60.004,
                "error": "no answer in 60 s (ReadTimeout)"} for e in _recorded_events()]
-    report = gpu.analyse(events)
+    report = gpu_analysis.analyse(events)
     [problem] = report.failures
     assert (problem.name, problem.seen) == (gpu_analysis.CHECK_COMPLETION, "no answer in 60 s (ReadTimeout)")
     assert "verify gateway" in problem.fix
@@ -517,7 +519,7 @@ def test_a_cached_image_is_no_pull_to_time():
             {**e, "message": f'Container image "{IMAGE}" already present on machine'}
             if e["reason"] == "Pulled" else e for e in event["events"]]}
 
-    report = gpu.analyse([cached(e) for e in _recorded_events()])
+    report = gpu_analysis.analyse([cached(e) for e in _recorded_events()])
     assert {m.name: m.value for m in report.measurements}[gpu_analysis.M_PULL] is None
     assert any("already present on machine" in note for note in report.notes)
     assert report.passed

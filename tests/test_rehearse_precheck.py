@@ -26,6 +26,7 @@ import pytest
 
 from rehearse.run import outcome
 from rehearse.commands.preflight import collect as precheck
+from rehearse.commands.preflight import analyse as precheck_analysis
 from rehearse.run import record
 from rehearse.run.report import FAIL, NOT_READ, PASS
 from tests import rehearsal_evening
@@ -165,7 +166,7 @@ def test_the_recording_is_the_evenings_first_run_of_the_stack():
 
 def test_the_replay_reports_every_recorded_check_as_it_was_seen():
     recorded = checks_recorded()
-    report = outcome.analyse_run(precheck.analyse, events())
+    report = outcome.analyse_run(precheck_analysis.analyse, events())
     assert [c.name for c in report.checks] == [e["name"] for e in recorded]
     for check, event in zip(report.checks, recorded):
         # The healthy run has only PASS and WARN (below); a warning passes.
@@ -204,11 +205,11 @@ def test_the_healthy_pre_check_passes_or_warns_every_check_of_the_dev_stack():
 def test_a_pre_check_cut_short_has_not_passed():
     recorded = events()
     before_checks = [e for e in recorded if e["kind"] != precheck.CHECKED]
-    report = outcome.analyse_run(precheck.analyse, before_checks)
+    report = outcome.analyse_run(precheck_analysis.analyse, before_checks)
     assert [c.status for c in report.checks] == [NOT_READ] and not report.passed
     # A check the account failed fails the run.
     failed = [dict(e, status="FAIL") if e.get("name") == "account" else e for e in recorded]
-    report = outcome.analyse_run(precheck.analyse, failed)
+    report = outcome.analyse_run(precheck_analysis.analyse, failed)
     assert not report.passed
     assert [c.name for c in report.checks if c.status == FAIL] == ["account"]
     assert all(c.status == PASS for c in report.checks if c.name != "account")

@@ -34,11 +34,11 @@ import pytest
 
 from rehearse import cli
 from rehearse.run import execute as run_execute
-from rehearse.commands.predict import collect as predict
+from rehearse.commands.predict import command as predict
 from rehearse.models import ranking as predict_analysis
 from rehearse.lab.connection import Kube
 from rehearse.models.ranking import (Forecast, Victim, decide, deletion_cost, forecast, less,
-                                       log2_bucket, parse_time, pod_facts)
+                                       log2_bucket, kube_time_ns as parse_time, pod_facts)
 from tests.kube_emulator import DEPLOYMENTS, PODS, REPLICASETS, emulator  # noqa: F401 fixture
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from rehearse.commands.predict import collect as predict
+from rehearse.models import deployment as predict
 
 
 def _rs(name: str, replicas: int, created: str, *, max_replicas: Optional[int] = None,

@@ -28,6 +28,7 @@ from rehearse.lab import outputs
 from rehearse.lab import stack as stack_api
 from rehearse.lab import switch
 from rehearse.commands.gateway_throughput import collect as throughput
+from rehearse.commands.gateway_throughput import analyse as throughput_analysis
 from rehearse.run.report import FAIL, PASS
 from tests import fake_pulumi as fake_pulumi_cli
 from tests.kube_emulator import PODS
@@ -221,7 +222,7 @@ def test_instance_types_say_the_node_group_is_replaced_and_the_leader_fails_over
     parser = cli.build_parser()
     text = " ".join(parser._subparsers._group_actions[0].choices["gateway-throughput"].format_help().split())
     assert "REPLACES the gateway node group's nodes" in text and "fails over" in text
-    report = throughput.analyse([
+    report = throughput_analysis.analyse([
         {"kind": "run.started", "at": "2026-12-01T09:00:00Z", "stack": "lab"},
         {"kind": throughput.SETTINGS, "namespace": "demo-gateway", "seconds": 10, "streams": 4,
          "image": "x", "instance_types": ["c6in.xlarge"]}])

@@ -19,6 +19,9 @@ import pytest
 from rehearse import cli
 from rehearse.run import execute as run_execute
 from rehearse.commands.gateway_throughput import collect as throughput
+from rehearse.commands.gateway_throughput import analyse as throughput_analysis
+from rehearse.commands.gateway_throughput import gateway as throughput_gateway
+from rehearse.commands.gateway_throughput import kinds as throughput_kinds
 from rehearse.run import record as rec
 from rehearse.lab.connection import Kube
 from rehearse.run.context import Context
@@ -44,7 +47,7 @@ GW_NODES = ("ip-10-0-1-10.ap-northeast-2.compute.internal",
 
 
 def test_a_good_run_gives_both_figures_and_the_retransmits():
-    parsed = throughput.parse_iperf(GOOD_C2H, 10)
+    parsed = throughput_analysis.parse_iperf(GOOD_C2H, 10)
     assert parsed["status"] == "ok"
     assert parsed["sender_gbps"] == 4.76 and parsed["receiver_gbps"] == 4.74
     assert parsed["retransmits"] == 31 and parsed["seconds"] == 10.0
@@ -55,24 +58,24 @@ def test_a_good_run_gives_both_figures_and_the_retransmits():
 
 
 def test_a_failed_run_is_reported_as_failed_not_as_a_number():
-    parsed = throughput.parse_iperf(FAILED, 10)
+    parsed = throughput_analysis.parse_iperf(FAILED, 10)
     assert parsed["status"] == "failed"
     assert "unable to connect to server" in parsed["why"]
     assert "receiver_gbps" not in parsed and "sender_gbps" not in parsed
 
 
 def test_a_partial_run_is_reported_as_partial():
-    parsed = throughput.parse_iperf(PARTIAL, 10)
+    parsed = throughput_analysis.parse_iperf(PARTIAL, 10)
     assert parsed["status"] == "partial" and parsed["why"] == "4 of 10 one-second intervals"
     assert "receiver_gbps" not in parsed
     # Asked from the run itself when the settings do not say.
-    assert throughput.parse_iperf(PARTIAL)["status"] == "partial"
+    assert throughput_analysis.parse_iperf(PARTIAL)["status"] == "partial"
 
 
 def test_an_empty_or_garbled_log_is_unreadable():
-    assert throughput.parse_iperf("")["status"] == "unreadable"
-    assert throughput.parse_iperf("iperf3: error - exec format\n")["status"] == "unreadable"
-    assert throughput.parse_iperf('{"start": ')["status"] == "unreadable"
+    assert throughput_analysis.parse_iperf("")["status"] == "unreadable"
+    assert throughput_analysis.parse_iperf("iperf3: error - exec format\n")["status"] == "unreadable"
+    assert throughput_analysis.parse_iperf('{"start": ')["status"] == "unreadable"
 
 
 # --- the pods -------------------------------------------------------------------------------
@@ -96,7 +99,7 @@ def test_the_measurement_pods_meet_restricted(on_hybrid):
                                          "operator": "In" if on_hybrid else "NotIn",
                                          "values": ["hybrid"]}]
     assert bool(spec.get("tolerations")) is on_hybrid
-    assert pod["metadata"]["labels"][throughput.LABEL] == "throughput"
+    assert pod["metadata"]["labels"][throughput_kinds.LABEL] == "throughput"
     # A read-only root: iperf3's buffer file goes to an emptyDir /tmp.
     [container] = spec["containers"]
     assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
@@ -109,8 +112,8 @@ def test_the_constants_follow_the_lab():
     from rehearse.lab.leader import GATEWAY_NODE_LABEL
     from stacks.layers.demo import GATEWAY_NS
 
-    assert throughput.LAB_MTU == TRANSIT_SAFE_MTU
-    assert throughput.GATEWAY_NODE_LABEL == GATEWAY_NODE_LABEL
+    assert throughput_gateway.LAB_MTU == TRANSIT_SAFE_MTU
+    assert throughput_gateway.GATEWAY_NODE_LABEL == GATEWAY_NODE_LABEL
     assert GATEWAY_NS == NS
     hybrid = throughput.pod_manifest("p", NS, on_hybrid=True, image="i:1.0", args=[],
                                      deadline_seconds=1, role="server")["spec"]
@@ -209,7 +212,7 @@ class Kubelet:
     def step(self) -> None:
         for pod in self._pods():
             name = pod["metadata"]["name"]
-            if name in self.done or (pod["metadata"].get("labels") or {}).get(throughput.LABEL) != "throughput":
+            if name in self.done or (pod["metadata"].get("labels") or {}).get(throughput_kinds.LABEL) != "throughput":
                 continue
             self.done.add(name)
             self.seen.append((name, pod))
@@ -292,7 +295,7 @@ def live_measurement_pods(emulator) -> list[str]:
     def read(kmock: Any) -> list[str]:
         return [key[2] for key in list(kmock.objects.keys())
                 if key[0].plural == "pods" and not kmock.objects[key].deleted
-                and (kmock.objects[key].raw["metadata"].get("labels") or {}).get(throughput.LABEL)]
+                and (kmock.objects[key].raw["metadata"].get("labels") or {}).get(throughput_kinds.LABEL)]
     return emulator.do(read)
 
 
@@ -312,7 +315,7 @@ def test_a_run_measures_both_ways_records_the_gateway_and_removes_its_pods(emula
         code, folder, report, out, err = run("-t", "10", "-P", "4")
     assert code == 0, out + err
     assert statuses(report) == {"cloud → hybrid measured": PASS, "hybrid → cloud measured": PASS,
-                                throughput.CHECK_PODS_REMOVED: PASS}
+                                throughput_kinds.CHECK_PODS_REMOVED: PASS}
     numbers = measured(report)
     assert numbers["cloud → hybrid (receiver)"] == 4.74 and numbers["cloud → hybrid (sender)"] == 4.76
     assert numbers["hybrid → cloud (receiver)"] == 4.19 and numbers["hybrid → cloud retransmits"] == 48
@@ -363,7 +366,7 @@ def test_a_failed_and_a_partial_run_fail_their_checks_without_a_number(emulator,
     assert checks["cloud → hybrid measured"]["seen"].startswith("failed: unable to connect")
     assert checks["hybrid → cloud measured"]["seen"] == "partial: 4 of 10 one-second intervals"
     assert measured(report) == {"cloud → hybrid (receiver)": None, "hybrid → cloud (receiver)": None}
-    assert checks[throughput.CHECK_PODS_REMOVED]["status"] == PASS
+    assert checks[throughput_kinds.CHECK_PODS_REMOVED]["status"] == PASS
     assert live_measurement_pods(emulator) == []
 
 
@@ -430,7 +433,7 @@ def test_a_server_that_never_runs_is_reported_and_its_pod_removed(emulator, run,
     checks = {c["name"]: c for c in report["checks"]}
     # The API server creates a pod Pending (the emulator once left its phase unset: "unknown").
     assert "the server pod did not run in 0.2 s (phase Pending)" in checks["cloud → hybrid measured"]["seen"]
-    assert checks[throughput.CHECK_PODS_REMOVED]["status"] == PASS
+    assert checks[throughput_kinds.CHECK_PODS_REMOVED]["status"] == PASS
     assert live_measurement_pods(emulator) == []
 
 
@@ -494,7 +497,7 @@ def test_instance_types_are_switched_measured_compared_and_restored(emulator, cl
     assert [c[c.index("--") + 1] for c in sets] == ["c6in.xlarge", "m6in.large", "m6i.large"]
     assert len([c for c in _calls(log) if c[:1] == ["up"]]) == 3
     assert json.loads(state.read_text())["stacks"]["lab"]["config"][throughput.CONFIG_KEY] == "m6i.large"
-    assert statuses(report)[throughput.CHECK_RESTORED] == PASS
+    assert statuses(report)[throughput_kinds.CHECK_RESTORED] == PASS
     assert statuses(report)["cloud → hybrid measured (c6in.xlarge)"] == PASS
     assert statuses(report)["gateway on c6in.xlarge"] == PASS
     assert statuses(report)["gateway on m6in.large"] == PASS
@@ -577,7 +580,7 @@ def test_a_refused_update_is_reported_and_the_original_put_back(emulator, cluste
     assert checks["cloud → hybrid measured (c6in.xlarge)"]["status"] == FAIL
     assert "switching to c6in.xlarge failed" in checks["cloud → hybrid measured (c6in.xlarge)"]["seen"]
     assert checks["cloud → hybrid measured (m6in.large)"]["status"] == PASS
-    assert checks[throughput.CHECK_RESTORED]["status"] == PASS
+    assert checks[throughput_kinds.CHECK_RESTORED]["status"] == PASS
     assert json.loads(state.read_text())["stacks"]["lab"]["config"][throughput.CONFIG_KEY] == "m6i.large"
     assert "| c6in.xlarge | not measured |" in (folder / "report.md").read_text()
 
@@ -586,7 +589,7 @@ def test_events_replay_to_the_same_report(emulator, cluster, run):
     plant(emulator)
     with Kubelet(cluster, samples()):
         code, folder, report, out, err = run()
-    again = throughput.analyse(rec.read_events(folder))
+    again = throughput_analysis.analyse(rec.read_events(folder))
     assert again.to_json() == report
 
 
@@ -599,7 +602,7 @@ def test_a_gateway_still_on_the_old_type_fails_its_check(emulator, cluster, run,
     assert code == 1, out + err
     check = {c["name"]: c for c in report["checks"]}["gateway on c6in.xlarge"]
     assert check["status"] == FAIL and check["seen"].startswith("gateway nodes m6i.large, leader")
-    assert statuses(report)[throughput.CHECK_RESTORED] == PASS
+    assert statuses(report)[throughput_kinds.CHECK_RESTORED] == PASS
 
 
 def test_a_leader_change_during_the_measurement_is_noted(emulator, cluster, run, monkeypatch):
@@ -628,4 +631,4 @@ def test_a_client_that_does_not_finish_is_partial(emulator, cluster, run, monkey
     assert code == 1, out + err
     seen = {c["name"]: c["seen"] for c in report["checks"]}
     assert seen["cloud → hybrid measured"] == "partial: the client pod did not finish (phase Running)"
-    assert statuses(report)[throughput.CHECK_PODS_REMOVED] == PASS
+    assert statuses(report)[throughput_kinds.CHECK_PODS_REMOVED] == PASS

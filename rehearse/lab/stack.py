@@ -52,6 +52,16 @@ def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def _consume(stream: Any, callback: Any, chunks: list[str]) -> None:
+    """One of the command's reader threads: each line to ``callback`` as it comes, and kept."""
+    for line in iter(stream.readline, ""):
+        line = line.rstrip()
+        if callback:
+            callback(line)
+        chunks.append(line)
+    stream.close()
+
+
 def cancelling_command(say: Callable[[str], None] = _say,
                        cancel_wait: float = CANCEL_WAIT_SECONDS) -> Any:
     """A ``PulumiCommand`` whose ``run`` survives Ctrl-C (see the module's docstring)."""
@@ -75,23 +85,14 @@ def cancelling_command(say: Callable[[str], None] = _say,
             env = {**os.environ, **additional_env, "PULUMI_AUTOMATION_API": "true"}
             out: list[str] = []
             err: list[str] = []
-
-            def consume(stream: Any, callback: Any, chunks: list[str]) -> None:
-                for line in iter(stream.readline, ""):
-                    line = line.rstrip()
-                    if callback:
-                        callback(line)
-                    chunks.append(line)
-                stream.close()
-
             # Its own session: a terminal's Ctrl-C reaches this process only, and exactly one
             # SIGINT is forwarded (the CLI's first Ctrl-C cancels gracefully, its second
             # terminates at once — pulumi/pulumi pkg/backend/cancellation_scope.go).
             process = subprocess.Popen([self.command, *args], stdout=subprocess.PIPE,
                                        stderr=subprocess.PIPE, cwd=cwd, env=env,
                                        encoding="utf-8", start_new_session=True)
-            readers = [threading.Thread(target=consume, args=(process.stdout, on_output, out), daemon=True),
-                       threading.Thread(target=consume, args=(process.stderr, on_error, err), daemon=True)]
+            readers = [threading.Thread(target=_consume, args=(process.stdout, on_output, out), daemon=True),
+                       threading.Thread(target=_consume, args=(process.stderr, on_error, err), daemon=True)]
             for reader in readers:
                 reader.start()
             try:

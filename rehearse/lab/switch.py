@@ -9,7 +9,7 @@ unrelated pending change would otherwise be applied with it — the config is pu
 nothing is applied), a question unless ``--yes``, then ``pulumi up``. A refused or declined
 switch changed only the config, so putting it back needs no ``up``.
 
-Ctrl-C while `pulumi` runs is ``rehearse.stack.PulumiInterrupted``: the CLI has been asked to
+Ctrl-C while `pulumi` runs is ``rehearse.lab.stack.PulumiInterrupted``: the CLI has been asked to
 cancel and waited for. The restore does not start while it still runs, nor over pending
 operations an interrupted update left: it says exactly what to run instead (the CLI's own
 recovery: pulumi/pulumi pkg/resource/deploy/deployment_executor.go, "repair your stack using

@@ -1,32 +1,16 @@
-"""The collector of `python -m rehearse preflight`; what the command is and does, its --help, is
-its face's docstring (command.py)."""
+"""The collector of `python -m rehearse preflight`: ops.preflight's read-only checks, run with
+the stack's configuration and credentials, one event each. What the command is and does, its
+--help, is its face's docstring (command.py)."""
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
+from rehearse.commands.preflight.kinds import CHECKED
 from rehearse.run.errors import RunError
-from rehearse.run.outcome import not_read
-from rehearse.run.record import RUN_STARTED, every, first
-from rehearse.run.report import FAIL, PASS, SKIP, Check, Report
-
-TITLE = "the pre-check: the account and this machine can hold the lab (read-only)"
-CHECKED = "preflight.check"
-#: ops.preflight's statuses as a report's: a warning passes and says so.
-STATUS = {"PASS": PASS, "WARN": PASS, "FAIL": FAIL, "SKIP": SKIP}
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """No options of its own: the stack file is ``Pulumi.<stack>.yaml`` in --work-dir."""
-
-
-def check_inputs(given: Any) -> None:
-    """Before a run starts (rehearse.inputs): a stack named, and its stack file readable."""
-    _stack_config(given)
-
-
-def _stack_config(ctx: Any) -> Any:
+def stack_config(ctx: Any) -> Any:
     from offline.runner import config_from_stack_file
     from stacks.config import ConfigError
     from rehearse.lab.switch import require_stack
@@ -54,7 +38,7 @@ def collect(ctx: Any, record: Any) -> None:
     from ops.preflight import cli as preflight, sequence
 
     stack = ctx.outputs.stack
-    cfg = _stack_config(ctx)
+    cfg = stack_config(ctx)
     ctx.progress(f"preflight for stack {stack} in {cfg.region} (read-only); credentials: "
                  f"{cfg.aws_account.describe()}")
     try:
@@ -66,21 +50,3 @@ def collect(ctx: Any, record: Any) -> None:
     for check in sequence.run_preflight(session, preflight.lab_needs(cfg),
                                         account=cfg.aws_account):
         record(CHECKED, name=check.name, status=check.status, detail=check.detail, fix=check.fix)
-
-
-def analyse(events: list[dict]) -> Report:
-    started = first(events, RUN_STARTED) or {}
-    report = Report(command="preflight", stack=started.get("stack", "?"),
-                    started=started.get("at", "?"), title="Pre-check: the account and this "
-                    "machine can hold the lab")
-    for event in every(events, CHECKED):
-        status = STATUS.get(event.get("status"), FAIL)
-        seen = event.get("detail", "")
-        if event.get("status") == "WARN":
-            seen = f"WARN: {seen}" + (f" ({event['fix']})" if event.get("fix") else "")
-        report.checks.append(Check(event.get("name", "?"), status, seen, event.get("fix", ""),
-                                   "python -m ops.preflight --stack " + str(report.stack)))
-    if not report.checks:
-        report.checks.append(not_read("preflight", "ops.preflight's checks", events,
-                                      "python -m ops.preflight --stack " + str(report.stack)))
-    return report

@@ -3,60 +3,17 @@ its face's docstring (command.py)."""
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import math
 from typing import Any
 
 from rehearse.run import record as rec
 from rehearse.run.errors import RunError, first_line, status_code
-from rehearse.commands.verify_gpu.analyse import (CALL_TIMEOUT_SECONDS, CLIENT_LOG, CLIENT_PERIOD_SECONDS,
-                                   CLIENT_PODS, COMPLETION, DEFAULT_MIN_CALLS,
-                                   DEFAULT_MIN_SUCCESS_RATE, DEFAULT_NAMES, DEFAULT_WINDOW_MINUTES,
-                                   DEPLOYMENT, GPU_LABEL, GPU_RESOURCE, HYBRID_LABEL, MAX_TOKENS,
-                                   NODES, POD_EVENTS, PROMPT, SERVER_PODS, SETTINGS)
-# A command module's interface to rehearse.cli: its TITLE and its analyser.
-from rehearse.commands.verify_gpu.analyse import TITLE, analyse  # noqa: F401
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("demo 3")
-    group.add_argument("--window", type=_positive, default=DEFAULT_WINDOW_MINUTES,
-                       metavar="MINUTES",
-                       help="read the cloud client's log over the last MINUTES (default "
-                            f"{DEFAULT_WINDOW_MINUTES:g}: about 20 calls, one every "
-                            f"{CLIENT_PERIOD_SECONDS} s)")
-    group.add_argument("--min-success-rate", type=_percent, default=DEFAULT_MIN_SUCCESS_RATE,
-                       metavar="PERCENT",
-                       help="the client's calls pass at this success rate or more, and only if "
-                            f"the latest call succeeded (default {DEFAULT_MIN_SUCCESS_RATE:g}: "
-                            "one failure in 20 calls)")
-    group.add_argument("--min-calls", type=_at_least_one, default=DEFAULT_MIN_CALLS, metavar="N",
-                       help=f"fewer calls in the window fail the check (default {DEFAULT_MIN_CALLS})")
-
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
-
-
-def _at_least_one(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not 1 or more")
-    return value
-
-
-def _percent(text: str) -> float:
-    value = float(text)
-    if not 0 <= value <= 100:
-        raise argparse.ArgumentTypeError(f"{text} is not a percentage (0-100)")
-    return value
-
-
-# --- collector ------------------------------------------------------------------------------
+from rehearse.commands.verify_gpu.demo import (CALL_TIMEOUT_SECONDS, DEFAULT_MIN_CALLS, DEFAULT_MIN_SUCCESS_RATE,
+                                               DEFAULT_NAMES, DEFAULT_WINDOW_MINUTES, GPU_LABEL, GPU_RESOURCE,
+                                               HYBRID_LABEL, MAX_TOKENS, PROMPT)
+from rehearse.commands.verify_gpu.kinds import (CLIENT_LOG, CLIENT_PODS, COMPLETION, DEPLOYMENT, NODES, POD_EVENTS,
+                                                SERVER_PODS, SETTINGS)
 
 
 def names_from_outputs(outputs: Any) -> dict[str, Any]:
@@ -75,13 +32,7 @@ def names_from_outputs(outputs: Any) -> dict[str, Any]:
     return names
 
 
-def check_inputs(given: Any) -> None:
-    """Before a run starts: the stack has demo 3's names (rehearse.inputs)."""
-    names_from_outputs(given.outputs)
-
-
 def collect(ctx: Any, record: Any) -> None:
-    import httpx2
     from lightkube.resources.apps_v1 import Deployment
     from lightkube.resources.core_v1 import Event, Node, Pod
 
@@ -131,12 +82,23 @@ def collect(ctx: Any, record: Any) -> None:
         except Exception as error:  # noqa: BLE001 a container not started yet answers 400
             if not _is_http_error(error):
                 raise
+            # ``since_seconds`` is the field as recorded (replays read it); the API's own
+            # parameter is ``sinceSeconds``, which lightkube's ``since`` sends.
             record(CLIENT_LOG, pod=name, container=container, since_seconds=since_seconds,
                    lines=[], error=first_line(error))
             continue
         record(CLIENT_LOG, pod=name, container=container, since_seconds=since_seconds,
                lines=lines)
 
+    _complete(ctx, record, names, deployment)
+
+
+def _complete(ctx: Any, record: Any, names: dict[str, Any], deployment: Any) -> None:
+    """One completion through the vLLM Service (the API server's service proxy), as the cloud
+    client asks it; recorded skipped when neither the stack nor the Deployment names a model."""
+    import httpx2
+
+    ns = names["namespace"]
     model = names.get("model") or (deployment_summary(deployment.to_dict()).get("model")
                                    if deployment is not None else None)
     path = (f"/api/v1/namespaces/{ns}/services/{names['service']}:{names['port']}"

@@ -39,7 +39,7 @@ from rehearse.commands.burst.reading import (cost_of, feature_gates, image_versi
 from rehearse.commands.burst.scalein import compare
 from rehearse.commands.burst.watch import hybrid_room
 from rehearse.run import execute as run_execute
-from rehearse.commands.predict import collect as predict
+from rehearse.models import ranking as predict
 from rehearse.models import ranking
 from rehearse.run.record import read_events
 from rehearse.run.report import FAIL, PASS

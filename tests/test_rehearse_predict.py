@@ -800,13 +800,13 @@ def test_the_window_comes_from_the_api_servers_date_header_bounded():
 
 
 def test_the_emulator_answers_with_its_own_clocks_date(emulator):  # noqa: F811 fixture
-    from rehearse.models import clock_window
+    from rehearse.lab import server_clock
 
     ours = datetime.datetime(2026, 12, 1, 9, 0, 0, 500000, tzinfo=datetime.timezone.utc)
     emulator.server_clock = lambda: ours + datetime.timedelta(seconds=7)
     kube = Kube.connect(emulator.endpoint)
     try:
-        measured = clock_window.measure_offset(kube, lambda: ours)
+        measured = server_clock.measure_offset(kube, lambda: ours)
     finally:
         kube.close()
     assert measured["date"] == "Tue, 01 Dec 2026 09:00:07 GMT"

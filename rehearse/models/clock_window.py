@@ -6,21 +6,21 @@ The controller buckets ``log2(now - readyTime)`` (and creation times) with its o
 client takes, and on the API server's side of whatever skew this machine has. Near a bucket edge
 (2^35 ns ≈ 34.4 s) half a second decides which pod goes. A forecast therefore takes a window —
 the controller's clock lies in ``[now + early, now + late]`` — and calls undecided every choice
-that differs somewhere in it (``rehearse.predict.forecast``).
+that differs somewhere in it (rehearse.models.ranking's forecast).
 
 The skew is measured, bounded, from the API server's ``Date`` header (RFC 7231: the server's
 clock when it wrote the answer, whole seconds): the server's clock less ours lies in
 ``[Date - received, Date + 1 s - sent]``. The sync lag is a bound of ours, not measured.
 
-Pure time arithmetic in nanoseconds, and one request (``measure_offset``); no import of the
-forecast, which imports this.
+Pure time arithmetic in nanoseconds; the one request, for the ``Date``, is
+rehearse.lab.server_clock's. No import of the forecast, which imports this.
 """
 
 from __future__ import annotations
 
 import datetime
 import email.utils
-from typing import Any, Callable, Iterable, Optional
+from typing import Iterable, Optional
 
 _NS = 10**9
 #: After a scale request, how late the ReplicaSet controller may sort: the Deployment controller
@@ -42,24 +42,6 @@ def offset_from_date(date: str, sent: datetime.datetime, received: datetime.date
     """(lowest, highest) of the server's clock less ours, in ns, from one answer's ``Date``."""
     server = _ns(email.utils.parsedate_to_datetime(date))
     return server - _ns(received), server + _NS - _ns(sent)
-
-
-def measure_offset(kube: Any, clock: Callable[[], datetime.datetime]) -> Optional[dict]:
-    """One ``GET /version``: the API server's clock less this machine's, bounded (ns), with what
-    it was read from; None when the answer carries no ``Date``."""
-    sent = clock()
-    # Kube's raw client (httpx): lightkube's typed calls do not return the headers.
-    response = kube._raw.get("/version")
-    received = clock()
-    date = response.headers.get("date")
-    if not date:
-        return None
-    try:
-        low, high = offset_from_date(date, sent, received)
-    except (TypeError, ValueError):
-        return None
-    return {"date": date, "sent": sent.isoformat(), "received": received.isoformat(),
-            "low_ns": low, "high_ns": high}
 
 
 def window(offset: Optional[dict], lag_seconds: float = SYNC_LAG_SECONDS,

@@ -23,7 +23,7 @@ BURST_NS = "demo-burst"
 GPU_NS = "demo-gpu"
 #: echo-cloud's target port (nginx-unprivileged listens on 8080).
 ECHO_PORT = 8080
-#: The port ``python -m rehearse gateway-throughput``'s iperf3 serves on (rehearse/commands/gateway_throughput/collect.py
+#: The port ``python -m rehearse gateway-throughput``'s iperf3 serves on (rehearse/commands/gateway_throughput/pods.py
 #: PORT; stacks do not import the rehearsal tools, a test holds the two equal).
 REHEARSE_IPERF3_PORT = 5201
 #: Demo 2 scales 3 -> 15 (hybrid full, 7 burst to the cloud) -> 12 -> 10 -> 3

@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional
 
 from rehearse.models import clock_window, ranking
 from rehearse.run.errors import RunError
+from rehearse.lab import server_clock
 from rehearse.lab.switch import RestoreBlocked, require_stack
 from rehearse.run.record import iso
 from rehearse.run.report import FAIL
@@ -191,7 +192,7 @@ class Runner:
         nodes = cluster.nodes()
         snapshot = cluster.summaries(work["current"])
         # The controller sorts later, by the API server's clock: measured here, bounded.
-        offset = clock_window.measure_offset(ctx.kube, ctx.clock)
+        offset = server_clock.measure_offset(ctx.kube, ctx.clock)
         now = ctx.clock()
         self.record(SNAPSHOT, scenario=scenario, step=step, replicas=target,
                     replicas_before=len([p for p in snapshot if active(p)]), pods=snapshot,

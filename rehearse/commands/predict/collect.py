@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rehearse.models.deployment import age_key, controller_of, replicas_of, revision, selector_matches, split_scale
-from rehearse.models.ranking import forecast, is_active  # noqa: F401 forecast: see below
+from rehearse.models.ranking import is_active
 from rehearse.run.errors import RunError
 
 
@@ -126,7 +126,3 @@ def live_parts(state: LiveState, replicas: int, where: str) -> list[tuple[str, l
             for rs in sorted(state.replica_sets, key=age_key)
             if rs["metadata"]["name"] in sizes]
 
-
-#: rehearse.commands.burst forecasts through ``predict.forecast`` of this module; the forecast
-#: is rehearse.models.ranking's, which burst is to import instead (a command imports no other).
-__all__ = ["forecast", "read_pod_list", "LiveState", "live_state", "live_input", "live_parts"]

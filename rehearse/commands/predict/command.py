@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from rehearse.commands.predict.collect import live_parts, live_state, read_pod_list
 from rehearse.commands.predict.report import merge, render
+from rehearse.lab import server_clock
 from rehearse.models import clock_window
 from rehearse.models.deployment import controller_of
 from rehearse.models.ranking import NS, forecast, is_active, kube_time_ns
@@ -147,7 +148,7 @@ def main(args: argparse.Namespace, read_outputs: Callable[[argparse.Namespace], 
         kube = connect(args, stack_outputs)
         try:
             if args.skew is None and args.now is None:
-                offset = clock_window.measure_offset(kube, utc_now)
+                offset = server_clock.measure_offset(kube, utc_now)
             state = live_state(kube, args.namespace, args.deployment)
         finally:
             kube.close()

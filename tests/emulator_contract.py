@@ -61,7 +61,7 @@ class Shape:
     #: Why only a kubelet or the pod network can answer it.
     why: str = ""
     #: The cases tests/test_emulator_contract.py sends for it (keys of its CASES: the call the
-    #: tools make, through rehearse.connection.Kube); none where it is not compared.
+    #: tools make, through rehearse.lab.connection.Kube); none where it is not compared.
     cases: tuple[str, ...] = ()
 
 

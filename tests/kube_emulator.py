@@ -14,7 +14,7 @@ and objects carry none; and it knows no kubelet and no pod network: a pod's log 
 answer what a test declares per pod (``log``, ``proxy``), else what the API server answers when
 its dial fails.
 
-``emulator`` is the fixture; ``Emulator.endpoint`` is what ``rehearse.connection.Kube.connect``
+``emulator`` is the fixture; ``Emulator.endpoint`` is what ``rehearse.lab.connection.Kube.connect``
 takes.
 """
 

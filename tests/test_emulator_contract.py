@@ -1,6 +1,6 @@
 """The emulator held to a real kube-apiserver's answers (issue 30 §4): every request the rehearsal
 tools make that both can answer (tests/emulator_contract.py's inventory) is sent, through the
-tools' own client (``rehearse.connection.Kube``: lightkube and its raw transport), to the
+tools' own client (``rehearse.lab.connection.Kube``: lightkube and its raw transport), to the
 emulator (tests/kube_emulator.py) and to a real kube-apiserver (engines/, started here), both
 holding the same objects, and the status codes and the fields the tools read are compared.
 

@@ -48,7 +48,7 @@ class StandIn:
         folder.mkdir(parents=True)
         failed = outcome != 0
         checks = [Check("a check", FAIL if failed else PASS, "seen", "the fix")]
-        if outcome == 2:  # failed part-way: the report's first check says so (rehearse.outcome)
+        if outcome == 2:  # failed part-way: the report's first check says so (rehearse.run.outcome)
             checks.insert(0, Check("run completed", FAIL, "failed at 17:40: the cluster went away"))
         Report(command, "lab", record.iso(started), f"{command} run", checks).write(folder)
         return run_execute.RunResult(1 if outcome == "interrupted" else outcome, folder,

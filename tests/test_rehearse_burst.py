@@ -1,6 +1,6 @@
 """`python -m rehearse burst` and `verify burst` (demo 2) against the Kubernetes emulator, the
 test playing the cluster on a simulated clock: the Deployment and ReplicaSet controllers (the
-ReplicaSet deletes the pods docs/scale-in.md's rules pick, through ``rehearse.predict``, whose own
+ReplicaSet deletes the pods docs/scale-in.md's rules pick, through ``rehearse.models.ranking``, whose own
 tests port the upstream controller's cases), the scheduler (hybrid nodes first, 4 burst pods
 each by their real allocatable), Karpenter (it batches the pending pods for 1.2 s, creates one
 NodeClaim per 4 pods, whose node is Ready 32 s later; consolidates an empty node after 30 s;
@@ -317,7 +317,7 @@ class Cluster:
                 self.pods[pod.name] = pod
                 self.touch(pod)
         elif len(mine) > replicas:
-            # The ReplicaSet controller's own rules (docs/scale-in.md), as rehearse.predict implements
+            # The ReplicaSet controller's own rules (docs/scale-in.md), as rehearse.models.ranking implements
             # them and its tests prove on the upstream controller's cases; among exact ties the
             # real controller picks at random, this one takes predict's order. With the
             # ignore_cost fault the costs are not seen (the PodDeletionCost gate off).
@@ -1356,7 +1356,7 @@ def test_a_recorded_a_b_c_run_replays_to_its_report(tmp_path):
     events = read_events(FIXTURES / "burst-abc")
     report = burst_command.analyse(events)
     assert report.passed, report.summary()
-    # The recorded forecasts are rehearse.predict's: every scale-in removed what it forecast.
+    # The recorded forecasts are rehearse.models.ranking's: every scale-in removed what it forecast.
     for s in "ABC":
         forecast = next(c for c in report.checks if c.name == _name(s, burst_kinds.C_FORECAST))
         assert forecast.status == "PASS" and "3 of 3 scale-ins exactly as forecast" in forecast.seen
@@ -1417,7 +1417,7 @@ def test_a_recorded_verify_replays():
 
 
 def test_a_forecast_that_failed_at_collection_is_made_again_at_report_time(monkeypatch):
-    """A run made before rehearse.predict was wired: its forecasts failed; `rehearse report`
+    """A run made before rehearse.models.ranking was wired: its forecasts failed; `rehearse report`
     makes them from the recorded snapshots once the predictor works."""
     events = read_events(FIXTURES / "burst-abc")
     for event in events:

@@ -384,7 +384,7 @@ def _build(server: Emulator, sim: Sim, ec2: Any, world: Ec2World, tables: list[s
 
     server.do(lambda km: km[f"delete /api/v1/namespaces/{GATEWAY_NS}/pods/{leader_pod}"] << on_delete)
 
-    # The outputs file's name is the stack's (rehearse.outputs).
+    # The outputs file's name is the stack's (rehearse.lab.outputs).
     outputs = workdir / f"{stack}.json"
     outputs.write_text(json.dumps({
         "region": REGION, "kubeconfig": "{}", "hybridPodCidr": POD_CIDR,

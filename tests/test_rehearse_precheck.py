@@ -1,7 +1,7 @@
 """`python -m rehearse preflight`, the pre-check kept as a run: the recording of a healthy one
-(tests/fixtures/rehearse/preflight-healthy), replayed through rehearse.precheck.analyse.
+(tests/fixtures/rehearse/preflight-healthy), replayed through rehearse.commands.preflight.analyse.
 
-The recording is the real collector (rehearse.precheck.collect, ops.preflight's real checks)
+The recording is the real collector (rehearse.commands.preflight.collect, ops.preflight's real checks)
 for the repo's Pulumi.dev.yaml against an in-process moto: EC2, STS, IAM, EKS, Logs and SQS
 answer from moto's account, as tests/test_preflight.py has it (an account that has run spot
 before); Service Quotas, whose EC2 quotas moto does not implement, answers from botocore's

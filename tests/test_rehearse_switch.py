@@ -65,7 +65,7 @@ def _switch(ctx) -> switch.ConfigSwitch:
 def _ctrl_c_during_up(state: Path, at: list[float]) -> threading.Thread:
     """A terminal's Ctrl-C, ``at`` seconds after the `up` took the lock: SIGINT to the
     foreground process group — this process, and the CLI if it shares the group (the SDK's
-    Popen does; rehearse.stack's runs it in its own session, and forwards)."""
+    Popen does; rehearse.lab.stack's runs it in its own session, and forwards)."""
     def press() -> None:
         # The `up`'s own start (a preview takes the lock too, and ends before the up begins).
         deadline = time.monotonic() + 30

@@ -1,5 +1,5 @@
 """The rehearsal's charts, drawn with matplotlib (requirements-rehearse.txt) from the plain data
-an analyser put in its report (``rehearse.report.Chart``): each as ``<name>.svg`` for slides and
+an analyser put in its report (``rehearse.run.report.Chart``): each as ``<name>.svg`` for slides and
 ``<name>.png`` for a quick look, in the run folder beside report.md.
 
 One module per chart, each with ``draw(data, title) -> Figure``; ``common`` holds what they share

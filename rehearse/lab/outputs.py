@@ -29,7 +29,7 @@ class StackOutputs:
     stack: str
     values: Mapping[str, Any]
     #: False when the name is only the outputs file's (no --stack): nothing may change a stack
-    #: of that name (rehearse.switch.require_stack).
+    #: of that name (rehearse.lab.switch.require_stack).
     named: bool = True
     #: The ``--outputs`` file the values were read from, if any: a missing output is then the
     #: file's, not a stack's.
@@ -116,7 +116,7 @@ def from_pulumi(stack: Optional[str], work_dir: Path) -> StackOutputs:
     try:
         name = stack or _selected_stack(work_dir)
         # Addressed with --stack, not selected: `select_stack` would change the presenter's
-        # current stack (rehearse.stack).
+        # current stack (rehearse.lab.stack).
         from rehearse.lab.stack import open_stack
 
         selected = open_stack(name, work_dir)

@@ -7,7 +7,7 @@ once confirmed (or with --yes), what changes the lab: `failover` (deletes the ga
 pod) and `burst` (scales the burst Deployment; with --scenarios it switches burstScenario with
 `pulumi up`, each switch previewed and asked as `burst` always does). It stops at the first
 step that does not pass unless --keep-going, and always ends by writing the summary page
-(rehearse.summary) — after Ctrl-C too, which ends the rehearsal: every finished run keeps its
+(as `rehearse summary` does) — after Ctrl-C too, which ends the rehearsal: every finished run keeps its
 folder, the interrupted one its report of what was done.
 
 Each step is the command's own run, into its own folder, with this

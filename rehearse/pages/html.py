@@ -62,7 +62,7 @@ def when(moment: datetime.datetime) -> str:
     return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
-#: An RFC 3339 time in UTC as the runs write them (rehearse.record.iso, Kubernetes' times):
+#: An RFC 3339 time in UTC as the runs write them (rehearse.run.record.iso, Kubernetes' times):
 #: shown to the second. A time without its zone is left as written: it may not be UTC.
 _UTC_TIME = re.compile(r"\b(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})(?:\.\d+)?(?:Z|\+00:00)")
 
@@ -90,14 +90,14 @@ def document(title: str, body: Iterable[str]) -> str:
 
 
 #: report.json's statuses a reader must act on, in the order to show them
-#: (rehearse.report.STATUSES); the others (PASS, SKIP) come after.
+#: (rehearse.run.report.STATUSES); the others (PASS, SKIP) come after.
 ATTENTION = ("FAIL", "NOT READ")
 
 
 def said(status: str, seen: str) -> str:
     """A check's ``seen`` as shown after its status: a NOT READ check's reason starts "not read:"
     (so it reads alone, in report.json), which after "NOT READ:" would be said twice. (The
-    statuses are rehearse.report's, spelt out: that module imports this one.)"""
+    statuses are rehearse.run.report's, spelt out: that module imports this one.)"""
     if status == "NOT READ" and seen.lower().startswith("not read: "):
         return seen[len("not read: "):]
     return seen

@@ -7,7 +7,7 @@ demo 1, demo 2, demo 3 — it says whether the latest runs passed (and, for a FA
 their numbers beside the demo guide's, how old each run is, and which commands were never run.
 "Latest" is by the start time the run recorded, not by the folder's modification time: a
 ``rehearse report`` replay rewrites a report without making its run any newer. A run that was
-interrupted or failed part-way is shown as such (its report's first check, rehearse.outcome)."""
+interrupted or failed part-way is shown as such (its report's first check says so)."""
 
 # The face of `rehearse summary` (a folder command, rehearse.run.command): its docstring is its
 # --help description, as written. rehearse.pages.summary gathers the runs and

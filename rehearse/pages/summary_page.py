@@ -1,4 +1,4 @@
-"""The summary (rehearse.summary) as one self-contained page: XHTML with its charts' SVG inline
+"""The summary (rehearse.pages.summary) as one self-contained page: XHTML with its charts' SVG inline
 (no scripts, nothing fetched, every text escaped; its only links go to each run's own page,
 rehearse.run_page, in the folders beside it), and the same as Markdown, which links the charts'
 PNGs beside it. What both HTML pages share is rehearse.pages."""

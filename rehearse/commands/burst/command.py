@@ -1,6 +1,6 @@
 """Demo 2 as numbers: scale the ``burst`` Deployment 3 -> 15 -> 12 -> 10 -> 3 under scenarios
 A, B and C (docs/demo-guide.md#demo-2-bursting-and-scale-in) and measure which pods each scale-in removes, beside what
-``rehearse.predict`` forecast and what the scenario's rule says (docs/scale-in.md#what-each-scenario-should-show).
+``rehearse predict`` forecasts and what the scenario's rule says (docs/scale-in.md#what-each-scenario-should-show).
 
 For each scenario asked (``--scenarios A B C``; default the stack's current one) the run
 switches the stack's ``burstScenario`` through the Pulumi Automation API and runs ``pulumi up``

@@ -6,8 +6,8 @@ pods, and the NodePool's budget is 100%; A: nobody writes costs), the NodePool's
 budget, and the capacity arithmetic (8 burst pods fit on the two hybrid nodes, a 9th does not).
 A scenario that is not in place is reported as not in place, with the reason.
 
-The collector and the analysis are rehearse.burst's (the same checks `rehearse burst` makes
-before it measures).
+The checks and the analysis are `rehearse burst`'s (the same checks it makes before it
+measures).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ has VTEP on and the L7 proxy off; the Pod Identity agent runs.
 The collector records what it reads as events (pods, nodes, the Lease with the answer's Date,
 each gateway pod's healthz and metrics, the route tables and the gateway nodes' instances, the
 VTEP config, cilium-config, the agent's DaemonSet, the probers' kubelet-timestamped logs or the
-Status that refused them); the analyser (``rehearse.gateway_analysis``) is pure over them, so
+Status that refused them); the analysis is pure over them, so
 ``python -m rehearse report <folder>`` gives the same report again.
 """
 

@@ -341,8 +341,17 @@ class Lab:
         start = now()
         self.scale(replicas)
         self.wait_pods(replicas, f"{replicas} pods Ready and nothing terminating")
+        settled = now()
+        # The ledger is a watch, and a watch may deliver later than a GET answers (seen on two
+        # loaded cores: a scale-in's deletions not yet in the ledger, so the step "removed"
+        # nothing). The snapshot waits until the ledger has the live pods the API server lists.
+        # (Every pod of the namespace: the watch is the namespace's, not only the burst pods'.)
+        everyone = self.plane.call("GET", f"/api/v1/namespaces/{self.ns}/pods").body["items"]
+        live = {p["metadata"]["name"] for p in everyone if not p["metadata"].get("deletionTimestamp")}
+        self.plane.wait_for("the pod watch to have seen the scale",
+                            lambda: {e["name"] for e in self.ledger.active()} == live, 60)
         snapshot = self.ledger.snapshot()
-        record = {"replicas": replicas, "sent": start, "settled": now(),
+        record = {"replicas": replicas, "sent": start, "settled": settled,
                   "hybrid_free_m": self.free_m(self.hybrid),
                   "removed": sorted((e for e in snapshot if e["name"] in before
                                      and e["deleting"] is not None and e["deleting"] >= start),

@@ -208,40 +208,53 @@ def test_ready_times_either_side_of_a_bucket_edge(scene, sort_oracle):
     assert all(v["rule_number"] == 6 for v in step.forecast["delete"])
     assert step.forecast["split"] == {"6": 16}
 
-    # Then an edge inside predict's window: of the four left (u1, u2, u7, u8), u1, u2, u7 Ready
-    # 100, 90 and 80 s ago (bucket 36), u8 just under 2^36 ns (68.7 s) ago, so that its age
-    # reaches the edge inside predict's window. Before it u8 goes (bucket 35), after it u1 (the
-    # lowest UID in bucket 36): predict must leave both to the controller's clock.
+    # Then an edge inside predict's window. The four left (u1, u2, u7, u8) are wherever the
+    # scheduler put them: two on each node, or three and one — then rule 5 (more of the
+    # ReplicaSet's pods on its node goes first) takes the victim from the three, and the lone pod
+    # is never a candidate. Of the candidates (the highest rank) by UID, the first is Ready 100 s
+    # ago and the last just under 2^36 ns (68.7 s) ago, so that its age reaches the edge inside
+    # predict's window; the others 90 and 80 s ago (bucket 36). Before the edge the last goes
+    # (bucket 35), after it the first (the lowest UID in bucket 36): predict must leave both to
+    # the controller's clock.
     # How long predict takes to start (a Python process) varies with the machine's load, and a
-    # Ready time is whole seconds: u8's age is chosen from the delay the attempt before measured,
-    # and the attempt is repeated until predict's window holds the edge, so the case under test
-    # is the one predict was given.
-    left = sorted(scene.active(), key=lambda p: p["metadata"]["uid"])
+    # Ready time is whole seconds: the edge pod's age is chosen from the delay the attempt before
+    # measured, and the attempt is repeated until predict's window holds the edge, so the case
+    # under test is the one predict was given.
+    left = scene.active()
+    on_node = Counter(p["spec"]["nodeName"] for p in left)
+    top = max(on_node.values())
+    candidates = sorted((p for p in left if on_node[p["spec"]["nodeName"]] == top),
+                        key=lambda p: p["metadata"]["uid"])
+    first, last = candidates[0]["metadata"]["name"], candidates[-1]["metadata"]["name"]
+    others = [p for p in left if p["metadata"]["name"] not in (first, last)]
     edge = 2 ** 36 / 1e9
     lag, delay, early, late = 2.0, 1.0, 0.0, 2.0
     for _attempt in range(5):
         base = real_scale_in.utc_now().replace(microsecond=0)
-        u8_age = round(edge - delay - (early + late) / 2)
-        for pod, age in zip(left, (100, 90, 80, u8_age)):
-            scene.patch_status(pod["metadata"]["name"], {"conditions": [
+        edge_age = round(edge - delay - (early + late) / 2)
+        ages = {first: 100, last: edge_age, **{p["metadata"]["name"]: age
+                                                for p, age in zip(others, (90, 80))}}
+        for name, age in ages.items():
+            scene.patch_status(name, {"conditions": [
                 {"type": "Ready", "status": "True", "lastTransitionTime": _ready_at(age, base)}]})
         forecast = scene.predict(3, lag)
         snapshot = real_scale_in.parse_rfc3339(forecast["now"])
         early, late = (float(x.split()[0]) for x in forecast["window"].split(" to "))
         delay = (snapshot - base).total_seconds()
-        # Seconds after predict's snapshot at which u8's age reaches the edge.
-        crossing = edge - u8_age - delay
+        # Seconds after predict's snapshot at which the edge pod's age reaches the edge.
+        crossing = edge - edge_age - delay
         if early <= crossing <= late:
             break
     else:
-        pytest.fail(f"predict's window never held u8's bucket edge: last {crossing:+.2f} s "
-                    f"against {early:+.2f} to {late:+.2f} s, {delay:.2f} s after the write")
+        pytest.fail(f"predict's window never held the edge pod's bucket edge: last "
+                    f"{crossing:+.2f} s against {early:+.2f} to {late:+.2f} s, {delay:.2f} s "
+                    "after the write")
     step = scene.scale_in(3, lag=lag, forecast=forecast)
     counts = check(step, sort_oracle)
-    u1, u8 = left[0]["metadata"]["name"], left[-1]["metadata"]["name"]
-    assert not step.forecast["decided"] and counts["clock"] == 1
-    assert {u1, u8} <= set(step.forecast["clock_undecided"])
-    assert step.victims <= {u1, u8}
+    assert not step.forecast["decided"] and counts["clock"] == 1, \
+        f"candidates {[p['metadata']['name'] for p in candidates]} of {dict(on_node)}"
+    assert {first, last} <= set(step.forecast["clock_undecided"])
+    assert step.victims <= {first, last}
 
 
 def _created(pod: dict) -> float:

@@ -114,13 +114,17 @@ def test_an_interrupted_run_leaves_no_engine_running(control_plane, tmp_path, si
     import sys
     import time
 
-    test = PROJECT_DIR / "tests" / f"test_zz_interrupted_{os.getpid()}_{signal_name}.py"
+    # The inner run's test lives outside the source tree: written into tests/, it was there
+    # for the other worker's tests that read every project file (test_layout lists, then
+    # parses) and vanished under them. The project's pytest.ini and folder still make the run.
+    test = tmp_path / f"test_interrupted_{signal_name}.py"
     test.write_text(_INTERRUPTED)
     pids_file = tmp_path / "pids"
     try:
         run = subprocess.Popen(
             [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
-             str(test.relative_to(PROJECT_DIR))], cwd=PROJECT_DIR,
+             "-c", str(PROJECT_DIR / "pytest.ini"), "--rootdir", str(PROJECT_DIR), str(test)],
+            cwd=PROJECT_DIR,
             env={**os.environ, "PIDS_FILE": str(pids_file)},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         control_plane.wait_for("the inner run's engines", lambda: pids_file.exists() and

@@ -224,6 +224,25 @@ class ControlPlane:
             time.sleep(interval)
         raise TimeoutError(f"timed out after {timeout:g} s waiting for {what} (last: {last})")
 
+    def wait_quiet(self, what: str, answer: Callable[[], Any], quiet: float = 2.0,
+                   timeout: float = 120, interval: float = 0.25) -> Any:
+        """``answer()`` once it is not None and has not changed for ``quiet`` seconds: the
+        controllers have nothing more to do. One answer is not enough where they pass through
+        states that look final (a rollout between its steps, a DaemonSet's status trailing a
+        node it has just seen)."""
+        deadline = time.monotonic() + timeout
+        last, since = None, time.monotonic()
+        while time.monotonic() < deadline:
+            self.check_alive()
+            now = answer()
+            if now is None or now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since >= quiet:
+                return now
+            time.sleep(interval)
+        raise TimeoutError(f"timed out after {timeout:g} s waiting for {what} to hold for "
+                           f"{quiet:g} s (last: {last})")
+
     # --- the API ------------------------------------------------------------------------------
 
     def call(self, method: str, path: str, body: Any = None, *,

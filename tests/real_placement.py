@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import re
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
@@ -226,17 +225,8 @@ class Scenario:
     def settle(self, quiet: float = 2.0, timeout: float = 120) -> None:
         """Until every pod is decided and nothing changes for ``quiet`` seconds (after nodes
         join, the DaemonSet controller's status can trail a node it has just seen)."""
-        deadline = time.monotonic() + timeout
-        last, since = None, time.monotonic()
-        while time.monotonic() < deadline:
-            self.plane.check_alive()
-            now = self._decided()
-            if now is None or now != last:
-                last, since = now, time.monotonic()
-            elif time.monotonic() - since >= quiet:
-                return
-            time.sleep(0.25)
-        raise TimeoutError(f"scenario {self.prefix}: pods not decided within {timeout} s")
+        self.plane.wait_quiet(f"scenario {self.prefix}'s pods decided", self._decided,
+                              quiet=quiet, timeout=timeout)
 
     def observe(self) -> Observed:
         seen = Observed()

@@ -219,18 +219,9 @@ class Scene:
                 return None
             return sorted((rs["metadata"]["annotations"].get("deployment.kubernetes.io/revision"),
                            rs["spec"]["replicas"]) for rs in sets)
-        # Stopped: the same answer for two seconds, so the Deployment controller has nothing more
-        # to do. A rollout passes through answers that look stopped (the old ReplicaSet shrunk
-        # to 6 while the new one, at 2, has yet to take the room that frees: seen on loaded
-        # cores), so one answer is not enough.
-        deadline = time.monotonic() + 60
-        held, since = stuck(), time.monotonic()
-        while held is None or time.monotonic() - since < 2:
-            assert time.monotonic() < deadline, f"the rollout did not stop in 60 s: {held}"
-            time.sleep(0.2)
-            now = stuck()
-            if now != held:
-                held, since = now, time.monotonic()
+        # One answer that looks stopped is not enough: old 6 and new 2 is a step of the rollout,
+        # before the new ReplicaSet takes the room the old one freed.
+        self.plane.wait_quiet("the rollout to stop", stuck, quiet=2.0, timeout=60, interval=0.2)
 
     def predict(self, replicas: int, lag: float) -> dict:
         done = subprocess.run(

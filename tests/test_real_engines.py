@@ -114,28 +114,25 @@ def test_an_interrupted_run_leaves_no_engine_running(control_plane, tmp_path, si
     import sys
     import time
 
-    # The inner run's test lives outside the source tree: written into tests/, it was there
-    # for the other worker's tests that read every project file (test_layout lists, then
-    # parses) and vanished under them. The project's pytest.ini and folder still make the run.
+    # Outside the source tree: other workers' tests read every project file (test_layout
+    # lists, then parses), and must not meet one that comes and goes. The project's
+    # pytest.ini and folder still make the run.
     test = tmp_path / f"test_interrupted_{signal_name}.py"
     test.write_text(_INTERRUPTED)
     pids_file = tmp_path / "pids"
-    try:
-        run = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
-             "-c", str(PROJECT_DIR / "pytest.ini"), "--rootdir", str(PROJECT_DIR), str(test)],
-            cwd=PROJECT_DIR,
-            env={**os.environ, "PIDS_FILE": str(pids_file)},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        control_plane.wait_for("the inner run's engines", lambda: pids_file.exists() and
-                               pids_file.read_text(), timeout=120)
-        pids = [int(p) for p in pids_file.read_text().split()]
-        assert len(pids) == 5 and all(_alive(p) for p in pids)
-        run.send_signal(getattr(signal, signal_name))
-        run.wait(60)
-        deadline = time.monotonic() + 30
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert [p for p in pids if _alive(p)] == [], run.stdout.read().decode()[-2000:]
-    finally:
-        test.unlink()
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+         "-c", str(PROJECT_DIR / "pytest.ini"), "--rootdir", str(PROJECT_DIR), str(test)],
+        cwd=PROJECT_DIR,
+        env={**os.environ, "PIDS_FILE": str(pids_file)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    control_plane.wait_for("the inner run's engines", lambda: pids_file.exists() and
+                           pids_file.read_text(), timeout=120)
+    pids = [int(p) for p in pids_file.read_text().split()]
+    assert len(pids) == 5 and all(_alive(p) for p in pids)
+    run.send_signal(getattr(signal, signal_name))
+    run.wait(60)
+    deadline = time.monotonic() + 30
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [p for p in pids if _alive(p)] == [], run.stdout.read().decode()[-2000:]

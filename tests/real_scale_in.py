@@ -70,15 +70,15 @@ class Step:
     forecast: dict
     before: list[dict]
     victims: set[str]
-    #: Seconds from predict's snapshot (its ``now``) to the moment the victims were seen gone:
-    #: the controller sorted somewhere in between.
+    #: Seconds from predict's snapshot (its ``now``) to the moment the victims were seen marked
+    #: for deletion: the controller sorted somewhere in between.
     elapsed: float
     #: Predict's window, (early, late) in seconds around its snapshot.
     window: tuple[float, float]
     #: The pods' related set (every pod of the Deployment's ReplicaSets) at the snapshot.
     related: list[dict] = field(default_factory=list)
     #: This machine's clock (the controller's too) when the scale request went, and when the
-    #: victims were seen gone: the controller sorted in between.
+    #: victims were seen marked for deletion: the controller sorted in between.
     between: tuple = ()
 
 
@@ -245,8 +245,15 @@ class Scene:
         related = self.all_pods()
         sent = utc_now()
         self.scale(replicas)
-        after = self.wait_settled(replicas if remain is None else remain)
+        left = replicas if remain is None else remain
+        # The controller sorts, then deletes: the API server marks each victim (its
+        # deletionTimestamp) on the controller's request. Seeing them marked bounds the sort;
+        # seeing them gone would add kwok's removal of the terminating pods, which under load
+        # took longer than predict's window and made an honest lag look dishonest.
+        self.plane.wait_for(f"{len(before) - left} burst pods marked for deletion",
+                            lambda: len(self.active()) <= left, timeout=60, interval=0.05)
         seen = utc_now()
+        after = self.wait_settled(left)
         names = {p["metadata"]["name"] for p in before}
         kept = {p["metadata"]["name"] for p in after}
         assert kept <= names, f"pods appeared during a scale-in: {sorted(kept - names)}"

@@ -6,6 +6,7 @@ import functools
 import gc
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -97,6 +98,18 @@ gc.set_threshold(gc.get_threshold()[0], gc.get_threshold()[1], 100)
 # __pycache__ even though they do not write it). Which worker imports what first changes no
 # test: a module that fails to import is left to the collection, which reports it.
 sys.dont_write_bytecode = False
+
+
+def pytest_configure(config):
+    # Ctrl-C as a terminal gives it, in every test process and every process a test starts:
+    # Python's handler (KeyboardInterrupt). A run started in the background of a non-interactive
+    # shell (``cmd &``) inherits SIGINT ignored (POSIX, Shell Command Language 2.11: job control
+    # off, an asynchronous list ignores SIGINT), an exec keeps that, and Python installs no
+    # handler over it, so the tests that press Ctrl-C (a switch's `up`, an interrupted real-tier
+    # run) would press nothing. A caught signal is reset to the default on exec, so the
+    # processes the tests start install Python's handler themselves.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_sessionstart(session):

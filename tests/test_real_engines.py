@@ -120,14 +120,8 @@ def test_an_interrupted_run_leaves_no_engine_running(control_plane, tmp_path, si
     test = tmp_path / f"test_interrupted_{signal_name}.py"
     test.write_text(_INTERRUPTED)
     pids_file = tmp_path / "pids"
-    # As a terminal starts it: Python's SIGINT handler (KeyboardInterrupt), even where this run
-    # was started in the background of a non-interactive shell and inherited SIGINT ignored,
-    # which an exec keeps and over which Python installs no handler.
-    terminal = ("import signal, sys, pytest; "
-                "signal.signal(signal.SIGINT, signal.default_int_handler); "
-                "sys.exit(pytest.main(sys.argv[1:]))")
     run = subprocess.Popen(
-        [sys.executable, "-c", terminal, "-q", "-n", "0", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
          "-c", str(PROJECT_DIR / "pytest.ini"), "--rootdir", str(PROJECT_DIR), str(test)],
         cwd=PROJECT_DIR,
         env={**os.environ, "PIDS_FILE": str(pids_file)},

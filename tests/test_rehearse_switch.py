@@ -62,18 +62,6 @@ def _switch(ctx) -> switch.ConfigSwitch:
     return config
 
 
-@pytest.fixture
-def terminal_sigint():
-    """SIGINT as a terminal's foreground ``python -m rehearse`` has it: Python's handler, which
-    raises KeyboardInterrupt. A test run started in the background of a non-interactive shell
-    (``cmd &``) inherits SIGINT ignored (POSIX, Shell Command Language 2.11: an asynchronous
-    list's SIGINT is ignored when job control is off), and Python installs its handler only
-    over the default disposition, so there the presses below would do nothing."""
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, before)
-
-
 def _ctrl_c_during_up(state: Path, at: list[float]) -> threading.Thread:
     """A terminal's Ctrl-C, ``at`` seconds after the `up` took the lock: SIGINT to the
     foreground process group — this process, and the CLI if it shares the group (the SDK's
@@ -109,7 +97,7 @@ def _timeline(state: Path) -> list[list]:
 
 # --- item 5: Ctrl-C during a switch ------------------------------------------------------------
 
-def test_ctrl_c_waits_for_pulumi_to_cancel_before_the_restore(fake, terminal_sigint):
+def test_ctrl_c_waits_for_pulumi_to_cancel_before_the_restore(fake):
     state, log = fake
     data = _state(state)
     data.update(up_seconds=3.0, cancel_seconds=0.3)
@@ -136,7 +124,7 @@ def test_ctrl_c_waits_for_pulumi_to_cancel_before_the_restore(fake, terminal_sig
     assert "Ctrl-C: waiting up to" in said and "to cancel" in said
 
 
-def test_a_second_ctrl_c_terminates_and_the_restore_says_what_to_run(fake, terminal_sigint):
+def test_a_second_ctrl_c_terminates_and_the_restore_says_what_to_run(fake):
     state, log = fake
     data = _state(state)
     data.update(up_seconds=3.0, cancel_seconds=5.0)

@@ -112,7 +112,7 @@ class ControlPlane:
                                    stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
                                    # Its own process group: a Ctrl-C of the test run reaches
                                    # the tests, which stop it in order, not the engines first.
-                                   start_new_session=True, preexec_fn=_die_with_parent)
+                                   start_new_session=True, preexec_fn=die_with_parent)
         out.close()
         self.processes.append((name, process))
 
@@ -320,7 +320,7 @@ def stop_process(process: subprocess.Popen, grace: float = 15) -> None:
             process.wait()
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child: SIGTERM when the process that started it dies, even by SIGKILL (Linux
     prctl PR_SET_PDEATHSIG), so no engine outlives a test run that was killed."""
     import ctypes

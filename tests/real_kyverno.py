@@ -39,7 +39,7 @@ from typing import Any, Optional
 
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT / "engines"))
-from control_plane import ControlPlane, _die_with_parent, free_port, stop_process  # noqa: E402
+from control_plane import ControlPlane, die_with_parent, free_port, stop_process  # noqa: E402
 
 COST = "controller.kubernetes.io/pod-deletion-cost"
 HYBRID = ("eks.amazonaws.com/compute-type", "hybrid")
@@ -170,7 +170,7 @@ def run_in_netns(bindir: Path, workdir: Path, the_plan: dict, timeout: float = 6
     # test process dies (even by SIGKILL), and its engines and Kyverno die with it in turn.
     process = subprocess.Popen(["unshare", "-n", "--", "sh", "-c", inner], cwd=PROJECT,
                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                               preexec_fn=_die_with_parent)
+                               preexec_fn=die_with_parent)
     log.close()
     try:
         process.wait(timeout)
@@ -287,7 +287,7 @@ class Scenario:
                 [str(self.bindir / binary), *args], stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, cwd=self.work,
                 env={"PATH": os.environ.get("PATH", ""), "HOME": str(self.work), **env},
-                start_new_session=True, preexec_fn=_die_with_parent)
+                start_new_session=True, preexec_fn=die_with_parent)
             out.close()
             times[f"{role}_started"] = started
         insecure = ssl._create_unverified_context()  # Kyverno's own CA, checked by the API server

@@ -392,7 +392,8 @@ def main(argv: list[str]) -> int:
     missing = [g for g in groups if not g.out.is_dir()]
     if args.where:
         if missing:
-            say(f"not built: {', '.join(g.name for g in missing)} (build with: python3 {PROG}"
+            named = "; ".join(f"{g.name} ({', '.join(g.files)})" for g in missing)
+            say(f"not built: {named} (build with: python3 {PROG}"
                 f"{' ' + ' '.join(args.groups) if args.groups else ''})")
             return 1
         print(assemble(groups, gover))

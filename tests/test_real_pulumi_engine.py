@@ -103,10 +103,30 @@ def test_an_engine_folder_without_the_binaries_is_refused_naming_them(tmp_path):
         PulumiEngine(tmp_path, tmp_path / "engine")
 
 
-def test_the_engine_s_environment_keeps_the_caller_s_aws_and_pulumi_settings_out(pulumi_bindir, tmp_path, monkeypatch):
+def test_the_engine_s_environment_keeps_the_caller_s_aws_and_pulumi_settings_out(pulumi_engine, tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_PROFILE", "production")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "https://ec2.us-east-1.amazonaws.com")
     monkeypatch.setenv("PULUMI_ACCESS_TOKEN", "pul-0000")
-    engine = PulumiEngine(pulumi_bindir, tmp_path / "engine")
-    assert "AWS_PROFILE" not in engine.env and "PULUMI_ACCESS_TOKEN" not in engine.env
-    assert engine.env["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
-    assert os.environ["AWS_PROFILE"] == "production"  # the caller's own are left as they were
+    main = ("import os, pulumi\n"
+            "for key in ('AWS_PROFILE', 'AWS_ENDPOINT_URL', 'PULUMI_ACCESS_TOKEN'):\n"
+            "    pulumi.export(key, os.environ.get(key, '-'))\n")
+    proj = PulumiProject.program(tmp_path / "env", "env", main, packages=())
+    stack = pulumi_engine.stack(proj, "t")
+    assert stack.up().ok
+    # What the program saw, in the process the engine started for it.
+    seen = stack.outputs()
+    assert seen["AWS_PROFILE"] == "-" and seen["PULUMI_ACCESS_TOKEN"] == "-"
+    assert seen["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9"
+
+
+def test_without_the_pulumi_binaries_the_tier_names_the_missing_one_and_the_build_command(tmp_path, monkeypatch):
+    import pulumi_engine
+
+    for name in ("pulumi", "pulumi-language-python", "pulumi-language-python-exec",
+                 "pulumi-resource-pulumi-python"):
+        (tmp_path / name).write_text("")
+    monkeypatch.setattr(pulumi_engine, "engines_folder", lambda *groups: (tmp_path, ""))
+    folder, why = pulumi_engine.pulumi_engine_folder()
+    assert folder is None
+    assert "pulumi-resource-kubernetes" in why and why.endswith("python3 engines/build.py all"), why
+    assert "\n" not in why

@@ -20,11 +20,27 @@ class AwsSession:
     ``_account_props`` is called with every call's props (each provider's ``check_props``, or
     ``delete`` itself): it returns the account outputs to store and remembers them for this
     call's sessions, so the mixins' helpers that get only a cluster name and a region
-    (``_bearer_token``, ``_cluster_is_gone``) act in the same account. A provider object is
-    unpickled afresh for each call the engine makes, so nothing carries over between calls.
-    Props without the keys (a state stored before they existed) mean the environment's
-    credentials, as before.
+    (``_bearer_token``, ``_cluster_is_gone``) act in the same account. Props without the keys
+    (a state stored before they existed) mean the environment's credentials, as before.
+
+    What a call remembers is kept per thread, never on the provider object itself: the dynamic
+    provider host unpickles a provider once per distinct pickle and shares that object between
+    the engine's concurrent calls (pulumi/dynamic/__main__.py, ``_PROVIDER_CACHE``), and every
+    cleanup of a class pickles to the same bytes. Seen under the real engine: of three
+    Karpenter cleanups deleting at once, the one pinned to another account terminated its
+    instances with a session another call had checked (tests/test_real_pulumi_cleanups.py).
+    The host serves each call on one thread of its gRPC server, start to end.
     """
+
+    def _this_call(self) -> Any:
+        """The calling thread's state: its account settings and its sessions."""
+        import threading
+
+        local = self.__dict__.get("_calls")
+        if local is None:
+            # setdefault is one step under the GIL: two first calls get the same object.
+            local = self.__dict__.setdefault("_calls", threading.local())
+        return local
 
     #: The outputs' keys, in the order they are stored.
     _account_keys = ("awsProfile", "allowedAccountIds", "assumeRoles")
@@ -59,8 +75,9 @@ class AwsSession:
                                 f"got {roles!r}")
         if problems:
             raise ValueError("AWS account settings: " + "; ".join(problems))
-        self._account = outs
-        self._sessions = {}
+        call = self._this_call()
+        call.account = outs
+        call.sessions = {}
         return outs
 
     def _aws_session(self, region: str, check_account: bool = True) -> Any:
@@ -70,13 +87,14 @@ class AwsSession:
         account the stack does not name. Made once per region and call."""
         import boto3
 
-        sessions = getattr(self, "_sessions", None)
+        call = self._this_call()
+        sessions = getattr(call, "sessions", None)
         if sessions is None:
-            sessions = self._sessions = {}
+            sessions = call.sessions = {}
         key = (region, check_account)
         if key in sessions:
             return sessions[key]
-        account = getattr(self, "_account", None) or {}
+        account = getattr(call, "account", None) or {}
         session = boto3.session.Session(profile_name=account.get("awsProfile") or None,
                                         region_name=region)
         for role in account.get("assumeRoles") or []:
@@ -105,7 +123,7 @@ class AwsSession:
 
     def _has_account(self) -> bool:
         """Whether this call's props name a profile, roles or allowed accounts."""
-        return any((getattr(self, "_account", None) or {}).values())
+        return any((getattr(self._this_call(), "account", None) or {}).values())
 
     def _aws_client(self, service: str, region: str, config: Any = None) -> Any:
         """A client of this call's session (see ``_aws_session``). Without account settings,

@@ -26,6 +26,7 @@ import datetime
 import fcntl
 import json
 import os
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -176,9 +177,19 @@ def test_karpenter_provisions_the_overflow_through_the_labs_nodepool(runs):
     # Within the pool's CPU limit (the cost guard).
     assert sum(_cpu_m({"resources": {"requests": {"cpu": n["allocatable_cpu"]}}})
                for n in nodes) <= 1000 * int(pool["limits"]["cpu"])
-    # Karpenter nominated every overflow pod to a NodeClaim it created.
-    nominated = {e["object"] for e in _events(found, "Nominated")}
-    assert {e["name"] for e in peak["after"] if e["place"] == "cloud"} <= nominated
+    # Karpenter nominated overflow pods to the NodeClaims it created. Not every pod gets the
+    # event: Karpenter publishes Nominated through one token bucket for all pods (5 a second,
+    # bursts of 10: PodNominationRateLimiter, pkg/controllers/provisioning/scheduling/
+    # events.go), and a pod the scheduler binds to a launched node before Karpenter looks is
+    # never nominated; on loaded cores one of the seven went unnominated (CI, 2026-12-07).
+    # Where each pod runs is held above: on the nodes of those NodeClaims.
+    nominations = _events(found, "Nominated")
+    overflow = {e["name"] for e in peak["after"] if e["place"] == "cloud"}
+    assert overflow & {e["object"] for e in nominations}
+    claim_names = {c["name"] for c in claims}
+    for event in nominations:
+        named = set(re.findall(r"nodeclaim/([\w.-]+)", event["message"] or ""))
+        assert named and named <= claim_names, event
 
 
 # --- scenario A and the consolidation question -----------------------------------------------------

@@ -152,6 +152,12 @@ def die(msg: str) -> NoReturn:
     sys.exit(2)
 
 
+def _give_up(tmp: Path, msg: str) -> NoReturn:
+    """die(), leaving no half-built folder behind."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    die(msg)
+
+
 def go_version() -> tuple[str, tuple[int, ...]]:
     go = shutil.which("go")
     if go is None:
@@ -236,8 +242,7 @@ class Group:
 
     def _go(self, cmd: list[str], cwd: Path, env: dict, what: str, tmp: Path) -> None:
         if subprocess.run(cmd, cwd=cwd, env=env, stdout=sys.stderr).returncode != 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            die(f"{what} in {cwd} failed (see go's output above)")
+            _give_up(tmp, f"{what} in {cwd} failed (see go's output above)")
 
     def _module_copy(self, work: Path, env: dict, tmp: Path) -> Path:
         """A writable copy of the pinned module with its embed files made and its replace of a
@@ -250,8 +255,7 @@ class Group:
                                env=env, capture_output=True, text=True)
         source = Path(found.stdout.strip())
         if found.returncode != 0 or not source.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-            die(f"cannot find {module} in the module cache: {found.stderr.strip()}")
+            _give_up(tmp, f"cannot find {module} in the module cache: {found.stderr.strip()}")
         copy = work / "module"
         shutil.copytree(source, copy)
         for path in [copy, *copy.rglob("*")]:
@@ -263,8 +267,7 @@ class Group:
         kept = [ln for ln in lines
                 if not re.match(rf"\s*replace\s+{re.escape(recipe['drop_replace'])}\s", ln)]
         if len(kept) != len(lines) - 1:
-            shutil.rmtree(tmp, ignore_errors=True)
-            die(f"{module}'s go.mod has no single `replace {recipe['drop_replace']}` line to drop")
+            _give_up(tmp, f"{module}'s go.mod has no single `replace {recipe['drop_replace']}` line to drop")
         gomod.write_text("".join(kept))
         main = work / "main"
         main.mkdir()
@@ -324,8 +327,7 @@ class Group:
             t1 = time.monotonic()
             self._go(cmd, where, env, f"building {binary} ({pkg})", tmp)
             if not (tmp / binary).is_file():
-                shutil.rmtree(tmp, ignore_errors=True)
-                die(f"building {binary} ({pkg}) in {where} wrote no binary")
+                _give_up(tmp, f"building {binary} ({pkg}) in {where} wrote no binary")
             say(f"  {binary}: {time.monotonic() - t1:.0f} s")
         if "language_host" in self.spec:
             self._language_host(work, env, ldflags, tmp)

@@ -52,6 +52,7 @@ from pulumi import automation as auto
 from pulumi.automation._cmd import CommandResult, _MINIMUM_VERSION, _parse_and_validate_pulumi_version
 from pulumi.automation.errors import create_command_error
 
+HERE = Path(__file__).resolve().parent
 #: build.py's groups the Pulumi tier needs (besides the core the Kubernetes side runs on).
 PULUMI_GROUPS = ("pulumi", "pulumi-kubernetes")
 #: The engine's files, by group, for the one line a skip or an error gives.
@@ -128,7 +129,7 @@ class Run:
 
     def steps(self) -> list[Step]:
         """Every resource step, in the order the steps started."""
-        open_: dict[tuple[str, str], tuple[int, float]] = {}
+        open_: dict[tuple[str, str], tuple[str, int, float]] = {}
         done: list[Step] = []
         for item in self.events:
             event = item.event
@@ -138,20 +139,16 @@ class Run:
                 if body is None:
                     continue
                 meta = body.metadata
-                key = (meta.urn, str(_op(meta.op)))
+                key = (meta.urn, _op(meta.op))
                 if failed is None:
-                    open_[key] = (event.sequence, item.arrived)
+                    open_[key] = (meta.type, event.sequence, item.arrived)
                     continue
-                seq, arrived = open_.pop(key, (event.sequence, item.arrived))
-                done.append(Step(meta.urn, meta.type, _op(meta.op), seq, event.sequence,
+                _, seq, arrived = open_.pop(key, (meta.type, event.sequence, item.arrived))
+                done.append(Step(meta.urn, meta.type, key[1], seq, event.sequence,
                                  round(item.arrived - arrived, 3), failed))
         # A step that started and never ended (the command failed meanwhile).
-        for (urn, op), (seq, _) in open_.items():
-            meta_type = next((getattr(e.event, "resource_pre_event").metadata.type
-                              for e in self.events
-                              if getattr(e.event, "resource_pre_event", None) is not None
-                              and e.event.resource_pre_event.metadata.urn == urn), "")
-            done.append(Step(urn, meta_type, op, seq, None, None, True))
+        for (urn, op), (type_, seq, _) in open_.items():
+            done.append(Step(urn, type_, op, seq, None, None, True))
         return sorted(done, key=lambda s: s.started)
 
     def order(self, op: str) -> list[str]:
@@ -217,17 +214,17 @@ class BoundedCommand(auto.PulumiCommand):
                 reader.start()
             process.wait(self.deadline)
         except subprocess.TimeoutExpired:
-            _kill_group(process)
+            _kill_session(process)
             raise EngineError(f"`pulumi {' '.join(_shown(args))}` did not finish in "
                               f"{self.deadline:.0f} s; stopped it and every process it started "
                               f"(last output: {_last(chunks)})") from None
         except BaseException:
-            _kill_group(process)
+            _kill_session(process)
             raise
         finally:
             for reader in readers:
                 reader.join(5)
-        _kill_group(process)  # a plugin the CLI left behind goes with its group
+        _kill_session(process)  # a plugin the CLI left behind goes with its session
         result = CommandResult(stdout="\n".join(chunks["out"]), stderr="\n".join(chunks["err"]),
                                code=process.returncode)
         if result.code != 0:
@@ -245,7 +242,7 @@ def _last(chunks: dict[str, list[str]]) -> str:
     return lines[-1].strip()[:200] if lines else "none"
 
 
-def _kill_group(process: subprocess.Popen) -> None:
+def _kill_session(process: subprocess.Popen) -> None:
     """SIGKILL to the CLI's whole session: the CLI runs as a session leader, and it starts each
     plugin (the language host, the dynamic provider host, a provider) in a process group of its
     own, so a signal to its group alone would leave them running."""
@@ -306,7 +303,7 @@ class PulumiProject:
         return cls._with_venv(dest)
 
     @classmethod
-    def program(cls, dest: Path, name: str, main: str, source: Optional[Path] = None,
+    def program(cls, dest: Path, name: str, main: str, source: Path = HERE.parent,
                 packages: tuple[str, ...] = ("components",)) -> "PulumiProject":
         """A project of a test's own: ``main`` as its ``__main__.py``, with ``packages`` of
         this repository copied beside it so the program uses the lab's own classes."""
@@ -316,7 +313,7 @@ class PulumiProject:
             "    virtualenv: venv\n")
         (dest / "__main__.py").write_text(main)
         for package in packages:
-            shutil.copytree((source or Path.cwd()) / package, dest / package,
+            shutil.copytree(source / package, dest / package,
                             ignore=shutil.ignore_patterns("__pycache__"))
         return cls._with_venv(dest)
 
@@ -341,8 +338,8 @@ def _virtualenv_option(project_file: Path) -> str:
 
 class PulumiEngine:
     """The built CLI with a home, a local backend and a passphrase of its own, all under
-    ``workdir``; ``close`` (or leaving the ``with``) stops nothing that is still running (each
-    command has already ended) and removes ``workdir``'s engine folders."""
+    ``workdir``. Every command has ended when it returns (BoundedCommand), so ``close`` (or
+    leaving the ``with``) only removes the home; the backend's state stays for the test to read."""
 
     def __init__(self, bindir: Path, workdir: Path, *, deadline: float = 300,
                  aws_endpoint: Optional[str] = None, env: Optional[Mapping[str, str]] = None):

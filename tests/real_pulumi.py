@@ -14,13 +14,13 @@ pulumi_engine, moto_url  # noqa: F401``.
 
 from __future__ import annotations
 
-import functools
 import sys
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from tests import moto_server
 from tests.conftest import PROJECT_DIR
 
 sys.path.insert(0, str(PROJECT_DIR / "engines"))
@@ -45,22 +45,4 @@ def pulumi_engine(pulumi_bindir: Path, tmp_path: Path) -> Iterator[PulumiEngine]
 @pytest.fixture
 def moto_url(monkeypatch) -> Iterator[str]:
     """A moto server on 127.0.0.1 (an ephemeral port), in a thread of this process."""
-    from moto.moto_server import threaded_moto_server
-    from moto.server import ThreadedMotoServer
-
-    make_server = threaded_moto_server.make_server
-
-    def quick_make_server(*args, **kwargs):
-        # Speed only: stop() waits for the serve loop's next look, every 0.5 s by default.
-        server = make_server(*args, **kwargs)
-        server.serve_forever = functools.partial(server.serve_forever, poll_interval=0.02)
-        return server
-
-    monkeypatch.setattr(threaded_moto_server, "make_server", quick_make_server)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    yield from moto_server.serve(monkeypatch)

@@ -14,7 +14,6 @@ that origin for one route.
 
 from __future__ import annotations
 
-import functools
 import socket
 from dataclasses import dataclass, field
 
@@ -28,6 +27,7 @@ from tests.fake_kube_api import (CLUSTER, FAKE_AWS_ENV, REGION, FakeApiServer, P
                                  assert_authorized)
 from tests.fake_kube_api import api, fake_aws, pki  # noqa: F401 (fixtures)
 from tests.fake_kube_api import no_eks  # noqa: F401 (fixture)
+from tests.moto_server import serve as serve_moto
 from tests.offline_guard import forbid_network
 from tests.pickled_provider import result_of, run_pickled
 
@@ -516,25 +516,7 @@ def test_diff_replaces_on_what_to_clean_and_updates_on_how_to_reach_it(pki, prov
 @pytest.fixture
 def moto_server(monkeypatch):
     """A moto server on 127.0.0.1 (an ephemeral port), in a thread of this process."""
-    from moto.moto_server import threaded_moto_server
-    from moto.server import ThreadedMotoServer
-
-    make_server = threaded_moto_server.make_server
-
-    def quick_make_server(*args, **kwargs):
-        # Speed only: stop() waits for the serve loop's next look, every 0.5 s by default.
-        server = make_server(*args, **kwargs)
-        server.serve_forever = functools.partial(server.serve_forever, poll_interval=0.02)
-        return server
-
-    monkeypatch.setattr(threaded_moto_server, "make_server", quick_make_server)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    yield from serve_moto(monkeypatch)
 
 
 def test_pickled_provider_deletes_in_a_fresh_process(moto_server, api, pki, provider):

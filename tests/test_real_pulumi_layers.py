@@ -43,7 +43,8 @@ def local_chart(args):
 
 
 pulumi.runtime.register_stack_transformation(local_chart)
-plane = k8s.Provider("plane", kubeconfig=cfg.require("kubeconfig"))
+# The kubeconfig holds the API server's bearer token: a secret, so the state keeps it encrypted.
+plane = k8s.Provider("plane", kubeconfig=cfg.require_secret("kubeconfig"))
 plugin = NvidiaDevicePlugin(
     "gpu-device-plugin",
     NvidiaDevicePluginArgs(tolerations=[{"key": "eks.amazonaws.com/compute-type",
@@ -94,7 +95,8 @@ def test_the_device_plugin_goes_up_ready_on_the_gpu_host_and_is_gone_after_destr
     project = PulumiProject.program(tmp_path / "project", "device-plugin", PROGRAM, source=PROJECT_DIR)
     stack = pulumi_engine.stack(project, "t")
     stack.set_config({"device-plugin:chart": str(DEVICE_PLUGIN_CHART),
-                      "device-plugin:kubeconfig": plane.kubeconfig.read_text()})
+                      "device-plugin:kubeconfig": plane.kubeconfig.read_text()},
+                     secret=("device-plugin:kubeconfig",))
 
     up = stack.up()
     assert up.ok, f"{up.error}\n" + "\n".join(up.diagnostics()[-5:])

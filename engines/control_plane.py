@@ -95,12 +95,15 @@ class ControlPlane:
 
     @classmethod
     def start(cls, bindir: Path, workdir: Path, *, kwok: bool = True,
-              log: Callable[[str], None] = lambda _m: None) -> "ControlPlane":
+              log: Callable[[str], None] = lambda _m: None,
+              token_webhook: Optional[Path] = None) -> "ControlPlane":
+        """``token_webhook``: a webhook kubeconfig the API server also authenticates bearer
+        tokens with (TokenReview v1, as EKS runs its IAM authenticator), after the static token."""
         workdir.mkdir(parents=True, exist_ok=True)
         plane = cls(workdir)
         atexit.register(plane.stop)
         try:
-            plane._start(bindir, kwok, log)
+            plane._start(bindir, kwok, log, token_webhook)
         except BaseException:
             plane.stop()
             raise
@@ -116,7 +119,8 @@ class ControlPlane:
         out.close()
         self.processes.append((name, process))
 
-    def _start(self, bindir: Path, kwok: bool, log: Callable[[str], None]) -> None:
+    def _start(self, bindir: Path, kwok: bool, log: Callable[[str], None],
+               token_webhook: Optional[Path] = None) -> None:
         work = self.workdir
         subprocess.run(["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt",
                         "rsa_keygen_bits:2048", "-out", str(work / "sa.key")],
@@ -152,7 +156,11 @@ class ControlPlane:
             "--authorization-mode", "Node,RBAC", "--allow-privileged=true",
             # Without it, the API server keeps publishing 127.0.0.1 as the kubernetes
             # Service's endpoint and logs that it is not in the loopback range.
-            "--endpoint-reconciler-type", "none"])
+            "--endpoint-reconciler-type", "none",
+            # No cache: each request's token is judged again (an expired one is refused).
+            *([f"--authentication-token-webhook-config-file={token_webhook}",
+               "--authentication-token-webhook-version=v1",
+               "--authentication-token-webhook-cache-ttl=0s"] if token_webhook else [])])
         self.wait_for("the API server's certificate",
                       lambda: self.ca_file.exists() and self.ca_file.stat().st_size > 0)
         self.wait_for("kube-apiserver /readyz", lambda: self.call("GET", "/readyz").status == 200,

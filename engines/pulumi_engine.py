@@ -21,6 +21,8 @@ What stays on this machine, and why each setting:
 - AWS: the engine's environment names no credentials of the caller's and sends boto3 to a
   closed loopback port unless the caller gives an endpoint (a moto server), so nothing the
   engine runs can reach a real AWS endpoint.
+- ``TMPDIR`` is a folder of the engine's own, removed with its home: what the CLI and its
+  plugins leave there (pulumi-kubernetes leaves every kubeconfig it is given) stays off /tmp.
 - Every CLI command runs in its own session with a deadline: past it, or on Ctrl-C, the
   whole group (the CLI, its language host, the program, the providers) is killed and the
   command raises, naming itself and the deadline.
@@ -178,6 +180,8 @@ class BoundedCommand(auto.PulumiCommand):
     def __init__(self, cli: Path, deadline: float):
         self.command = str(cli)
         self.deadline = deadline
+        #: The session of each CLI command run so far (its pid: the CLI leads its session).
+        self.sessions: list[int] = []
         env = {**_clean_env(os.environ), "PULUMI_SKIP_UPDATE_CHECK": "true"}
         try:
             version = subprocess.run([self.command, "version"], env=env, capture_output=True,
@@ -197,6 +201,7 @@ class BoundedCommand(auto.PulumiCommand):
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    stdin=subprocess.DEVNULL, start_new_session=True,
                                    preexec_fn=die_with_parent)
+        self.sessions.append(process.pid)
         chunks: dict[str, list[str]] = {"out": [], "err": []}
 
         def pump(stream, callback, key):
@@ -232,6 +237,12 @@ class BoundedCommand(auto.PulumiCommand):
         return result
 
 
+    def alive(self) -> list[int]:
+        """The processes still alive in the sessions of the commands run so far (none, once
+        every command has returned: each one's session is killed as it ends)."""
+        return [pid for sid in self.sessions for pid in _session_members(sid)]
+
+
 def _shown(args: list[str]) -> list[str]:
     return [a for a in args if a not in ("--non-interactive",) and not a.startswith("--event-log")
             and not a.startswith("tcp://")][:4]
@@ -260,6 +271,19 @@ def _kill_session(process: subprocess.Popen) -> None:
         process.wait(10)
     except subprocess.TimeoutExpired:
         pass
+
+
+def _carrying(variable: str) -> list[int]:
+    """The live processes whose environment has ``variable`` (``NAME=value``)."""
+    marker = variable.encode()
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
 
 
 def _session_members(sid: int) -> list[int]:
@@ -339,7 +363,8 @@ def _virtualenv_option(project_file: Path) -> str:
 class PulumiEngine:
     """The built CLI with a home, a local backend and a passphrase of its own, all under
     ``workdir``. Every command has ended when it returns (BoundedCommand), so ``close`` (or
-    leaving the ``with``) only removes the home; the backend's state stays for the test to read."""
+    leaving the ``with``) only removes the home and the processes' TMPDIR; the backend's state
+    stays for the test to read."""
 
     def __init__(self, bindir: Path, workdir: Path, *, deadline: float = 300,
                  aws_endpoint: Optional[str] = None, env: Optional[Mapping[str, str]] = None):
@@ -350,7 +375,11 @@ class PulumiEngine:
         self.workdir = workdir
         self.home = workdir / "pulumi-home"
         self.backend = workdir / "pulumi-state"
-        for folder in (self.home, self.backend):
+        # TMPDIR of the engine's processes: pulumi-resource-kubernetes writes the kubeconfig it
+        # is given to $TMPDIR/kubeconfig<n> at every Configure and never removes it
+        # (provider/pkg/provider/util.go, writeKubeconfigToFile); here it goes with ``close``.
+        self.tmp = workdir / "tmp"
+        for folder in (self.home, self.backend, self.tmp):
             folder.mkdir(parents=True, exist_ok=True)
         self.passphrase = secrets.token_hex(16)
         self.command = BoundedCommand(bindir / "pulumi", deadline)
@@ -367,6 +396,7 @@ class PulumiEngine:
             "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
             "AWS_EC2_METADATA_DISABLED": "true",
+            "TMPDIR": str(self.tmp),
             **(env or {}),
         }
 
@@ -377,7 +407,16 @@ class PulumiEngine:
         self.close()
 
     def close(self) -> None:
+        # Every command's session was killed as it ended; a process that still carries this
+        # engine's home (one that left its session, or outlived a kill of the test run) goes
+        # now. Seen once: a language host alive after its command's deadline kill.
+        for pid in _carrying(f"PULUMI_HOME={self.home}"):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         shutil.rmtree(self.home, ignore_errors=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def stack(self, project: PulumiProject, name: str, *, secrets_provider: str = "passphrase") -> "EngineStack":
         """The stack ``name`` of ``project`` in this engine's backend, made if it is new.
@@ -426,6 +465,10 @@ class EngineStack:
         files = sorted((self.engine.backend / ".pulumi" / "stacks").rglob(f"{self.name}.json"))
         return "\n".join(f.read_text() for f in files)
 
+    def _locks(self) -> list[Path]:
+        """The stack's lock files in the local backend (``.pulumi/locks/<org>/<project>/<stack>/``)."""
+        return list((self.engine.backend / ".pulumi" / "locks").glob(f"*/*/{self.name}/*.json"))
+
     def preview(self, **options) -> Run:
         return self._run("preview", self.stack.preview, **options)
 
@@ -443,11 +486,25 @@ class EngineStack:
             with lock:
                 run.events.append(Event(event, time.monotonic()))
 
+        locks_before = set(self._locks())
         started = time.monotonic()
         try:
             result = call(on_event=on_event, color="never", **options)
             run.stdout = getattr(result, "stdout", "")
             run.stderr = getattr(result, "stderr", "")
+        except EngineError as error:
+            # Past the deadline. The killed CLI's lock on the stack would refuse every later
+            # command ("the stack is currently locked"): it held it, so it goes with it.
+            for stale in set(self._locks()) - locks_before:
+                stale.unlink(missing_ok=True)
+            # Say which steps were still under way when it was stopped.
+            with lock:
+                run.events.sort(key=lambda e: e.event.sequence)
+            running = [f"{s.op} of {s.name}" for s in run.steps()
+                       if s.finished is None and s.type != "pulumi:pulumi:Stack"]
+            if running:
+                raise EngineError(f"{error} while running: {', '.join(running)}") from None
+            raise
         except auto.CommandError as error:
             run.stdout = getattr(error, "stdout", "") or ""
             run.stderr = getattr(error, "stderr", "") or ""
@@ -455,16 +512,51 @@ class EngineStack:
         run.seconds = round(time.monotonic() - started, 3)
         with lock:
             run.events.sort(key=lambda e: e.event.sequence)
+        if run.error:
+            # The CLI's text ends in "update failed" after whatever the program and its plugins
+            # printed (a traceback of the program's shutdown, say): the why is the first error
+            # the engine reported in its events, with the resource it was for.
+            for item in run.events:
+                diag = getattr(item.event, "diagnostic_event", None)
+                if diag is not None and diag.severity == "error" and \
+                        not _GENERIC.search(f"error: {diag.message.strip()}"):
+                    where = diag.urn.rsplit("::", 2)[-2:] if diag.urn else []
+                    run.error = _first_error(f"error: {diag.message}") + (
+                        f" ({where[1]}, {where[0].rsplit('$', 1)[-1]})" if len(where) == 2 else "")
+                    break
         return run
+
+
+#: The CLI's last word on a failed command, which names no cause.
+_GENERIC = re.compile(r"^error: (update|preview|destroy|refresh) failed$|Resource monitor has "
+                      r"terminated", re.I)
 
 
 def _first_error(text: str) -> str:
     """The line that says why a command failed, out of the CLI's output."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for pattern in (r"missing configuration value", r"must be of type", r"validating stack config",
-                    r"no resource plugin|could not .*plugin|plugin .* not found",
-                    r"^error:", r"Exception:|Error:"):
+                    r"no resource plugin|could not .*plugin|plugin .* not found"):
         for line in lines:
             if re.search(pattern, line, re.I):
                 return line
+    # A Python traceback (the program's or a dynamic provider's): its exception line says why,
+    # not the ``error: Traceback …`` line above it.
+    for start, line in enumerate(lines):
+        if line.endswith("Traceback (most recent call last):"):
+            for at in range(start + 1, len(lines)):
+                if re.match(r"[\w.]*(Exception|Error)\b[^ ]*: ", lines[at]):
+                    return _with_continuation(lines, at)
+            break
+    for pattern in (r"^error:", r"Exception:|Error:"):
+        for at, line in enumerate(lines):
+            if re.search(pattern, line, re.I):
+                return _with_continuation(lines, at)
     return lines[-1] if lines else "the command failed with no output"
+
+
+def _with_continuation(lines: list[str], at: int) -> str:
+    # A message line ending in a colon ("… Left:") introduces its reason on the next line.
+    if lines[at].endswith(":") and at + 1 < len(lines):
+        return f"{lines[at]} {lines[at + 1]}"
+    return lines[at]

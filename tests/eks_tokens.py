@@ -9,6 +9,10 @@ GetCallerIdentity, that does not sign ``x-k8s-aws-id``, whose ``X-Amz-Expires`` 
 ``x-k8s-aws-id`` set to *its own* cluster's name, and STS refuses a signature that does not
 cover that value. So a token minted for another cluster, or by other keys, is refused too.
 
+Where the tests point boto3 at a moto server (``AWS_ENDPOINT_URL``), a token is presigned for
+that server's URL instead of STS's, and the authenticator standing in for EKS's trusts that one
+endpoint as STS (``sts_endpoint``): every other rule is unchanged.
+
 The fakes know the test keys, so they check the signature the way STS does: botocore's SigV4
 query signing (the algorithm STS verifies) recomputed for the cluster's name at the token's
 own X-Amz-Date, compared with the token's ``X-Amz-Signature``.
@@ -39,8 +43,9 @@ def _url(token: str) -> Optional[str]:
 
 
 def problem(token: str, *, cluster: str, access_key: str, secret_key: str, region: str,
-            now: datetime.datetime) -> Optional[str]:
-    """Why the authenticator of ``cluster`` would refuse ``token`` (None: it accepts it)."""
+            now: datetime.datetime, sts_endpoint: Optional[str] = None) -> Optional[str]:
+    """Why the authenticator of ``cluster`` would refuse ``token`` (None: it accepts it).
+    ``sts_endpoint``: the one URL (scheme://host:port) trusted as STS instead of AWS's."""
     if not token.startswith(PREFIX):
         return f"not an EKS bearer token: {token[:40]!r}"
     if "=" in token:
@@ -52,7 +57,11 @@ def problem(token: str, *, cluster: str, access_key: str, secret_key: str, regio
     pairs = urllib.parse.parse_qsl(parts.query)
     query = dict(pairs)
     host = parts.hostname or ""
-    if parts.scheme != "https" or not host.startswith("sts.") or not host.endswith(".amazonaws.com"):
+    if sts_endpoint is not None:
+        trusted = urllib.parse.urlsplit(sts_endpoint)
+        if (parts.scheme, parts.netloc) != (trusted.scheme, trusted.netloc):
+            return f"not the STS endpoint {sts_endpoint}: {url}"
+    elif parts.scheme != "https" or not host.startswith("sts.") or not host.endswith(".amazonaws.com"):
         return f"not an STS URL: {url}"
     if query.get("Action") != "GetCallerIdentity" or query.get("Version") != "2011-06-15":
         return f"not GetCallerIdentity: {query}"

@@ -7,6 +7,10 @@ that ask what Kubernetes decides — admission, validation, placement.
   worker that is killed). Without the engines built, every test that asks for it is skipped,
   naming the command that builds them.
 - ``namespace``: a namespace of the test's own, made with the labels it asks for.
+- ``eks_control_plane`` (session): another control plane whose API server also takes EKS
+  bearer tokens, as an EKS cluster named ``EKS_CLUSTER`` does (tests/eks_authenticator.py, a
+  TokenReview webhook): a token the program mints with ``EKS_KEYS`` for that cluster is user
+  ``eks-lab-admin`` in ``system:masters``. An :class:`EksControlPlane`.
 
 Import the fixtures into a test module: ``from tests.real_cluster import control_plane,
 namespace  # noqa: F401``.
@@ -14,14 +18,17 @@ namespace  # noqa: F401``.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import os
 import shutil
 import sys
+from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
 import pytest
 
+from tests import eks_authenticator
 from tests.conftest import PROJECT_DIR
 
 sys.path.insert(0, str(PROJECT_DIR / "engines"))
@@ -55,6 +62,41 @@ def started(tmp_path_factory, name: str = "control-plane", **options) -> Iterato
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory) -> Iterator[ControlPlane]:
     yield from started(tmp_path_factory)
+
+
+#: The EKS cluster name the ``eks_control_plane``'s authenticator accepts tokens for.
+EKS_CLUSTER = "lab"
+EKS_REGION = "ap-northeast-2"
+#: Access key -> secret key the authenticator knows (STS would): AWS's documentation example
+#: keys, and the ``testing`` pair moto's docs and the real Pulumi engine's environment use.
+EKS_KEYS = {"AKIAIOSFODNN7EXAMPLE": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "testing": "testing"}
+
+
+@dataclass(frozen=True)
+class EksControlPlane:
+    plane: ControlPlane
+    authenticator: eks_authenticator.Authenticator
+    cluster: str = EKS_CLUSTER
+    region: str = EKS_REGION
+
+    @property
+    def endpoint(self) -> str:
+        return self.plane.url
+
+    @property
+    def certificate_authority(self) -> str:
+        """The API server's CA, base64 (as EKS's ``certificateAuthority.data``)."""
+        return base64.b64encode(self.plane.ca_file.read_bytes()).decode()
+
+
+@pytest.fixture(scope="session")
+def eks_control_plane(tmp_path_factory) -> Iterator[EksControlPlane]:
+    with eks_authenticator.serving(tmp_path_factory.mktemp("eks-authenticator"),
+                                   cluster=EKS_CLUSTER, keys=EKS_KEYS,
+                                   region=EKS_REGION) as (config, server):
+        for plane in started(tmp_path_factory, name="eks-control-plane", token_webhook=config):
+            yield EksControlPlane(plane, server)
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
 """A replacement model: which resources `pulumi up` would replace going from one offline run to
 another, by the engine's and the providers' rules, ported.
 
-- **replaceOnChanges**: a changed property named there replaces the resource (the engine).
+- **replaceOnChanges**: a changed property named there replaces the resource (the engine) —
+  on a dynamic resource only when its provider's diff leaves the changes unknown (``_roc_keys``).
+- **deletedWith**: a resource deleted with one being replaced is replaced too.
 - **Provider-forced replacement**, for the types on the hybrid hosts' input path: the
   Terraform schema's ForceNew properties that pulumi-aws inherits (pulumi/terraform-provider-aws
   internal/service/ec2/ec2_instance.go, ssm/activation.go). ``aws_instance``'s ``user_data`` is
@@ -11,11 +13,15 @@ another, by the engine's and the providers' rules, ported.
   ``__provider``, as the dynamic provider host does — with the old *outputs* as ``olds`` and the
   new inputs as ``news``.
 - **ignoreChanges**: the engine copies the old value over the new before diffing.
-- **Unknowns**: in a preview a replaced resource's outputs are unknown, so an input whose
-  property dependencies include a replaced resource is unknown, hence changed — and replaces the
-  dependent if that property forces replacement. Only custom resources are diffed. A dynamic
-  provider's ``diff`` gets what the dynamic provider host passes it: the wire's unknown sentinel
-  deserialized with ``keep_unknowns=True``, a ``pulumi.output.Unknown`` instance, not the
+- **A replaced resource's outputs**: in an up a dependent registers once the new copy exists,
+  and is diffed with what that copy really outputs (``fresh``: the run with the replaced
+  resources' new ids, ``fresh_ids_run``); an output the re-creation leaves as it was (an echoed
+  input) changes nothing — in a preview neither: a dynamic provider's planned outputs are its
+  inputs (provider_plugin.go Create, no preview support). Without ``fresh`` such an input is
+  taken as unknown, hence changed — which may replace more than the engine does. Only custom
+  resources are diffed. A dynamic provider's ``diff`` answering ``changes=False`` is a same
+  step, whatever the inputs (DiffNone). A dynamic provider's ``diff`` gets what the dynamic
+  provider host passes it: the wire's unknown sentinel deserialized with ``keep_unknowns=True``, a ``pulumi.output.Unknown`` instance, not the
   sentinel string (pulumi/pulumi sdk/python/lib/pulumi/dynamic/__main__.py ``Diff``,
   runtime/rpc.py ``deserialize_property``).
 
@@ -55,6 +61,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import datetime
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -64,12 +71,21 @@ from google.protobuf import struct_pb2
 from pulumi.output import Unknown
 from pulumi.runtime import rpc
 
-from offline.fake_cloud import FakeCloud
+from offline.fake_cloud import FROZEN_NOW, FakeCloud
 from offline.scheduling import node_config_of
 from offline.runner import ProgramRun, Registration, Secret, run_program
 
 UNKNOWN = rpc.UNKNOWN
 DYNAMIC_PREFIX = "pulumi-python:dynamic"
+
+# _roc_keys: replaceOnChanges turns the *changed keys the provider reports* into replace keys
+# (step_generator.go applyReplaceOnChanges, over DiffResult.ChangedKeys). The dynamic provider
+# host never reports any (its Diff sends changes, replaces and deleteBeforeReplace, no
+# ``diffs``: sdk/python/lib/pulumi/dynamic/__main__.py), so on a dynamic resource whose
+# provider's diff answers, replaceOnChanges replaces nothing — the change is an update. Only a
+# diff answering ``changes=None`` (DIFF_UNKNOWN) has the engine diff the inputs itself
+# (diffResource), and then replaceOnChanges applies. Checked against the real engine
+# (tests/test_real_pulumi_replacement.py).
 
 #: ForceNew top-level properties (camelCase) per type, from the Terraform schemas pulumi-aws
 #: wraps. Only what the lab sets and the hybrid hosts' inputs flow through; a changed property
@@ -159,20 +175,22 @@ def _dynamic_provider_diff(old: Registration, news: Mapping[str, Any]):
     return provider.diff(old.id, olds, news)
 
 
-def _dynamic_diff(old: Registration, news: dict[str, Any]) -> list[str]:
-    """The replacing keys the real dynamic provider's diff() answers."""
-    return list(_dynamic_provider_diff(old, news).replaces or [])
-
-
 def _changed(olds: Mapping[str, Any], news: Mapping[str, Any]) -> set[str]:
     return {k for k in set(olds) | set(news) if olds.get(k) != news.get(k)}
 
 
 def plan(old: "ProgramRun | State", new: ProgramRun,
-         replace: frozenset[str] = frozenset()) -> Plan:
+         replace: frozenset[str] = frozenset(), fresh: "ProgramRun | None" = None) -> Plan:
     """What ``pulumi up`` of ``new`` does to ``old`` (a run, or a ``State``: its current
     resources, not its pending deletes); ``replace``: the URNs given to ``--replace``, which
-    the engine replaces whatever their diff (step_generator.go isTargetedReplace)."""
+    the engine replaces whatever their diff (step_generator.go isTargetedReplace).
+
+    ``fresh``, the run whose replaced resources have their new ids and outputs
+    (``fresh_ids_run``): a dependent is diffed with the value the new copy really outputs, as
+    the engine does — an output the re-creation leaves as it was (an echoed input, a name)
+    changes nothing (checked against the real engine: tests/test_real_pulumi_replacement.py).
+    Without it an input that flows from a replaced resource is unknown, hence changed: a
+    replaced set that may hold more than the engine's."""
     result = Plan()
     olds = {r.urn: r for r in old.resources()}
     news = {r.urn: r for r in new.resources()}
@@ -184,9 +202,10 @@ def plan(old: "ProgramRun | State", new: ProgramRun,
         if before is None:
             continue
         inputs = plain(reg.inputs)
+        after = fresh.by_urn.get(reg.urn) if fresh is not None else None
         for prop, sources in reg.property_dependencies.items():
             if prop in inputs and any(s in result.replaced for s in sources):
-                inputs[prop] = UNKNOWN
+                inputs[prop] = UNKNOWN if after is None else plain(after.inputs.get(prop))
         previous = plain(before.inputs)
         for prop in reg.options.get("ignoreChanges") or []:
             if prop in previous:
@@ -198,12 +217,23 @@ def plan(old: "ProgramRun | State", new: ProgramRun,
         if reg.urn in replace:
             result.replaced[reg.urn] = ["--replace"]
             continue
+        # Deleted with a resource being replaced: replaced too, whatever its diff (the
+        # engine's diff checks this before the provider's; step_generator.go "marked for
+        # replacement because ... (its DeletedWith resource) is being replaced").
+        if (reg.options.get("deletedWith") or "") in result.replaced:
+            result.replaced[reg.urn] = ["deletedWith"]
+            continue
         if not changed and not provider_changed:
             continue
         replace_on = set(reg.options.get("replaceOnChanges") or [])
         forcing = sorted(p for p in changed if p in replace_on or "*" in replace_on)
         if reg.type.startswith(DYNAMIC_PREFIX):
-            forcing += [p for p in _dynamic_diff(before, inputs) if p not in forcing]
+            answer = _dynamic_provider_diff(before, inputs)
+            if answer.changes is False:
+                continue  # DiffNone: a same step, whatever the inputs (step_generator.go)
+            if answer.changes is not None:
+                forcing = []  # replaceOnChanges sees no changed key: _roc_keys
+            forcing += [p for p in answer.replaces or [] if p not in forcing]
         elif reg.type in FORCE_NEW:
             forcing += sorted(p for p in changed if p in FORCE_NEW[reg.type])
             unknown = sorted(changed - FORCE_NEW[reg.type] - UPDATABLE[reg.type])
@@ -271,6 +301,12 @@ class FreshIdsCloud(FakeCloud):
         if (args.typ, args.name) in self._replaced_names:
             args = copy.copy(args)
             args.name = f"{args.name}-replacement-{self.epoch}"
+            if args.inputs.get("createdAt") == "":
+                # A re-creation runs later than the creation it replaces: a provider that reads
+                # the clock (the activation's expiry) computes a new time.
+                later = datetime.datetime.strptime(FROZEN_NOW, "%Y-%m-%dT%H:%M:%SZ") + \
+                    datetime.timedelta(hours=self.epoch)
+                args.inputs = {**args.inputs, "createdAt": later.strftime("%Y-%m-%dT%H:%M:%SZ")}
         return super().new_resource(args)
 
 
@@ -407,8 +443,12 @@ def requires_replacement(reg: Registration, replace_set: set[str]) -> list[str]:
         if prop in olds:
             inputs[prop] = olds[prop]
             unknown.discard(prop)
+    roc_unknown = set(unknown)
     if reg.type.startswith(DYNAMIC_PREFIX):
-        keys = list(_dynamic_provider_diff(reg, inputs).replaces or [])
+        answer = _dynamic_provider_diff(reg, inputs)
+        keys = list(answer.replaces or [])
+        if answer.changes is not None:
+            roc_unknown = set()  # replaceOnChanges sees no changed key: _roc_keys
     elif reg.type in FORCE_NEW:
         # The bridge (a Terraform schema diff): an unknown ForceNew attribute requires a new
         # resource; so does user_data under user_data_replace_on_change (ec2_instance.go).
@@ -422,7 +462,7 @@ def requires_replacement(reg: Registration, replace_set: set[str]) -> list[str]:
             f"no replacement rule for {reg.type} ({reg.name}), whose {sorted(unknown)} come from "
             f"a resource replaced delete-first: the model does not guess")
     replace_on = set(reg.options.get("replaceOnChanges") or [])
-    keys += [p for p in sorted(unknown) if (p in replace_on or "*" in replace_on)
+    keys += [p for p in sorted(roc_unknown) if (p in replace_on or "*" in replace_on)
              and p not in keys]
     return keys
 
@@ -452,8 +492,14 @@ def steps(state: State, new: ProgramRun, fresh: ProgramRun,
           replace: frozenset[str] = frozenset()) -> list[Step]:
     """The engine's steps for ``pulumi up`` of ``new`` from ``state`` (``--replace`` of the
     URNs in ``replace``), in an order the engine may run them in; created and updated copies
-    are ``fresh``'s registrations (their new ids and outputs)."""
-    result = plan(state, new, replace)
+    are ``fresh``'s registrations (their new ids and outputs).
+
+    Which resources are replaced is decided as :func:`plan` does with ``fresh``: a dependent
+    of a replaced resource gets the value the new copy really outputs (an up's answer; the
+    real engine's, preview's too, for an output the re-creation leaves as it was: an echoed
+    input). ``fresh`` given as ``new`` itself carries no new outputs: every input from a
+    replaced resource is then unknown, which may replace more than the engine does."""
+    result = plan(state, new, replace, fresh=None if fresh is new else fresh)
     out: list[Step] = []
     deleted: set[int] = set()
     pending_now: list[Registration] = []

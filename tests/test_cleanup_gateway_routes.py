@@ -168,6 +168,8 @@ def only_client(monkeypatch, client) -> None:
     """Makes ``client`` the one EC2 client the provider can get: for REGION, default endpoint.
     (One client for the module: building an EC2 client costs ~25 ms, 700 methods.)"""
     def fake_client(service, *args, **kwargs):
+        # The cleanup's bounded client config (timeouts, retries) comes as ``config``.
+        kwargs.pop("config", None)
         assert (service, args, kwargs) == ("ec2", (), {"region_name": REGION}), (service, kwargs)
         return client
 

@@ -232,6 +232,8 @@ def aws(monkeypatch, fake_aws, clients):
     monkeypatch.delenv("AWS_ENDPOINT_URL_IAM", raising=False)
 
     def fake_client(service, *args, **kwargs):
+        # The cleanup's bounded client config (timeouts, retries) comes as ``config``.
+        kwargs.pop("config", None)
         assert service in clients and (args, kwargs) == ((), {"region_name": REGION}), \
             (service, args, kwargs)
         return clients[service]

@@ -68,14 +68,21 @@ def test_gateway_order(full):
 
 def test_hybrid_order(full):
     run, graph = full
-    hybrid_workloads = [run.named(n) for n in ("demo-echo-hybrid", "demo-prober-hybrid", "demo-burst")]
+    # Everything that runs a pod on a hybrid node: the demo's hybrid workloads, Cilium on every
+    # host, the device plugin on the GPU host (tests/test_real_pulumi_lab.py sees which ones on
+    # the real engine).
+    hybrid_workloads = [run.named(n) for n in ("demo-echo-hybrid", "demo-prober-hybrid", "demo-burst",
+                                               "hybrid-cilium-release")]
     if run.config["eks-hybrid-lab:gpuEnabled"] == "true":
-        hybrid_workloads.append(run.named("demo-vllm"))
+        hybrid_workloads += [run.named("demo-vllm"), run.named("hybrid-nvidia-release")]
     ssm_cleanup = run.named("hybrid-activation-registrations")
     activation = run.named("hybrid-activation-ssm")
     for host in hosts(run):
         for workload in hybrid_workloads:
             graph.assert_deleted_before(workload, host)
+            # The host dies in its Node cleanup's delete, before its instance's: what runs a
+            # pod on it must be gone by then.
+            graph.assert_deleted_before(workload, run.named(f"{host.name}-node"))
         graph.assert_deleted_before(host, ssm_cleanup)
         # The Node goes after its host inside the cleanup: deleted before the host, its delete
         # terminates that host (by the id it takes, only with this stack's tag) and then deletes

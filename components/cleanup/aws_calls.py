@@ -14,8 +14,14 @@ class AwsCalls(AwsSession):
     """A mixin for dynamic providers (pickled by value with them, hence ``@self_contained``).
     Clients come from ``AwsSession._aws_client``: the stack's account, not the shell's."""
 
-    #: Tries per request (the SDK's own retries happen inside each try).
+    #: Tries per request. This loop is the one retry layer: the SDK makes one try per try
+    #: here (AwsSession's client config), or its retries would multiply the waits.
     attempts: int = 6
+    sdk_attempts: int = 1
+    #: Tries per request when the endpoint did not answer in time (connect or read timeout):
+    #: one more, not ``attempts`` — an endpoint silent for a whole timeout is not a blip, and
+    #: each try costs the full timeout (AwsSession's ``read_timeout_seconds``).
+    timeout_attempts: int = 2
     #: First backoff between tries (doubles each time); tests set it to 0 on the instance.
     retry_base_seconds: float = 1.0
     #: Longest single backoff.
@@ -31,6 +37,7 @@ class AwsCalls(AwsSession):
 
         from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
         from botocore.exceptions import ConnectionError as BotoConnectionError
+        from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
 
         # A tuple, not a set: this code is pickled into the state by value, and a set's order
         # (so the pickle) changes with each process's hash seed — every preview would then see
@@ -40,7 +47,10 @@ class AwsCalls(AwsSession):
                            "InternalError", "InternalFailure", "InternalServerError",
                            "ServiceUnavailable", "Unavailable")
         why = "not attempted"
+        timeouts = 0
         for attempt in range(self.attempts):
+            if timeouts >= self.timeout_attempts:
+                return {}, f"{why} (gave up after {timeouts} tries that were not answered)"
             if attempt:
                 time.sleep(min(self.retry_max_seconds,
                                self.retry_base_seconds * 2 ** (attempt - 1)))
@@ -58,6 +68,7 @@ class AwsCalls(AwsSession):
             except (BotoConnectionError, HTTPClientError) as error:
                 # Endpoint unreachable, connection reset, timeouts: worth another try.
                 why = f"{type(error).__name__}: {error}"
+                timeouts += isinstance(error, (ConnectTimeoutError, ReadTimeoutError))
             except BotoCoreError as error:
                 # Missing credentials and the like: retrying will not help.
                 return {}, f"{type(error).__name__}: {error}"

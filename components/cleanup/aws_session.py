@@ -42,6 +42,26 @@ class AwsSession:
             local = self.__dict__.setdefault("_calls", threading.local())
         return local
 
+    #: Seconds to connect to an AWS endpoint and to wait for its answer. botocore's defaults
+    #: (60 s each, every request retried by the SDK) kept a delete waiting about half an hour
+    #: per request on an endpoint that accepts and never answers (a black-holed proxy); the
+    #: AWS calls the cleanups make answer in well under a second.
+    connect_timeout_seconds: float = 5.0
+    read_timeout_seconds: float = 20.0
+    #: Tries per request by the SDK itself (AwsCalls, which retries on top, makes it 1).
+    sdk_attempts: int = 2
+
+    def _client_config(self, config: Any = None, attempts: Optional[int] = None) -> Any:
+        """The bounded botocore config of every client a cleanup makes (``attempts`` SDK
+        tries, ``sdk_attempts`` unless given), with ``config``'s settings (if any) on top."""
+        from botocore.config import Config
+
+        bounded = Config(connect_timeout=self.connect_timeout_seconds,
+                         read_timeout=self.read_timeout_seconds,
+                         retries={"mode": "standard",
+                                  "total_max_attempts": attempts or self.sdk_attempts})
+        return bounded.merge(config) if config is not None else bounded
+
     #: The outputs' keys, in the order they are stored.
     _account_keys = ("awsProfile", "allowedAccountIds", "assumeRoles")
 
@@ -97,8 +117,10 @@ class AwsSession:
         account = getattr(call, "account", None) or {}
         session = boto3.session.Session(profile_name=account.get("awsProfile") or None,
                                         region_name=region)
+        # STS is called here directly, not through AwsCalls' retries: the SDK's two tries.
+        sts_config = self._client_config(attempts=2)
         for role in account.get("assumeRoles") or []:
-            answer = session.client("sts", region_name=region).assume_role(
+            answer = session.client("sts", region_name=region, config=sts_config).assume_role(
                 RoleArn=role["roleArn"], RoleSessionName=role.get("sessionName") or "eks-hybrid-lab")
             credentials = answer["Credentials"]
             session = boto3.session.Session(
@@ -107,7 +129,8 @@ class AwsSession:
                 aws_session_token=credentials["SessionToken"], region_name=region)
         allowed = account.get("allowedAccountIds") or []
         if allowed and check_account:
-            seen = session.client("sts", region_name=region).get_caller_identity()["Account"]
+            seen = session.client("sts", region_name=region,
+                                  config=sts_config).get_caller_identity()["Account"]
             if seen not in allowed:
                 raise self._not_allowed(seen, allowed, account.get("awsProfile"))
         sessions[key] = session
@@ -131,7 +154,7 @@ class AwsSession:
         existed."""
         import boto3
 
-        options = {"config": config} if config is not None else {}
+        options = {"config": self._client_config(config)}
         if not self._has_account():
             return boto3.client(service, region_name=region, **options)
         return self._aws_session(region).client(service, region_name=region, **options)

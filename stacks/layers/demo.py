@@ -39,8 +39,9 @@ class DemoLayer(Layer):
                  karpenter: KarpenterLayer, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("Demo", "demo", opts)
         hosts = list(hybrid.hosts.instances.values())
-        # Workloads on hybrid nodes need them (and their CNI); at delete they go first.
-        on_hybrid = [*hosts, hybrid.cilium.release]
+        # Workloads on hybrid nodes need them (and their CNI); at delete they go first — before
+        # each host's Node cleanup too, whose delete is where the host is terminated.
+        on_hybrid = [*hosts, *hybrid.hosts.node_cleanups.values(), hybrid.cilium.release]
 
         self.namespaces = {}
         for ns in [GATEWAY_NS, BURST_NS] + ([GPU_NS] if cfg.gpu_enabled else []):

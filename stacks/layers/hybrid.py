@@ -134,7 +134,10 @@ class HybridLayer(Layer):
             # The operator stays off the GPU host: it tolerates the hybrid taint only.
             hybrid_node_count=cfg.hybrid_node_count,
             operator_tolerations=[hybrid_toleration],
-            wait_for=list(self.hosts.instances.values()),
+            # Its pods run on every host: at destroy it goes before each host's Node cleanup,
+            # whose delete terminates that host (the host dies there, not at its instance's
+            # delete), so the release is not left waiting on pods of a dead node.
+            wait_for=[*self.hosts.instances.values(), *self.hosts.node_cleanups.values()],
         ), opts=self.child())
 
         self.device_plugin = None
@@ -143,7 +146,8 @@ class HybridLayer(Layer):
                 self.child_name("nvidia"),
                 NvidiaDevicePluginArgs(
                     tolerations=[hybrid_toleration, _toleration(*GPU_TAINT)],
-                    wait_for=[self.hosts.instances["gpu"], self.cilium.release]),
+                    wait_for=[self.hosts.instances["gpu"], self.hosts.node_cleanups["gpu"],
+                              self.cilium.release]),
                 opts=self.child())
 
         self.register_outputs({

@@ -133,6 +133,19 @@ def pytest_sessionstart(session):
             sys.modules.pop(f"tests.{path.stem}", None)
 
 
+#: The files whose tests take a minute or more each (the real Pulumi engine over the whole lab,
+#: endpoints that do not answer, every cleanup): run first. Collected in file order they came
+#: last, and the run ended with one worker waiting on the other's two-minute test alone; first,
+#: the other worker steals the short ones meanwhile (xdist's worksteal).
+_LONG_FIRST = ("test_real_pulumi_lab.py", "test_real_pulumi_unanswered.py",
+               "test_real_pulumi_cleanups.py", "test_real_pulumi_replacement.py")
+
+
+def pytest_collection_modifyitems(items):
+    # A stable sort: every worker collects the same order, as xdist requires.
+    items.sort(key=lambda item: item.path.name not in _LONG_FIRST)
+
+
 def pytest_collection_finish(session):
     _freeze_what_is_loaded()
 

@@ -29,6 +29,7 @@ from tests.real_cluster import EKS_CLUSTER, EKS_REGION, eks_control_plane  # noq
 from tests.real_pulumi import moto_url, pulumi_bindir  # noqa: F401
 from tests.real_pulumi_lab import (LOCAL_CHARTS, NodesJoin, lab_engine, lab_project,
                                    pods_by_resource)
+from offline.fake_cloud import FakeCloud
 from tests.conftest import PROJECT_DIR
 
 #: moto's account for any credentials; the stand-in's sts:GetCallerIdentity answers it too.
@@ -45,6 +46,19 @@ def stack_file(layer: str) -> str:
 
 def resources(state: dict, type_: str) -> list[dict]:
     return [r for r in state["checkpoint"]["latest"].get("resources", []) if r["type"] == type_]
+
+
+def made_objects(plane, state: dict) -> list[str]:
+    """The API paths of the Kubernetes objects the program made itself (not through a chart),
+    by the API server's own discovery."""
+    paths = []
+    for r in state["checkpoint"]["latest"].get("resources", []):
+        kind = r["type"].split(":")
+        if kind[0] != "kubernetes" or "helm.sh" in kind[1] or kind[1] == "providers":
+            continue
+        outputs = r.get("outputs", {})
+        paths.append(plane.path_of({k: outputs[k] for k in ("apiVersion", "kind", "metadata")}))
+    return paths
 
 
 def running(ec2) -> list[str]:
@@ -76,7 +90,20 @@ def test_every_layer_goes_up_and_destroy_takes_hybrid_pods_before_their_hosts(
         hybrid = boots.hybrid
         assert len(hybrid) == 2, boots.joined
 
-        state = json.loads(stack.state())
+        state_text = stack.state()
+        state = json.loads(state_text)
+        # The activation code (FakeCloud's, through the stand-in) is in every host's user
+        # data: the state keeps it encrypted, never in plain text.
+        code = FakeCloud(EKS_REGION)._computed("aws:ssm/activation:Activation",
+                                               "hybrid-activation-ssm", "", {})["activationCode"]
+        assert code not in state_text
+        assert any(code in json.loads(line).get("userData", "") for line in
+                   (tmp_path / "standin-journal.jsonl").read_text().splitlines())
+        # Every Kubernetes object the program made itself is on the API server.
+        objects = made_objects(plane, state)
+        assert len(objects) > 10
+        missing = [path for path in objects if plane.call("GET", path).status != 200]
+        assert missing == []
         placed = pods_by_resource(plane, state, hybrid)
         # Every hybrid host runs Cilium and demo pods, all made by the program.
         for node, owners in placed.items():
@@ -113,3 +140,8 @@ def test_every_layer_goes_up_and_destroy_takes_hybrid_pods_before_their_hosts(
     assert nodes & hybrid == set()
     namespaces = {n["metadata"]["name"] for n in plane.call("GET", "/api/v1/namespaces").body["items"]}
     assert {n for n in namespaces if n.startswith("demo-")} == set()
+    left = [path for path in objects if plane.call("GET", path).status != 404]
+    assert left == []
+    # What the charts made (their workloads) is gone with their releases.
+    assert [p["metadata"]["name"] for p in plane.call("GET", "/api/v1/pods").body["items"]
+            if p["spec"].get("nodeName") in hybrid] == []

@@ -30,6 +30,7 @@ Settings come from the environment the test gives the engine:
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import os
 import sys
@@ -43,13 +44,13 @@ from google.protobuf import empty_pb2, struct_pb2
 from pulumi.runtime import proto, rpc
 from pulumi.runtime.proto import provider_pb2_grpc
 
-from offline.fake_cloud import FakeCloud
+from offline.fake_cloud import ACCOUNT_ID, FakeCloud
 from tests.replacement import FORCE_NEW
 
 import pulumi
 
-#: The pulumi-aws release the SDK in requirements.txt matches; the engine shows it.
-VERSION = os.environ.get("STANDIN_VERSION", "7.51.1")
+#: The installed pulumi-aws SDK's version: the provider release the program's resources ask for.
+VERSION = importlib.metadata.version("pulumi_aws")
 
 
 def _plain(struct: struct_pb2.Struct) -> dict[str, Any]:
@@ -68,7 +69,7 @@ def _struct(values: dict[str, Any]) -> struct_pb2.Struct:
 class StandinAws(provider_pb2_grpc.ResourceProviderServicer):
     def __init__(self) -> None:
         self.cloud = FakeCloud(region="us-east-1",
-                               account_id=os.environ.get("STANDIN_ACCOUNT_ID", "111122223333"))
+                               account_id=os.environ.get("STANDIN_ACCOUNT_ID", ACCOUNT_ID))
         self.journal = os.environ.get("STANDIN_JOURNAL")
         self.lock = threading.Lock()
         self.default_tags: dict[str, str] = {}

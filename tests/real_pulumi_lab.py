@@ -25,7 +25,6 @@ Two seams, both outside the program's own code:
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -36,6 +35,8 @@ from typing import Optional
 
 from tests.conftest import PROJECT_DIR
 from tests.real_pulumi import PulumiEngine, PulumiProject
+
+from control_plane import KWOK_NODE_ANNOTATION  # noqa: E402 (engines/, on the path since real_pulumi)
 
 CHARTS = PROJECT_DIR.parent / "shared" / "charts"
 
@@ -135,32 +136,44 @@ def standin_bindir(dest: Path) -> Path:
     return dest
 
 
-def lab_engine(pulumi_bindir: Path, workdir: Path, plane, *, aws_endpoint: Optional[str],
+def journal_of(workdir: Path) -> Path:
+    """The stand-in AWS provider's journal of a ``lab_engine`` made in ``workdir``."""
+    return workdir / "standin-journal.jsonl"
+
+
+def read_journal(journal: Path) -> list[dict]:
+    """Each call the stand-in AWS provider was asked (tests/pulumi_aws_standin.py), in order."""
+    return [json.loads(line) for line in journal.read_text().splitlines()] if journal.exists() else []
+
+
+def state_resources(state: dict) -> list[dict]:
+    """The resources of a state file the engine wrote (``EngineStack.state``, parsed)."""
+    return state["checkpoint"]["latest"].get("resources", [])
+
+
+def lab_engine(pulumi_bindir: Path, workdir: Path, eks, *, aws_endpoint: Optional[str],
                account_id: str, deadline: float = 900) -> PulumiEngine:
     """An engine whose PATH has the stand-in AWS plugin first, whose EKS clusters report
-    ``plane``'s address and CA, and whose caller is ``account_id``."""
+    ``eks``'s (an EksControlPlane, tests/real_cluster.py) address and CA, and whose caller is ``account_id``."""
     standins = standin_bindir(workdir / "standin-bin")
     path = os.pathsep.join([str(standins), str(pulumi_bindir), str(Path(sys.prefix) / "bin"),
                             os.environ.get("PATH", "")])
     return PulumiEngine(pulumi_bindir, workdir / "engine", deadline=deadline,
                         aws_endpoint=aws_endpoint, env={
                             "PATH": path,
-                            "STANDIN_EKS_ENDPOINT": plane.url,
-                            "STANDIN_EKS_CA": base64.b64encode(plane.ca_file.read_bytes()).decode(),
-                            "STANDIN_JOURNAL": str(workdir / "standin-journal.jsonl"),
+                            "STANDIN_EKS_ENDPOINT": eks.endpoint,
+                            "STANDIN_EKS_CA": eks.certificate_authority,
+                            "STANDIN_JOURNAL": str(journal_of(workdir)),
                             "LAB_LOCAL_CHARTS": json.dumps(chart_files(workdir / "charts")),
                             "STANDIN_ACCOUNT_ID": account_id,
                         })
-
-
-KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 
 
 def kwok_node(name: str, labels: dict, taints: list[dict], cpu: str = "16") -> dict:
     """A Node kwok keeps Ready (and runs its pods), as a kubelet would."""
     resources = {"cpu": cpu, "memory": "64Gi", "pods": "110"}
     return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "annotations": dict([KWOK_ANNOTATION]),
+            "metadata": {"name": name, "annotations": dict([KWOK_NODE_ANNOTATION]),
                          "labels": {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
                                     "kubernetes.io/hostname": name, **labels}},
             "spec": {"taints": taints},
@@ -254,9 +267,8 @@ class NodesJoin:
     def _run(self) -> None:
         done = groups = 0
         while not self._stop.wait(0.3):
-            lines = self.journal.read_text().splitlines() if self.journal.exists() else []
-            for line in lines[done:]:
-                call = json.loads(line)
+            calls = read_journal(self.journal)
+            for call in calls[done:]:
                 if call["op"] == "create" and "nodeadm" in call.get("userData", ""):
                     node = joined_node(call["id"], call["userData"])
                     self.hybrid.add(node["metadata"]["name"])
@@ -271,7 +283,7 @@ class NodesJoin:
                 elif call["op"] == "delete" and call["type"] == "aws:eks/nodeGroup:NodeGroup":
                     for name in [n for n, source in self.joined.items() if source == call["id"]]:
                         self.plane.call("DELETE", f"/api/v1/nodes/{name}")
-            done = len(lines)
+            done = len(calls)
 
 
 def _owner_workload(plane, pod: dict) -> Optional[dict]:
@@ -283,9 +295,10 @@ def _owner_workload(plane, pod: dict) -> Optional[dict]:
         if not owners:
             return obj if obj is not pod else None
         owner = owners[0]
-        group = owner["apiVersion"]
-        path = f"/apis/{group}/namespaces/{namespace}/{owner['kind'].lower()}s/{owner['name']}"
-        answer = plane.call("GET", path)
+        answer = plane.call("GET", plane.path_of({"apiVersion": owner["apiVersion"],
+                                                  "kind": owner["kind"],
+                                                  "metadata": {"name": owner["name"],
+                                                               "namespace": namespace}}))
         if answer.status != 200:
             return None
         obj = answer.body
@@ -299,7 +312,7 @@ def pods_by_resource(plane, state: dict, nodes: set[str]) -> dict[str, set[str]]
     workload the program made itself, or the Helm release that made it (Helm's
     ``meta.helm.sh/release-name`` annotation), read from the API server and the state."""
     made: dict[tuple[str, str, str], str] = {}
-    for resource in state["checkpoint"]["latest"].get("resources", []):
+    for resource in state_resources(state):
         outputs = resource.get("outputs", {})
         name = resource["urn"].rsplit("::", 1)[-1]
         if resource["type"] == "kubernetes:helm.sh/v3:Release":

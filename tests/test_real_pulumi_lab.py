@@ -27,8 +27,8 @@ import pytest
 
 from tests.real_cluster import EKS_CLUSTER, EKS_REGION, eks_control_plane  # noqa: F401
 from tests.real_pulumi import moto_url, pulumi_bindir  # noqa: F401
-from tests.real_pulumi_lab import (LOCAL_CHARTS, NodesJoin, lab_engine, lab_project,
-                                   pods_by_resource)
+from tests.real_pulumi_lab import (LOCAL_CHARTS, NodesJoin, journal_of, lab_engine, lab_project,
+                                   pods_by_resource, read_journal, state_resources)
 from offline.fake_cloud import FakeCloud
 from tests.conftest import PROJECT_DIR
 
@@ -45,14 +45,14 @@ def stack_file(layer: str) -> str:
 
 
 def resources(state: dict, type_: str) -> list[dict]:
-    return [r for r in state["checkpoint"]["latest"].get("resources", []) if r["type"] == type_]
+    return [r for r in state_resources(state) if r["type"] == type_]
 
 
 def made_objects(plane, state: dict) -> list[str]:
     """The API paths of the Kubernetes objects the program made itself (not through a chart),
     by the API server's own discovery."""
     paths = []
-    for r in state["checkpoint"]["latest"].get("resources", []):
+    for r in state_resources(state):
         kind = r["type"].split(":")
         if kind[0] != "kubernetes" or "helm.sh" in kind[1] or kind[1] == "providers":
             continue
@@ -79,9 +79,9 @@ def test_every_layer_goes_up_and_destroy_takes_hybrid_pods_before_their_hosts(
                        aws_access_key_id="testing", aws_secret_access_key="testing")
 
     with eks.authenticator.trusted_sts(moto_url), \
-            lab_engine(pulumi_bindir, tmp_path, plane, aws_endpoint=moto_url,
+            lab_engine(pulumi_bindir, tmp_path, eks, aws_endpoint=moto_url,
                        account_id=ACCOUNT, deadline=600) as engine, \
-            NodesJoin(plane, tmp_path / "standin-journal.jsonl", EKS_REGION, ssm) as boots:
+            NodesJoin(plane, journal_of(tmp_path), EKS_REGION, ssm) as boots:
         stack = engine.stack(lab_project(tmp_path / "project"), "t")
         stack.write_stack_file(stack_file("demo"))
         up = stack.up()
@@ -97,8 +97,7 @@ def test_every_layer_goes_up_and_destroy_takes_hybrid_pods_before_their_hosts(
         code = FakeCloud(EKS_REGION)._computed("aws:ssm/activation:Activation",
                                                "hybrid-activation-ssm", "", {})["activationCode"]
         assert code not in state_text
-        assert any(code in json.loads(line).get("userData", "") for line in
-                   (tmp_path / "standin-journal.jsonl").read_text().splitlines())
+        assert any(code in call.get("userData", "") for call in read_journal(journal_of(tmp_path)))
         # Every Kubernetes object the program made itself is on the API server.
         objects = made_objects(plane, state)
         assert len(objects) > 10
@@ -110,7 +109,7 @@ def test_every_layer_goes_up_and_destroy_takes_hybrid_pods_before_their_hosts(
             assert "hybrid-cilium-release" in owners, (node, owners)
             assert not [o for o in owners if o.startswith("(not")], (node, owners)
         cleanups = {r["outputs"].get("instanceId"): r["urn"].rsplit("::", 1)[-1]
-                    for r in state["checkpoint"]["latest"]["resources"]
+                    for r in state_resources(state)
                     if r["type"].startswith("pulumi-python:dynamic")
                     and r.get("outputs", {}).get("instanceId")}
         hosts = {r["id"]: r["urn"].rsplit("::", 1)[-1]
@@ -135,9 +134,8 @@ def test_every_layer_goes_up_and_destroy_takes_hybrid_pods_before_their_hosts(
     # Nothing left: no instance the stack made still running in moto (the moto server of this
     # test process also holds other tests' instances), no registration in SSM, no hybrid Node,
     # none of the program's namespaces.
-    made = {json.loads(line).get("id") for line in
-            (tmp_path / "standin-journal.jsonl").read_text().splitlines()
-            if json.loads(line)["type"] == "aws:ec2/instance:Instance"} - {None}
+    made = {call.get("id") for call in read_journal(journal_of(tmp_path))
+            if call["type"] == "aws:ec2/instance:Instance"} - {None}
     assert made == set(hosts) and len(made) == 2
     assert set(running(ec2)) & made == set()
     assert ssm.ids() == set()

@@ -180,6 +180,16 @@ def kubeconfig(server: str, ca_pem: bytes) -> str:
             "contexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\n")
 
 
+def silent_kubernetes_stack(engine: PulumiEngine, tmp_path: Path, server: SilentServer, pki):
+    """A stack of the ConfigMap program, its provider's kubeconfig (a secret) naming ``server``."""
+    project = PulumiProject.program(tmp_path / "project", "silentk8s", KUBERNETES_PROVIDER,
+                                    packages=())
+    stack = engine.stack(project, "t")
+    stack.set_config({"silentk8s:kubeconfig": kubeconfig(server.url("https"), pki.ca_pem)},
+                     secret=("silentk8s:kubeconfig",))
+    return stack
+
+
 def assert_kubeconfig_contained(engine: PulumiEngine, server: SilentServer) -> None:
     """pulumi-kubernetes writes the kubeconfig it is given (here with a bearer token) to
     $TMPDIR at Configure and leaves it: it must be in the engine's own TMPDIR, which goes with
@@ -200,12 +210,8 @@ def test_pulumi_kubernetes_on_an_api_server_that_never_answers_fails_up_in_bound
     provider (stacks/layers/cluster.py) sets none. The ConfigMap then fails naming the server."""
     pki = make_pki("unanswered-ca")
     with SilentServer() as server:
-        project = PulumiProject.program(tmp_path / "project", "silentk8s", KUBERNETES_PROVIDER,
-                                        packages=())
         with PulumiEngine(pulumi_bindir, tmp_path / "engine", deadline=DEADLINE) as engine:
-            stack = engine.stack(project, "t")
-            stack.set_config({"silentk8s:kubeconfig": kubeconfig(server.url("https"), pki.ca_pem)},
-                             secret=("silentk8s:kubeconfig",))
+            stack = silent_kubernetes_stack(engine, tmp_path, server, pki)
             started = time.monotonic()
             try:
                 up = stack.up()
@@ -256,12 +262,8 @@ def test_pulumi_kubernetes_on_an_api_server_whose_tls_answers_and_http_never_doe
     (tmp_path / "tls" / "key.pem").write_bytes(pki.key_pem)
     deadline = 20
     with SilentServer(tls=tmp_path / "tls") as server:
-        project = PulumiProject.program(tmp_path / "project", "silentk8s", KUBERNETES_PROVIDER,
-                                        packages=())
         with PulumiEngine(pulumi_bindir, tmp_path / "engine", deadline=deadline) as engine:
-            stack = engine.stack(project, "t")
-            stack.set_config({"silentk8s:kubeconfig": kubeconfig(server.url("https"), pki.ca_pem)},
-                             secret=("silentk8s:kubeconfig",))
+            stack = silent_kubernetes_stack(engine, tmp_path, server, pki)
             started = time.monotonic()
             with pytest.raises(EngineError) as stopped:
                 stack.up()

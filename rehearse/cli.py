@@ -14,12 +14,13 @@ one command runs is rehearse.run.execute, a replay rehearse.run.replay."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from rehearse.run import execute as one_run
 from rehearse.run import replay
@@ -120,12 +121,39 @@ class _RootParser(_Parser):
                    namespace: Optional[argparse.Namespace] = None) -> argparse.Namespace:
         # argparse reports a subcommand's unknown option from the root parser, with the root's
         # usage: the user sees every command and not the option they meant. The subcommand
-        # they typed says it instead, with its own usage.
-        parsed, extras = self.parse_known_args(args, namespace)
+        # they typed says it instead, with its own usage. argparse also checks required options
+        # before it gives the unknown ones back, so `predict --out X` would only say --replicas
+        # is required: the first pass holds nothing required, and a mistyped option is named
+        # first; the second is argparse's own, required options and all.
+        with _nothing_required(self):
+            parsed, extras = self.parse_known_args(args, None)
         if extras:
             typed = _typed_subcommand(self, parsed)
             typed.error(_unknown_arguments(typed, extras))
-        return parsed
+        return super().parse_args(args, namespace)
+
+
+@contextlib.contextmanager
+def _nothing_required(parser: argparse.ArgumentParser) -> Iterator[None]:
+    """``parser`` and its subcommands' parsers with no required option, group or command, for
+    as long as the block runs."""
+    held: list[Any] = []
+
+    def hold(p: argparse.ArgumentParser) -> None:
+        for thing in [*p._actions, *p._mutually_exclusive_groups]:
+            if thing.required:
+                held.append(thing)
+                thing.required = False
+            if isinstance(thing, argparse._SubParsersAction):
+                for sub in thing.choices.values():
+                    hold(sub)
+
+    hold(parser)
+    try:
+        yield
+    finally:
+        for thing in held:
+            thing.required = True
 
 
 def _typed_subcommand(parser: argparse.ArgumentParser,

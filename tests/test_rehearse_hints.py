@@ -29,6 +29,17 @@ def test_a_nested_commands_unknown_option_is_answered_by_that_command(capsys):
                          "did you mean --outputs?")
 
 
+def test_an_unknown_option_is_named_before_a_missing_required_one(capsys):
+    # predict requires --replicas: argparse checks that before it returns the unknown options,
+    # so a user who typed --out (meaning --outputs) was told only that --replicas is missing.
+    lines = _error(capsys, "predict", "--out", "x.json")
+    assert lines == ["python -m rehearse predict: error: no option --out; did you mean --outputs?"]
+    # With nothing mistyped, the missing option is still argparse's own error.
+    lines = _error(capsys, "predict")
+    assert lines == ["python -m rehearse predict: error: the following arguments are required: "
+                     "--replicas (see python -m rehearse predict --help)"]
+
+
 def test_an_option_like_none_says_where_the_options_are(capsys):
     lines = _error(capsys, "failover", "--zzzzzz")
     assert len(lines) == 1, lines

@@ -169,12 +169,9 @@ def test_the_replay_reports_every_recorded_check_as_it_was_seen():
     report = outcome.analyse_run(precheck_analysis.analyse, events())
     assert [c.name for c in report.checks] == [e["name"] for e in recorded]
     for check, event in zip(report.checks, recorded):
-        # The healthy run has only PASS and WARN (below); a warning passes.
-        assert check.status == {"PASS": PASS, "WARN": PASS}[event["status"]]
-        # A warning passes, and says it warned and what it would take.
-        assert check.seen == (f"WARN: {event['detail']} ({event['fix']})"
-                              if event["status"] == "WARN" else event["detail"])
-        assert check.fix == event["fix"]
+        # The healthy run has only PASS and WARN (below): each is its own verdict.
+        assert check.status == event["status"]
+        assert check.seen == event["detail"] and check.fix == event["fix"]
         assert check.command == f"python -m ops.preflight --stack {rehearsal_evening.STACK}"
     assert report.passed
     assert report.stack == rehearsal_evening.STACK and report.command == "preflight"
@@ -213,3 +210,24 @@ def test_a_pre_check_cut_short_has_not_passed():
     assert not report.passed
     assert [c.name for c in report.checks if c.status == FAIL] == ["account"]
     assert all(c.status == PASS for c in report.checks if c.name != "account")
+
+
+def test_a_warning_is_one_verdict_on_every_line_that_shows_it(tmp_path):
+    """The replayed healthy pre-check's one warning (the account): WARN, never "PASS: WARN:",
+    in report.md, on the run's page, and in the terminal summary; the run still passes, and the
+    page puts the warning under what needs attention with its fix."""
+    report = outcome.analyse_run(precheck_analysis.analyse, events())
+    warned = next(c for c in report.checks if c.name == "account")
+    assert warned.status == "WARN" and report.passed
+    markdown = report.to_markdown()
+    assert f"**account** — WARN: {warned.seen}" in markdown
+    assert f"  - Fix: {warned.fix}" in markdown
+    report.write(tmp_path)
+    page = (tmp_path / "report.html").read_text()
+    summary = report.summary()
+    for shown in (markdown, page, summary):
+        assert "PASS: WARN" not in shown and "WARN: WARN" not in shown
+    assert f"WARN account: {warned.seen}" in summary
+    attention = page.split("<h2>Needs attention</h2>", 1)[1].split("<h2>", 1)[0]
+    assert 'data-status="WARN"' in attention and "Fix: " in attention
+    assert "1 WARN" in page.split('class="verdict"', 1)[1].split("</p>", 1)[0]

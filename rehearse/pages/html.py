@@ -23,7 +23,7 @@ STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 60em; margin: 2em auto; padding: 0 1em;
   color: #212529; line-height: 1.4; }
 .PASS, .READY { color: #1e7b34; } .FAIL, .NOT-READY, .INTERRUPTED, .FAILED-TO-FINISH,
-.COULD-NOT-RUN { color: #b02a37; } .NEVER-RUN, .NOT-RUN, .INCOMPLETE, .SKIPPED, .NOT-READ,
+.COULD-NOT-RUN { color: #b02a37; } .WARN, .NEVER-RUN, .NOT-RUN, .INCOMPLETE, .SKIPPED, .NOT-READ,
 .SKIP { color: #8a6d00; }
 table { border-collapse: collapse; margin: .5em 0; } td, th { border: 1px solid #dee2e6;
   padding: .2em .5em; vertical-align: top; text-align: left; }
@@ -91,7 +91,7 @@ def document(title: str, body: Iterable[str]) -> str:
 
 #: report.json's statuses a reader must act on, in the order to show them
 #: (rehearse.run.report.STATUSES); the others (PASS, SKIP) come after.
-ATTENTION = ("FAIL", "NOT READ")
+ATTENTION = ("FAIL", "NOT READ", "WARN")
 
 
 def said(status: str, seen: str) -> str:

@@ -18,12 +18,15 @@ from rehearse.pages.html import said
 #: ``chart``).
 REPORT_VERSION = 2
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+#: A check that passed with something the presenter should know before going on (preflight's
+#: warnings): it does not fail the run, and it is said once, as its own verdict.
+WARN = "WARN"
 #: A check whose input was never read: the run ended before it (interrupted, failed part-way)
 #: or an earlier read failed. Not a verdict on the cluster, so it carries no fix about the
 #: cluster — its ``seen`` says why it was not read — and a run with one has not passed.
 NOT_READ = "NOT READ"
 #: The statuses a check may have, in the order a reader should see them.
-STATUSES = (FAIL, NOT_READ, PASS, SKIP)
+STATUSES = (FAIL, NOT_READ, WARN, PASS, SKIP)
 
 
 
@@ -94,8 +97,8 @@ class Report:
         lines = [f"# {self.title}", "",
                  f"Stack `{self.stack}`, `python -m rehearse {self.command}`, started {self.started}. "
                  f"Result: **{'PASS' if self.passed else 'FAIL'}** "
-                 f"({sum(c.status == PASS for c in self.checks)} of {len(self.checks)} checks "
-                 "passed).",
+                 f"({sum(c.status in (PASS, WARN) for c in self.checks)} of {len(self.checks)} "
+                 "checks passed).",
                  ""]
         for c in self.charts:
             lines += [f"![{c.title}]({c.name}.png)", "", f"*{c.title}* ([SVG for slides]({c.name}.svg))", ""]
@@ -108,9 +111,9 @@ class Report:
             lines.append("")
         lines += ["## Checklist", ""]
         for c in self.checks:
-            box = {PASS: "[x]", FAIL: "[ ]", SKIP: "[-]", NOT_READ: "[?]"}[c.status]
+            box = {PASS: "[x]", WARN: "[!]", FAIL: "[ ]", SKIP: "[-]", NOT_READ: "[?]"}[c.status]
             lines.append(f"- {box} **{c.name}** — {c.status}: {said(c.status, c.seen)}")
-            if c.status == FAIL and c.fix:
+            if c.status in (FAIL, WARN) and c.fix:
                 lines.append(f"  - Fix: {c.fix}")
             if c.command:
                 lines.append(f"  - See it yourself: `{c.command}`")
@@ -188,4 +191,7 @@ class Report:
         for c in self.checks:
             if c.status == NOT_READ:
                 lines.append(f"  NOT READ {c.name}: {said(c.status, c.seen)}")
+        for c in self.checks:
+            if c.status == WARN:
+                lines.append(f"  WARN {c.name}: {c.seen}" + (f" — fix: {c.fix}" if c.fix else ""))
         return "\n".join(lines)

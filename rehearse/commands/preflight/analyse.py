@@ -6,10 +6,10 @@ from __future__ import annotations
 from rehearse.commands.preflight.kinds import CHECKED
 from rehearse.run.outcome import not_read
 from rehearse.run.record import RUN_STARTED, every, first
-from rehearse.run.report import FAIL, PASS, SKIP, Check, Report
+from rehearse.run.report import FAIL, PASS, SKIP, WARN, Check, Report
 
-#: ops.preflight's statuses as a report's: a warning passes and says so.
-STATUS = {"PASS": PASS, "WARN": PASS, "FAIL": FAIL, "SKIP": SKIP}
+#: ops.preflight's statuses as a report's: a warning passes, under its own verdict.
+STATUS = {"PASS": PASS, "WARN": WARN, "FAIL": FAIL, "SKIP": SKIP}
 
 
 def analyse(events: list[dict]) -> Report:
@@ -19,10 +19,8 @@ def analyse(events: list[dict]) -> Report:
                     "machine can hold the lab")
     for event in every(events, CHECKED):
         status = STATUS.get(event.get("status"), FAIL)
-        seen = event.get("detail", "")
-        if event.get("status") == "WARN":
-            seen = f"WARN: {seen}" + (f" ({event['fix']})" if event.get("fix") else "")
-        report.checks.append(Check(event.get("name", "?"), status, seen, event.get("fix", ""),
+        report.checks.append(Check(event.get("name", "?"), status, event.get("detail", ""),
+                                   event.get("fix", ""),
                                    "python -m ops.preflight --stack " + str(report.stack)))
     if not report.checks:
         report.checks.append(not_read("preflight", "ops.preflight's checks", events,

@@ -65,11 +65,11 @@ CHART_SOURCES: dict[tuple[str, str], ChartSource] = {
     ("oci://public.ecr.aws/eks/cilium/cilium", "1.18.8-1"): ChartSource(
         "cilium", "1.18.8", "upstream chart of the AWS build 1.18.8-1 (its own source is not public)"),
     ("oci://public.ecr.aws/karpenter/karpenter", "1.15.0"): ChartSource(
-        "karpenter", "1.14.1", "newest readable source (main after v1.14.1); the lab pins 1.15.0"),
+        "karpenter", "1.14.1", "the newest source this machine can get (main after v1.14.1)"),
     ("oci://public.ecr.aws/karpenter/karpenter-crd", "1.15.0"): ChartSource(
-        "karpenter-crd", "1.14.1", "newest readable source; the lab pins 1.15.0"),
+        "karpenter-crd", "1.14.1", "the newest source this machine can get; its CRDs differ from 1.15.0's as docs/charts.md lists"),
     ("oci://public.ecr.aws/eks/eks-hybrid-nodes-gateway", "1.0.1"): ChartSource(
-        "eks-hybrid-nodes-gateway", "1.0.0", "newest readable source; the lab pins 1.0.1"),
+        "eks-hybrid-nodes-gateway", "1.0.0", "the newest source this machine can get (tag v1.0.0)"),
     ("kyverno", "3.9.0"): ChartSource("kyverno", "3.9.0", "the pinned chart"),
     ("nvidia-device-plugin", "0.18.0"): ChartSource("nvidia-device-plugin", "0.18.0", "the pinned chart"),
 }

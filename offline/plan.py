@@ -38,7 +38,7 @@ from components.eks_versions import (EXTENDED_SUPPORT_USD_PER_HOUR, STANDARD_SUP
                                      SUPPORT_TYPE, support_window)
 from components.nodeadm import PIN_SOURCE, SSM_KEY_EXPIRES, SSM_KEY_WARN_DAYS
 from stacks.config import LAYERS, ConfigError
-from offline import chart_render, reachability, scheduling
+from offline import chart_render, plan_charts, reachability, scheduling
 from stacks.costs import READ_ON
 from stacks.costs import estimate as estimate_costs
 from stacks.costs import totals as cost_totals
@@ -151,6 +151,7 @@ def render(run: ProgramRun, out: TextIO, stack_file: Optional[Path] = None, *,
     render_nodeadm(run, out)
     _render_costs(run, out)
     _render_times(run, out)
+    plan_charts.render(run, out)
     render_scheduling(scheduling.evaluate(run), out)
     if details:
         _render_values_not_read(run, out)

@@ -90,6 +90,8 @@ class EksCluster(pulumi.ComponentResource):
     name: pulumi.Output[str]
     arn: pulumi.Output[str]
     endpoint: pulumi.Output[str]
+    #: The control plane's Kubernetes version, known once EKS has applied it.
+    version: pulumi.Output[str]
     certificate_authority: pulumi.Output[str]
     cluster_security_group_id: pulumi.Output[str]
     remote_node_cidrs: list[str]
@@ -113,6 +115,9 @@ class EksCluster(pulumi.ComponentResource):
         self.name = self.cluster.name
         self.arn = self.cluster.arn
         self.endpoint = self.cluster.endpoint
+        # The version as the cluster resource reports it once its create or upgrade is done:
+        # what node groups take theirs from, so none is upgraded before the control plane.
+        self.version = self.cluster.version
         self.certificate_authority = self.cluster.certificate_authority.apply(lambda ca: ca.data)
         self.cluster_security_group_id = self.cluster.vpc_config.apply(
             lambda vpc: vpc.cluster_security_group_id)

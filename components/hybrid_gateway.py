@@ -116,6 +116,9 @@ class GatewayNodesArgs:
     #: The hybrid nodes' security group: it gets the rules that admit VXLAN from the gateway
     #: nodes' subnets (the return path).
     peer_security_group_id: pulumi.Input[str]
+    #: The nodes' Kubernetes version (ManagedNodeGroupArgs.kubernetes_version): the control
+    #: plane's, as the cluster resource outputs it.
+    kubernetes_version: pulumi.Input[str]
     #: Tags the nodes' instances and volumes carry (ManagedNodeGroupArgs.instance_tags).
     instance_tags: Mapping[str, str] = field(default_factory=dict)
     #: What the nodes need before they join and until they have drained
@@ -158,6 +161,7 @@ class GatewayNodes(pulumi.ComponentResource):
             subnet_ids=list(args.subnet_ids),
             instance_type=args.instance_type,
             size=len(args.subnet_ids),
+            kubernetes_version=args.kubernetes_version,
             labels={NODE_LABEL: "true"},
             taints=[Taint(NODE_LABEL, "true", "NO_SCHEDULE")],
             instance_tags=args.instance_tags,

@@ -54,6 +54,11 @@ class ManagedNodeGroupArgs:
     instance_type: str
     #: The number of nodes: desired, minimum and maximum alike (nothing scales this group).
     size: int
+    #: The Kubernetes version of the nodes: the control plane's, as the cluster resource
+    #: outputs it (EksCluster.version), so a version change upgrades the group after the
+    #: control plane, as EKS requires (docs/eks-support.md#upgrades). Required: a group
+    #: without one gets the cluster's version from EKS at create and is never upgraded.
+    kubernetes_version: pulumi.Input[str]
     #: Kubernetes labels on the nodes, which workloads select them by.
     labels: Mapping[str, str] = field(default_factory=dict)
     #: Kubernetes taints on the nodes: what keeps other pods off them.
@@ -126,6 +131,9 @@ class ManagedNodeGroup(pulumi.ComponentResource):
             subnet_ids=list(args.subnet_ids),
             instance_types=[args.instance_type],
             ami_type="AL2023_ARM_64_STANDARD" if arch == "arm64" else "AL2023_x86_64_STANDARD",
+            # An in-place UpdateNodegroupVersion when it changes (not ForceNew in the AWS
+            # provider); no release_version, so EKS takes that version's latest AMI release.
+            version=args.kubernetes_version,
             capacity_type="ON_DEMAND",
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 desired_size=args.size, min_size=args.size, max_size=args.size),

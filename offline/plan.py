@@ -148,6 +148,7 @@ def render(run: ProgramRun, out: TextIO, stack_file: Optional[Path] = None, *,
     out.write("\nDestroy order (pulumi destroy; lowering upToLayer removes the layers above it)\n")
     out.write(f"  {' -> '.join(reversed(built)) if built else '(nothing)'}\n")
 
+    render_versions(run, out)
     render_nodeadm(run, out)
     _render_costs(run, out)
     _render_times(run, out)
@@ -166,6 +167,25 @@ def render(run: ProgramRun, out: TextIO, stack_file: Optional[Path] = None, *,
     if not details:
         out.write("\n--details adds the chart values the lab sets that the chart source the models "
                   "render does not read.\n")
+
+
+def render_versions(run: ProgramRun, out: TextIO) -> None:
+    """The Kubernetes version the control plane and each cloud node group are registered with:
+    a version change upgrades the control plane first, then the node groups, which may not be
+    newer (docs/eks-support.md#upgrades)."""
+    rows = [("control plane", r.name, r.inputs.get("version"))
+            for r in run.of_type("aws:eks/cluster:Cluster")]
+    rows += [("node group", r.name, r.inputs.get("version"))
+             for r in run.of_type("aws:eks/nodeGroup:NodeGroup")]
+    if not rows:
+        return
+    out.write("\nKubernetes version (the control plane is upgraded first, then the node groups: "
+              "docs/eks-support.md#upgrades)\n")
+    width = max(len(name) for _, name, _ in rows)
+    for role, name, version in rows:
+        shown = version if isinstance(version, str) else (
+            "not set: EKS picks it at create and never upgrades the group")
+        out.write(f"  {role:<13}  {name:<{width}}  {shown}\n")
 
 
 _NODEADM_RELEASE = re.compile(r"^NODEADM_URL='[^']*/releases/([^/']+)/bin/linux/", re.M)

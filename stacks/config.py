@@ -30,6 +30,7 @@ from stacks.aws_config import (AWS_NAMESPACE, HONOURED, PIN_COMMAND,  # noqa: F4
                                account_violations, account_warnings, aws_account_settings,
                                aws_provider_keys, unapplied_provider_settings,
                                unknown_provider_keys)
+from stacks.region import LAB_PARTITION, arn_partition, region_problem
 from stacks.violation import ROLE_ARN, Violation
 
 PROJECT = "eks-hybrid-lab"
@@ -314,7 +315,6 @@ _CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 _INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*[0-9][a-z0-9-]*\.[a-z0-9][a-z0-9-]*")
 _SEMVER = re.compile(r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)")
 _HF_MODEL = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-_REGION = re.compile(r"[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-\d")
 
 
 def _network(value: str) -> tuple[Optional[ipaddress.IPv4Network], Optional[str]]:
@@ -432,6 +432,13 @@ def _rule_role_arns(values):
     for item in values:
         if not ROLE_ARN.fullmatch(item):
             return None, (f"item {json.dumps(item)} is not an IAM role ARN "
+                          "(arn:aws:iam::<account>:role/<name>)")
+        if arn_partition(item) != LAB_PARTITION:
+            # Each partition has its own IAM: a role of another cannot reach this cluster
+            # (docs/configuration.md#regions).
+            return None, (f"item {json.dumps(item)} is a role of the {arn_partition(item)} "
+                          f"partition; the lab's clusters are in the {LAB_PARTITION} partition, "
+                          "whose IAM is its own: give a role of the aws partition "
                           "(arn:aws:iam::<account>:role/<name>)")
     return tuple(values), None
 
@@ -575,10 +582,10 @@ def load_config(values: Mapping[str, str], *, stack: str, region: Optional[str],
             f"this version builds only the layers {', '.join(AVAILABLE_LAYERS)}; "
             f"set upToLayer to one of them"))
 
-    if region is None or not _REGION.fullmatch(region):
-        violations.append(Violation(
-            "aws:region", region, "must be an AWS region such as ap-northeast-2 "
-            "(pulumi config set aws:region ap-northeast-2)"))
+    # A region of the aws partition only: stacks/region.py says why.
+    problem = region_problem(region)
+    if problem:
+        violations.append(Violation("aws:region", region, problem))
 
     if violations:
         raise ConfigError(violations)

@@ -84,6 +84,9 @@ CORPUS = [
     Case("az-count-5", with_line("availabilityZoneCount", "5"), "availabilityZoneCount", refused="the program"),
     Case("bad-cidr", with_line("cloudVpcCidr", "10.0.0.300/16"), "cloudVpcCidr", refused="the program"),
     Case("burst-scenario-D", with_line("burstScenario", '"D"'), "burstScenario", refused="the program"),
+    # EKS Hybrid Nodes is not offered in GovCloud: stacks/region.py refuses its regions.
+    Case("govcloud-region", DEV.replace("aws:region: ap-northeast-2", "aws:region: us-gov-west-1"),
+         "region", refused="the program"),
 ]
 
 _CLI_KEY = re.compile(r"(?:configuration key|missing configuration values?) '(?:[\w-]+:)?(\w+)'")

@@ -106,12 +106,19 @@ FORCE_NEW: dict[str, frozenset[str]] = {
 FORCE_NEW["aws:eks/cluster:Cluster"] = frozenset({
     # internal/service/eks/cluster.go: name, bootstrap_self_managed_addons are ForceNew.
     "name", "bootstrapSelfManagedAddons"})
+FORCE_NEW["aws:eks/nodeGroup:NodeGroup"] = frozenset({
+    # internal/service/eks/node_group.go: these are ForceNew; version and release_version are
+    # Optional+Computed, updated in place (UpdateNodegroupVersion).
+    "amiType", "capacityType", "clusterName", "diskSize", "instanceTypes", "nodeGroupName",
+    "nodeGroupNamePrefix", "nodeRoleArn", "remoteAccess", "subnetIds"})
 #: Nested ForceNew fields: (property, field).
 FORCE_NEW_NESTED: dict[str, frozenset[tuple[str, str]]] = {
     "aws:ec2/instance:Instance": frozenset({("rootBlockDevice", "encrypted"),
                                             ("rootBlockDevice", "kmsKeyId")}),
     "aws:eks/cluster:Cluster": frozenset({("accessConfig",
                                            "bootstrapClusterCreatorAdminPermissions")}),
+    # launch_template.0.id / .name are ForceNew; its version is updated in place.
+    "aws:eks/nodeGroup:NodeGroup": frozenset({("launchTemplate", "id"), ("launchTemplate", "name")}),
 }
 #: Properties the same schemas update in place (no ForceNew). A changed property of a type
 #: above that is in neither set is reported as unmodelled, not guessed.
@@ -123,6 +130,9 @@ UPDATABLE: dict[str, frozenset[str]] = {
     "aws:ssm/activation:Activation": frozenset(),
     # version: an in-place upgrade (UpdateClusterVersion).
     "aws:eks/cluster:Cluster": frozenset({"version", "tags", "accessConfig"}),
+    "aws:eks/nodeGroup:NodeGroup": frozenset({
+        "version", "releaseVersion", "launchTemplate", "labels", "scalingConfig", "taints",
+        "updateConfig", "tags", "forceUpdateVersion", "nodeRepairConfig"}),
 }
 
 

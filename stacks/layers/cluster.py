@@ -101,6 +101,8 @@ class ClusterLayer(Layer):
             subnet_ids=network.cloud.private_subnet_ids,
             instance_type=cfg.system_node_instance_type,
             size=SYSTEM_NODE_COUNT,
+            # Follows kubernetesVersion, once the control plane runs it.
+            kubernetes_version=self.eks.version,
             labels={"role": "system"},
             instance_tags=cfg.lab_tag,
             # Nodes cannot join without egress (ECR, EKS) or become Ready without the CNI;

@@ -35,6 +35,8 @@ class GatewayLayer(Layer):
             subnet_ids=network.cloud.private_subnet_ids[:GATEWAY_NODE_COUNT],
             subnet_cidrs=network.cloud.private_subnet_cidrs[:GATEWAY_NODE_COUNT],
             instance_type=cfg.gateway_instance_type,
+            # Follows kubernetesVersion, once the control plane runs it.
+            kubernetes_version=cluster.eks.version,
             peer_cidr=network.remote_node_cidr,
             peer_security_group_id=hybrid.hosts.security_group.id,
             instance_tags=cfg.lab_tag,

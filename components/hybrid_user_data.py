@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 import yaml
 
@@ -37,6 +38,12 @@ NODEADM_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
 JOIN_DEADLINE_SECONDS = (CREATE_TIMEOUT_MINUTES + 10) * 60
 #: Pause between two tries of nodeadm init while the cluster is not ready.
 JOIN_RETRY_SECONDS = 20
+#: The image prefetch's wait ends this long before the join deadline, and stops the pulls still
+#: running: what JOIN_DEADLINE_SECONDS allows after the control plane's create timeout (the
+#: access entry, IAM, nodeadm init's tries) is left to the join, so a pull that hangs cannot hold
+#: the join past its deadline, and one that ends within the control plane's worst case is waited
+#: for.
+PREFETCH_RESERVE_SECONDS = JOIN_DEADLINE_SECONDS - CREATE_TIMEOUT_MINUTES * 60
 #: Hex digits of a boot generation (48 bits: a collision between two generations of one host
 #: is not a practical concern, and the value fits a label next to others).
 GENERATION_DIGITS = 12
@@ -89,6 +96,29 @@ def normalized_image(reference: str) -> str:
     return f"{domain}/{path}{at}{digest}"
 
 
+@dataclass(frozen=True)
+class JoinTiming:
+    """How long the join script tries, in seconds from its start (None: the module's values,
+    read when rendering). Tests render with short ones; a host boots with the defaults."""
+    deadline_seconds: Optional[int] = None
+    retry_seconds: Optional[int] = None
+    prefetch_reserve_seconds: Optional[int] = None
+
+    def resolved(self) -> tuple[int, int, int]:
+        deadline = JOIN_DEADLINE_SECONDS if self.deadline_seconds is None else self.deadline_seconds
+        retry = JOIN_RETRY_SECONDS if self.retry_seconds is None else self.retry_seconds
+        reserve = (PREFETCH_RESERVE_SECONDS if self.prefetch_reserve_seconds is None
+                   else self.prefetch_reserve_seconds)
+        for name, value in (("join deadline", deadline), ("join retry pause", retry),
+                            ("prefetch reserve", reserve)):
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name} {value!r} s: must be a whole number of seconds, at least 1")
+        if reserve >= deadline:
+            raise ValueError(f"prefetch reserve {reserve} s: must be shorter than the join "
+                             f"deadline ({deadline} s), or no pull is waited for")
+        return deadline, retry, reserve
+
+
 def node_config(host: HostBootstrap) -> dict:
     """The nodeadm NodeConfig (node.eks.aws/v1alpha1) for SSM hybrid credentials."""
     flags = []
@@ -117,7 +147,8 @@ def _fill(template: str, values: Mapping[str, str]) -> str:
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
 
-def render_user_data(host: HostBootstrap) -> str:
+def render_user_data(host: HostBootstrap, timing: JoinTiming = JoinTiming()) -> str:
+    deadline, retry, reserve = timing.resolved()
     for name in ("cluster_name", "kubernetes_version"):
         if not _SHELL_SAFE.fullmatch(getattr(host, name)):
             raise ValueError(f"{name} {getattr(host, name)!r} is not safe to put in a shell script")
@@ -130,7 +161,8 @@ def render_user_data(host: HostBootstrap) -> str:
     prefetch_start, prefetch_wait = (
         ((TEMPLATES / "hybrid-host-prefetch.sh").read_text().rstrip().replace(
             "{{ prefetch_images }}", " ".join(f"'{image}'" for image in images)),
-         (TEMPLATES / "hybrid-host-prefetch-wait.sh").read_text().rstrip()) if images
+         (TEMPLATES / "hybrid-host-prefetch-wait.sh").read_text().rstrip().replace(
+             "{{ prefetch_reserve_seconds }}", str(reserve))) if images
         else ("# No image to pull ahead.", "# No image pull to wait for."))
     # The GPU host installs its driver and toolkit before the join and configures the runtime
     # after it (templates/hybrid-host-gpu-install.sh, hybrid-host-gpu.sh).
@@ -142,8 +174,12 @@ def render_user_data(host: HostBootstrap) -> str:
         "cluster_name": host.cluster_name,
         "kubernetes_version": host.kubernetes_version,
         "nodeadm_url": nodeadm_url(NODEADM_VERSION, NODEADM_ARCH[host.architecture]),
-        "join_deadline_seconds": str(JOIN_DEADLINE_SECONDS),
-        "join_retry_seconds": str(JOIN_RETRY_SECONDS),
+        "join_deadline_seconds": str(deadline),
+        "join_retry_seconds": str(retry),
+        # For the script's output filter only (templates/hybrid-host.sh, redact_output); quoted
+        # for the shell whatever they hold.
+        "activation_code": shlex.quote(host.activation_code),
+        "activation_id": shlex.quote(host.activation_id),
         "node_config": yaml.safe_dump(node_config(host), sort_keys=False).rstrip(),
         "gpu_install": gpu_install,
         "gpu_setup": gpu_setup,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import shlex
 import json
 
 import jsonschema
@@ -325,7 +326,9 @@ def test_each_host_has_a_node_cleanup_selecting_exactly_its_node(lab):
         script = host.inputs["userData"].value
         generation = host_token.inputs["generation"]
         booted = script.replace(f",eks-hybrid-lab.io/cleanup={token}", "").replace(
-            f"activationCode: {activation.outputs['activationCode']}", "activationCode: ''")
+            f"activationCode: {activation.outputs['activationCode']}", "activationCode: ''").replace(
+            f"ACTIVATION_CODE={shlex.quote(activation.outputs['activationCode'])}\n",
+            "ACTIVATION_CODE=''\n")
         digest = hashlib.sha256(booted.encode())
         digest.update(f"\0subnet_id={lan.id}".encode())
         assert generation == digest.hexdigest()[:12]

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from components.demos import VLLM
-from components.hybrid_user_data import (TEMPLATES, HostBootstrap, boot_generation, node_config,
+from components.hybrid_user_data import (PREFETCH_RESERVE_SECONDS, TEMPLATES, HostBootstrap,
+                                         JoinTiming, boot_generation, node_config,
                                          normalized_image, render_user_data)
 from components.nodeadm import NODEADM_VERSION, SSM_KEY_EXPIRES, nodeadm_url
 
@@ -93,7 +94,8 @@ def test_the_join_steps_in_order():
         "retry 10 fetch_nodeadm\n",
         'retry 5 nodeadm install "$KUBERNETES_VERSION" --credential-provider ssm',
         "<<'NODECONFIG'",
-        'until nodeadm init -c "file://$NODE_CONFIG"; do',
+        'nodeadm init -c "file://$NODE_CONFIG" 2>&1 | read_init_output',
+        "until init_node; do",
         "\njoin\n",
     ]
     positions = [script.index(step) for step in steps]
@@ -271,7 +273,7 @@ def test_gpu_driver_and_toolkit_are_installed_before_the_join_and_the_runtime_af
     utils = _first(lines, r'retry \d+ apt-get install -y --no-install-recommends "nvidia-utils-\$branch"')
     driver_call = _first(lines, r"install_nvidia_driver")
     toolkit = _first(lines, r"retry \d+ apt-get install -y nvidia-container-toolkit")
-    init = _first(lines, r'until nodeadm init -c "file://\$NODE_CONFIG"; do')
+    init = _first(lines, r'until init_node; do')
     runtime = _first(lines, r"nvidia-ctk runtime configure --runtime=containerd --set-as-default")
     restart = _first(lines, r"systemctl restart containerd")
     reboot_check = _first(lines, r"if ! nvidia-smi; then")
@@ -315,8 +317,8 @@ def test_the_gpu_host_pulls_the_vllm_deployments_image_before_the_join(lab):
     install = _first(lines, r'retry \d+ nodeadm install .*')
     started = _first(lines, r"prefetch_images &")
     driver = _first(lines, r"install_nvidia_driver")
-    waited = _first(lines, r'if wait "\$PREFETCH_PID"; then')
-    init = _first(lines, r'until nodeadm init -c "file://\$NODE_CONFIG"; do')
+    waited = _first(lines, r'while prefetch_running && .*; do')
+    init = _first(lines, r'until init_node; do')
     assert install < started < driver < waited < init
     # The plain hosts pull nothing ahead.
     plain = run.named("hybrid-hosts-node-0").inputs["userData"].value
@@ -335,13 +337,14 @@ def _prefetch(tmp_path, pull_status: int):
     start = (TEMPLATES / "hybrid-host-prefetch.sh").read_text()
     start = start.replace("{{ prefetch_images }}", f"'{normalized_image(VLLM)}'")
     assert start.rstrip() in script
-    wait = (TEMPLATES / "hybrid-host-prefetch-wait.sh").read_text().rstrip()
+    wait = (TEMPLATES / "hybrid-host-prefetch-wait.sh").read_text().rstrip().replace(
+        "{{ prefetch_reserve_seconds }}", str(PREFETCH_RESERVE_SECONDS))
     assert wait in script
     retry = re.search(r"^retry\(\) \{.*?^\}\n", script, re.S | re.M).group(0)
     probe = tmp_path / "prefetch.sh"
     probe.write_text(
         "set -euo pipefail\nlog() { echo \"log: $*\"; }\nsleep() { :; }\n"
-        f"CALLS={tmp_path}/ctr\n"
+        f"CALLS={tmp_path}/ctr\nJOIN_DEADLINE=$(($(date +%s) + 3600))\n"
         f'ctr() {{ echo "$*" >> "$CALLS"; echo "progress line"; return {pull_status}; }}\n'
         "systemctl() { :; }\n" + retry + start + "\necho driver-installed\n" + wait +
         "\necho joining\n")
@@ -551,3 +554,54 @@ def test_the_node_is_labelled_with_its_instance_id(tmp_path):
 def test_no_instance_id_stops_before_the_join(tmp_path):
     status, output, _ = _write_node_config(tmp_path, "")
     assert status == 1 and "cannot label the Node; not joining" in output
+
+
+# --- what the join script's filter knows, and its timing --------------------------------------
+
+@pytest.mark.parametrize("code", ["Qm7+Vt2/Kx9pLw4rZs8N", "a: b # c\n'NODECONFIG'", "it's $(id) `id` \\"])
+def test_the_filter_gets_the_code_as_it_is(tmp_path, code):
+    """The output filter (templates/hybrid-host.sh, redact_output) holds the code in a shell
+    variable: whatever the code, the shell reads back exactly it, and runs nothing in it."""
+    script = render_user_data(HostBootstrap(**{**BASE.__dict__, "activation_code": code}))
+    [line] = re.findall(r"^ACTIVATION_CODE=.*?(?=^\w+=)", script, re.S | re.M)
+    probe = tmp_path / "probe.sh"
+    probe.write_text(line + 'printf %s "$ACTIVATION_CODE"\n')
+    done = subprocess.run(["bash", str(probe)], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout == code, done.stderr
+
+
+@pytest.mark.parametrize("timing,message", [
+    (JoinTiming(deadline_seconds=0), "join deadline 0 s: must be a whole number of seconds, at least 1"),
+    (JoinTiming(retry_seconds=1.5), "join retry pause 1.5 s: must be a whole number of seconds, at least 1"),
+    (JoinTiming(deadline_seconds=60, prefetch_reserve_seconds=60),
+     "prefetch reserve 60 s: must be shorter than the join deadline (60 s), or no pull is waited for"),
+])
+def test_join_timing_refuses_what_cannot_work(timing, message):
+    with pytest.raises(ValueError) as refused:
+        render_user_data(GPU, timing)
+    assert str(refused.value) == message
+
+
+def test_the_prefetch_leaves_the_join_what_follows_the_control_planes_worst_case():
+    """The prefetch's wait ends when the control plane's create timeout has passed (counted from
+    the script's start, which is later than the cluster's), leaving the join the rest of its
+    deadline: the 10 minutes JOIN_DEADLINE_SECONDS allows after the control plane."""
+    from components.eks_cluster import CREATE_TIMEOUT_MINUTES
+    from components.hybrid_user_data import JOIN_DEADLINE_SECONDS
+    assert JOIN_DEADLINE_SECONDS - PREFETCH_RESERVE_SECONDS == CREATE_TIMEOUT_MINUTES * 60
+    script = render_user_data(GPU)
+    assert f"PREFETCH_UNTIL=$((JOIN_DEADLINE - {PREFETCH_RESERVE_SECONDS}))" in script
+
+
+#: "User data is limited to 16 KB, in raw form, before it is base64-encoded" (Amazon EC2 User
+#: Guide, Work with instance user data: considerations).
+USER_DATA_LIMIT = 16 * 1024
+
+
+def test_every_hosts_user_data_fits_ec2s_limit(lab):
+    run = lab(gpuEnabled=True)
+    sizes = {r.name: len(r.inputs["userData"].value.encode()) for r in run.registrations
+             if r.type == "aws:ec2/instance:Instance" and "userData" in r.inputs
+             and "nodeadm" in str(r.inputs["userData"].value)}
+    assert "hybrid-hosts-gpu" in sizes
+    assert max(sizes.values()) <= USER_DATA_LIMIT, sizes

@@ -3,7 +3,37 @@
 # joins: nodeadm with SSM hybrid activation credentials. Rendered by
 # components/hybrid_user_data.py; cloud-init runs it once, as root, at first boot.
 set -euo pipefail
-exec > >(tee -a /var/log/eks-hybrid-lab-join.log) 2>&1
+shopt -s lastpipe  # init_node reads nodeadm's output in this shell
+# The activation code is a credential: it goes only into the root-only NodeConfig. Every line
+# printed here (nodeadm logs the `amazon-ssm-agent -register -code ... -id ...` it retries)
+# passes redact_output, which takes the code out before the root-only join log and the id too
+# before cloud-init's output (its log and the EC2 console). docs/hybrid-nodes.md#the-join-log.
+JOIN_LOG=/var/log/eks-hybrid-lab-join.log
+ACTIVATION_CODE={{ activation_code }}
+ACTIVATION_ID={{ activation_id }}
+# The code as printed, and as nodeadm's JSON log escapes it (zap: backslash, quote, controls);
+# nodeadm refuses a code with a line break (internal/node/hybrid/validator.go).
+code_forms() {
+  local json=${ACTIVATION_CODE//\\/\\\\}
+  json=${json//\"/\\\"}
+  json=${json//$'\t'/\\t}
+  json=${json//$'\r'/\\r}
+  CODE_FORMS=()
+  if [ -n "$ACTIVATION_CODE" ]; then CODE_FORMS=("$json" "$ACTIVATION_CODE"); fi
+}
+redact_output() {
+  local line form
+  code_forms
+  while IFS= read -r line || [ -n "$line" ]; do
+    for form in "${CODE_FORMS[@]}"; do line=${line//"$form"/'[activation code]'}; done
+    printf '%s\n' "$line" >&3 || true  # a full disk does not stop the console's copy
+    if [ -n "$ACTIVATION_ID" ]; then line=${line//"$ACTIVATION_ID"/'[activation id]'}; fi
+    printf '%s\n' "$line"
+  done
+}
+(umask 077 && : >> "$JOIN_LOG")
+chmod 0600 "$JOIN_LOG"
+exec > >(redact_output 3>> "$JOIN_LOG") 2>&1
 STARTED=$(date +%s)
 
 CLUSTER_NAME='{{ cluster_name }}'
@@ -116,10 +146,28 @@ fi
 JOIN_DEADLINE=$((STARTED + {{ join_deadline_seconds }}))
 {{ prefetch_wait }}
 
+# One try of nodeadm init, its output read for the refusal no later try gets past: SSM's
+# RegistrationLimitExceeded (docs/hybrid-nodes.md#the-join-log cites where it is printed).
+init_node() {
+  REGISTRATION_LIMIT_REACHED=0
+  nodeadm init -c "file://$NODE_CONFIG" 2>&1 | read_init_output
+}
+read_init_output() {
+  local line
+  while IFS= read -r line || [ -n "$line" ]; do
+    printf '%s\n' "$line"
+    case $line in *RegistrationLimitExceeded*) REGISTRATION_LIMIT_REACHED=1 ;; esac
+  done
+}
+
 join() {
   local n=1
   log "joining $CLUSTER_NAME (trying until $(date -u -d "@$JOIN_DEADLINE" +%FT%TZ))"
-  until nodeadm init -c "file://$NODE_CONFIG"; do
+  until init_node; do
+    if [ "$REGISTRATION_LIMIT_REACHED" = 1 ]; then
+      log "not joining: SSM refused to register this host, activation $ACTIVATION_ID has reached its registration limit (RegistrationLimitExceeded) and no retry can pass it. Renew it with \`pulumi config set activationGeneration N+1\` (N: the current value), which replaces the activation and the hybrid hosts"
+      return 1
+    fi
     if [ "$(date +%s)" -ge "$JOIN_DEADLINE" ]; then
       log "giving up: EKS cluster $CLUSTER_NAME did not accept this node by $(date -u -d "@$JOIN_DEADLINE" +%FT%TZ)"
       return 1

@@ -112,6 +112,6 @@ class AwsAccount:
         from components.cleanup.aws_session import AwsSession
 
         maker = AwsSession()
-        maker._account_props(self.cleanup_inputs())
-        return maker._aws_session(region, check_account=check_account)
+        return maker._aws_session(region, maker._account(self.cleanup_inputs()),
+                                  check_account=check_account)
 

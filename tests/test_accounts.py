@@ -214,7 +214,7 @@ def karpenter_delete(props: dict) -> None:
     provider = KarpenterLeftoverCleanupProvider()
     provider.poll_seconds = provider.retry_base_seconds = 0
     # Instances are what this is about: moto lacks ListInstanceProfileTags.
-    provider._clean_instance_profiles = lambda region, cluster: []
+    provider._clean_instance_profiles = lambda region, cluster, account: []
     provider.delete(f"karpenter-leftovers-{CLUSTER}",
                     {"region": REGION, "clusterName": CLUSTER, **props})
 
@@ -269,10 +269,10 @@ def signing_key(token: str) -> str:
 
 def test_the_eks_token_is_signed_with_the_stored_profile(aws_files):
     api = KubernetesApi()
-    api._account_props({"awsProfile": "keys"})
-    assert signing_key(api._bearer_token(CLUSTER, REGION)) == KEYS_KEY
+    assert signing_key(api._bearer_token(CLUSTER, REGION,
+                                         api._account({"awsProfile": "keys"}))) == KEYS_KEY
     # A state without the settings: the environment's keys, as before.
-    assert signing_key(KubernetesApi()._bearer_token(CLUSTER, REGION)) == ENV_KEY
+    assert signing_key(api._bearer_token(CLUSTER, REGION, api._account({}))) == ENV_KEY
 
 
 @pytest.mark.parametrize("provider, props", [

@@ -362,7 +362,8 @@ def test_resource_registers_public_outputs(tmp_path):
 def test_a_cluster_deleted_outside_pulumi_leaves_nothing_to_clean(pki, provider, monkeypatch):
     # The API server does not answer, and EKS says the cluster is gone: the Nodes went with it.
     asked = []
-    monkeypatch.setattr(provider, "_cluster_is_gone", lambda name, region: asked.append(name) or True)
+    monkeypatch.setattr(provider, "_cluster_is_gone",
+                        lambda name, region, _account: asked.append(name) or True)
     provider.attempts = 1
     props = {"clusterName": CLUSTER, "region": "ap-northeast-2", "endpoint": "https://127.0.0.1:9",
              "certificateAuthority": pki.ca_b64, "labelSelector": SELECTOR,
@@ -390,7 +391,7 @@ def test_cluster_is_gone_only_when_eks_says_not_found(provider, monkeypatch, ans
                                  expected_params={"name": "lab"})
     stubber.activate()
     monkeypatch.setattr(boto3, "client", lambda *a, **k: eks)
-    assert provider._cluster_is_gone("lab", "ap-northeast-2") is gone
+    assert provider._cluster_is_gone("lab", "ap-northeast-2", provider._account({})) is gone
     stubber.assert_no_pending_responses()
 
 

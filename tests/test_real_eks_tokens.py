@@ -45,13 +45,19 @@ def nodes_status(eks, token: str) -> int:
         return error.code
 
 
+def program_token(cluster_name: str, region: str) -> str:
+    """The token the cleanups mint, with the environment's credentials (no account settings)."""
+    api = KubernetesApi()
+    return api._bearer_token(cluster_name, region, api._account({}))
+
+
 def review_of(eks, token: str):
     return [r for r in eks.authenticator.reviews if r.token == token]
 
 
 def test_the_programs_token_opens_the_cluster_it_names(eks_control_plane, test_keys):  # noqa: F811
     eks = eks_control_plane
-    token = KubernetesApi()._bearer_token(EKS_CLUSTER, EKS_REGION)
+    token = program_token(EKS_CLUSTER, EKS_REGION)
     assert nodes_status(eks, token) == 200
     assert [r.authenticated for r in review_of(eks, token)] == [True]
     # The program's own client (the cleanups' CA-pinned opener and retried call) gets through
@@ -71,7 +77,7 @@ def test_the_programs_token_opens_the_cluster_it_names(eks_control_plane, test_k
 
 def test_a_token_for_another_cluster_is_refused(eks_control_plane, test_keys):  # noqa: F811
     eks = eks_control_plane
-    token = KubernetesApi()._bearer_token("not-" + EKS_CLUSTER, EKS_REGION)
+    token = program_token("not-" + EKS_CLUSTER, EKS_REGION)
     assert nodes_status(eks, token) == 401
     [review] = review_of(eks, token)
     assert not review.authenticated and "signature does not match" in review.reason
@@ -80,7 +86,7 @@ def test_a_token_for_another_cluster_is_refused(eks_control_plane, test_keys):  
 def test_a_token_signed_by_other_keys_is_refused(eks_control_plane, monkeypatch,
                                                   test_keys):  # noqa: F811
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-" + SECRET_KEY)
-    token = KubernetesApi()._bearer_token(EKS_CLUSTER, EKS_REGION)
+    token = program_token(EKS_CLUSTER, EKS_REGION)
     assert nodes_status(eks_control_plane, token) == 401
 
 
@@ -91,7 +97,7 @@ def test_an_expired_token_is_refused(eks_control_plane, monkeypatch, test_keys):
         - datetime.timedelta(minutes=16)
     with monkeypatch.context() as patched:
         patched.setattr(botocore.auth, "get_current_datetime", lambda *a, **k: then)
-        token = KubernetesApi()._bearer_token(EKS_CLUSTER, EKS_REGION)
+        token = program_token(EKS_CLUSTER, EKS_REGION)
     assert nodes_status(eks_control_plane, token) == 401
     [review] = review_of(eks_control_plane, token)
     assert "expired" in review.reason

@@ -4,6 +4,18 @@
 ``pulumi destroy`` runs a cleanup's ``delete`` with the environment of the shell it is started
 from. Without these settings in its outputs, a destroy from a shell pointed at another account
 would look there, find nothing, and call the stack clean while its instances run on.
+
+Nothing a call knows is kept on the provider object, not even per thread: each call makes its
+account (``_account``) from its own props and hands it down to every helper that calls AWS or
+signs a token. The dynamic provider host unpickles a provider once per distinct pickle and gives
+that one object to every call (the pulumi SDK's pulumi/dynamic/__main__.py, read at 3.272.0:
+``get_provider`` keeps it in ``_PROVIDER_CACHE``), serving the engine's calls on the worker
+threads of its gRPC server (``main``: ``futures.ThreadPoolExecutor(max_workers=4)``); and every
+cleanup of a class pickles to the same bytes, so the three Karpenter cleanups of a destroy
+delete at once on one object. State on the object let them use each other's account (seen under
+the real engine: tests/test_real_pulumi_cleanups.py); state kept per thread is lost as soon as
+a call hands work to another thread, whose helper then acts with the shell's credentials
+(tests/test_cleanup_call_state.py).
 """
 
 from __future__ import annotations
@@ -17,30 +29,13 @@ from components.cleanup.self_contained import self_contained
 class AwsSession:
     """A mixin for dynamic providers (pickled by value with them, hence ``@self_contained``).
 
-    ``_account_props`` is called with every call's props (each provider's ``check_props``, or
-    ``delete`` itself): it returns the account outputs to store and remembers them for this
-    call's sessions, so the mixins' helpers that get only a cluster name and a region
-    (``_bearer_token``, ``_cluster_is_gone``) act in the same account. Props without the keys
-    (a state stored before they existed) mean the environment's credentials, as before.
-
-    What a call remembers is kept per thread, never on the provider object itself: the dynamic
-    provider host unpickles a provider once per distinct pickle and shares that object between
-    the engine's concurrent calls (pulumi/dynamic/__main__.py, ``_PROVIDER_CACHE``), and every
-    cleanup of a class pickles to the same bytes. Seen under the real engine: of three
-    Karpenter cleanups deleting at once, the one pinned to another account terminated its
-    instances with a session another call had checked (tests/test_real_pulumi_cleanups.py).
-    The host serves each call on one thread of its gRPC server, start to end.
+    ``_account_props`` checks the account settings among a call's props and returns the ones
+    to store in its outputs. ``_account`` makes a call's account from them: the settings and a
+    cache of the sessions made with them, for that call alone. Each call (``create``,
+    ``update``, ``delete``) that calls AWS makes one and passes it to ``_aws_session``,
+    ``_aws_client``, ``_bearer_token``, ``_cluster_is_gone`` and its own helpers. Props without
+    the keys (a state stored before they existed) mean the environment's credentials, as before.
     """
-
-    def _this_call(self) -> Any:
-        """The calling thread's state: its account settings and its sessions."""
-        import threading
-
-        local = self.__dict__.get("_calls")
-        if local is None:
-            # setdefault is one step under the GIL: two first calls get the same object.
-            local = self.__dict__.setdefault("_calls", threading.local())
-        return local
 
     #: Seconds to connect to an AWS endpoint and to wait for its answer. botocore's defaults
     #: (60 s each, every request retried by the SDK) kept a delete waiting about half an hour
@@ -66,7 +61,8 @@ class AwsSession:
     _account_keys = ("awsProfile", "allowedAccountIds", "assumeRoles")
 
     def _account_props(self, props: dict[str, Any]) -> dict[str, Any]:
-        """The account settings among ``props``, checked (raises ValueError), remembered."""
+        """The account settings among ``props``, checked (raises ValueError): what to store in
+        the outputs. Nothing is remembered (``_account`` makes the call's account)."""
         import re
 
         outs: dict[str, Any] = {}
@@ -95,31 +91,36 @@ class AwsSession:
                                 f"got {roles!r}")
         if problems:
             raise ValueError("AWS account settings: " + "; ".join(problems))
-        call = self._this_call()
-        call.account = outs
-        call.sessions = {}
         return outs
 
-    def _aws_session(self, region: str, check_account: bool = True) -> Any:
-        """The session for ``region``: the profile's credentials (the environment's when
-        there is none), each role assumed in turn, and — when the stack pins its account —
-        the caller's account checked first. Raises RuntimeError rather than act in an
-        account the stack does not name. Made once per region and call."""
+    def _account(self, props: dict[str, Any]) -> Any:
+        """This call's account: the settings among ``props``, checked (``_account_props``), and
+        an empty cache of its sessions. Immutable (the cache is the call's own); never stored.
+        A named tuple made here: a class of this module would be pickled by reference."""
+        import collections
+        import types
+
+        settings = self._account_props(props)
+        call_account = collections.namedtuple("CallAccount", ("settings", "sessions"))
+        return call_account(types.MappingProxyType(settings), {})
+
+    def _aws_session(self, region: str, account: Any, check_account: bool = True) -> Any:
+        """The session of ``account`` (``_account``) for ``region``: the profile's credentials
+        (the environment's when there is none), each role assumed in turn, and — when the stack
+        pins its account — the caller's account checked first. Raises RuntimeError rather than
+        act in an account the stack does not name. Made once per region and call (the
+        account's cache)."""
         import boto3
 
-        call = self._this_call()
-        sessions = getattr(call, "sessions", None)
-        if sessions is None:
-            sessions = call.sessions = {}
         key = (region, check_account)
-        if key in sessions:
-            return sessions[key]
-        account = getattr(call, "account", None) or {}
-        session = boto3.session.Session(profile_name=account.get("awsProfile") or None,
+        if key in account.sessions:
+            return account.sessions[key]
+        settings = account.settings
+        session = boto3.session.Session(profile_name=settings.get("awsProfile") or None,
                                         region_name=region)
         # STS is called here directly, not through AwsCalls' retries: the SDK's two tries.
         sts_config = self._client_config(attempts=2)
-        for role in account.get("assumeRoles") or []:
+        for role in settings.get("assumeRoles") or []:
             answer = session.client("sts", region_name=region, config=sts_config).assume_role(
                 RoleArn=role["roleArn"], RoleSessionName=role.get("sessionName") or "eks-hybrid-lab")
             credentials = answer["Credentials"]
@@ -127,13 +128,13 @@ class AwsSession:
                 aws_access_key_id=credentials["AccessKeyId"],
                 aws_secret_access_key=credentials["SecretAccessKey"],
                 aws_session_token=credentials["SessionToken"], region_name=region)
-        allowed = account.get("allowedAccountIds") or []
+        allowed = settings.get("allowedAccountIds") or []
         if allowed and check_account:
             seen = session.client("sts", region_name=region,
                                   config=sts_config).get_caller_identity()["Account"]
             if seen not in allowed:
-                raise self._not_allowed(seen, allowed, account.get("awsProfile"))
-        sessions[key] = session
+                raise self._not_allowed(seen, allowed, settings.get("awsProfile"))
+        account.sessions[key] = session
         return session
 
     def _not_allowed(self, seen: str, allowed: list[str], profile: Optional[str]) -> Exception:
@@ -144,17 +145,17 @@ class AwsSession:
                    f"{seen}. Use credentials for {', '.join(allowed)} and run the command again.")
         return RuntimeError(message)
 
-    def _has_account(self) -> bool:
-        """Whether this call's props name a profile, roles or allowed accounts."""
-        return any((getattr(self._this_call(), "account", None) or {}).values())
+    def _has_account(self, account: Any) -> bool:
+        """Whether ``account``'s props named a profile, roles or allowed accounts."""
+        return any(account.settings.values())
 
-    def _aws_client(self, service: str, region: str, config: Any = None) -> Any:
-        """A client of this call's session (see ``_aws_session``). Without account settings,
+    def _aws_client(self, service: str, region: str, account: Any, config: Any = None) -> Any:
+        """A client of ``account``'s session (see ``_aws_session``). Without account settings,
         boto3's default session: the environment's credentials, exactly as before they
         existed."""
         import boto3
 
         options = {"config": self._client_config(config)}
-        if not self._has_account():
+        if not self._has_account(account):
             return boto3.client(service, region_name=region, **options)
-        return self._aws_session(region).client(service, region_name=region, **options)
+        return self._aws_session(region, account).client(service, region_name=region, **options)

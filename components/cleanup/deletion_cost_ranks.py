@@ -61,7 +61,10 @@ class DeletionCostRanksProvider(KubernetesApi, pulumi.dynamic.ResourceProvider):
         import urllib.parse
 
         p = self._props(props)
-        token = self._bearer_token(p["clusterName"], p["region"])
+        # This call's credentials (never kept on the provider object, which the engine's
+        # concurrent deletes share: components/cleanup/aws_session.py).
+        account = self._account(p)
+        token = self._bearer_token(p["clusterName"], p["region"], account)
         opener = self._opener(p["certificateAuthority"])
         base = f"{p['endpoint'].rstrip('/')}/api/v1/namespaces/{urllib.parse.quote(p['namespace'])}/pods"
         hint = (f"kubectl -n {p['namespace']} annotate pod <name> {DELETION_COST}- "
@@ -69,7 +72,7 @@ class DeletionCostRanksProvider(KubernetesApi, pulumi.dynamic.ResourceProvider):
         try:
             listed = self._call(opener, "GET", base, token, allow_404=True) or {}
         except RuntimeError as error:
-            if self._cluster_is_gone(p["clusterName"], p["region"]):
+            if self._cluster_is_gone(p["clusterName"], p["region"], account):
                 return  # deleted outside Pulumi: its pods went with it
             raise Exception(f"could not list the pods of {p['namespace']}: {error}; "
                             f"remove negative {DELETION_COST} values with: {hint}") from None

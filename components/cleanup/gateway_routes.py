@@ -130,20 +130,23 @@ class GatewayRouteCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resour
         props = self.check_props(props)
         region = props["region"]
         name = props["vtepConfigName"]
+        # This call's credentials, handed to each part (never kept on the provider object,
+        # which the engine's concurrent deletes share: components/cleanup/aws_session.py).
+        account = self._account(props)
 
         # Each part runs whatever happened to the other; everything left is reported at once.
         try:
-            routes_left, tables_unread = self._delete_routes(props)
+            routes_left, tables_unread = self._delete_routes(props, account)
         except Exception as error:  # noqa: BLE001 - reported below, with what to do by hand
             routes_left = []
             tables_unread = [(table, f"{type(error).__name__}: {error}")
                              for table in props["routeTableIds"]]
         vtep_error: Optional[str] = None
         try:
-            self._delete_vtep_config(props)
+            self._delete_vtep_config(props, account)
         except Exception as error:  # noqa: BLE001
             # A cluster deleted outside Pulumi took its CiliumVTEPConfig with it.
-            if not self._cluster_is_gone(props["clusterName"], region):
+            if not self._cluster_is_gone(props["clusterName"], region, account):
                 vtep_error = f"{type(error).__name__}: {error}"
 
         if not routes_left and not tables_unread and vtep_error is None:
@@ -179,11 +182,11 @@ class GatewayRouteCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resour
 
     # --- EC2 ------------------------------------------------------------------------------
 
-    def _delete_routes(self, props: dict[str, Any]
+    def _delete_routes(self, props: dict[str, Any], account: Any
                        ) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
-        """Deletes the gateway's routes. Returns the routes left as (table, destination, why)
-        and the tables that could not be read as (table, why)."""
-        ec2 = self._aws_client("ec2", props["region"])
+        """Deletes the gateway's routes with ``account``'s credentials. Returns the routes left
+        as (table, destination, why) and the tables that could not be read as (table, why)."""
+        ec2 = self._aws_client("ec2", props["region"], account=account)
         tables, unread = self._describe_tables(ec2, props["routeTableIds"])
         left = []
         for table_id, destination in self._gateway_routes(tables, props):
@@ -243,12 +246,12 @@ class GatewayRouteCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resour
 
     # --- Kubernetes -----------------------------------------------------------------------
 
-    def _delete_vtep_config(self, props: dict[str, Any]) -> None:
+    def _delete_vtep_config(self, props: dict[str, Any], account: Any) -> None:
         """Deletes the CiliumVTEPConfig at whichever version is served. Done once it is gone:
         404 at every version means not served there or already deleted. Raises otherwise."""
         import urllib.parse
 
-        token = self._bearer_token(props["clusterName"], props["region"])
+        token = self._bearer_token(props["clusterName"], props["region"], account)
         opener = self._opener(props["certificateAuthority"])
         name = urllib.parse.quote(props["vtepConfigName"], safe="")
         base = props["endpoint"].rstrip("/")

@@ -102,6 +102,9 @@ class KarpenterLeftoverCleanupProvider(AwsCalls, pulumi.dynamic.ResourceProvider
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         props = self.check_props(props)
         region, cluster = props["region"], props["clusterName"]
+        # This call's credentials, handed to each part (never kept on the provider object,
+        # which the engine's concurrent deletes share: components/cleanup/aws_session.py).
+        account = self._account(props)
 
         # Each part runs whatever happened to the ones before; everything left is reported at
         # once. A part is a list of (what, why, commands to remove it by hand).
@@ -111,7 +114,7 @@ class KarpenterLeftoverCleanupProvider(AwsCalls, pulumi.dynamic.ResourceProvider
                  ("instance profiles", self._clean_instance_profiles))
         for what, part in parts:
             try:
-                left.extend(part(region, cluster))
+                left.extend(part(region, cluster, account))
             except Exception as error:  # noqa: BLE001 - reported below, with what to do by hand
                 left.append((f"Karpenter {what} of the cluster (not looked at)",
                              f"{type(error).__name__}: {error}",
@@ -171,9 +174,11 @@ class KarpenterLeftoverCleanupProvider(AwsCalls, pulumi.dynamic.ResourceProvider
 
     # --- EC2 instances --------------------------------------------------------------------
 
-    def _clean_instances(self, region: str, cluster: str) -> list[tuple[str, str, list[str]]]:
-        """Terminates this cluster's Karpenter instances and waits until they are terminated."""
-        ec2 = self._aws_client("ec2", region)
+    def _clean_instances(self, region: str, cluster: str,
+                         account: Any) -> list[tuple[str, str, list[str]]]:
+        """Terminates this cluster's Karpenter instances (with ``account``'s credentials) and
+        waits until they are terminated."""
+        ec2 = self._aws_client("ec2", region, account=account)
         left: list[tuple[str, str, list[str]]] = []
         instance_ids, listing_error = self._list_instances(ec2, cluster)
         if listing_error is not None:
@@ -305,9 +310,9 @@ class KarpenterLeftoverCleanupProvider(AwsCalls, pulumi.dynamic.ResourceProvider
 
     # --- launch templates -----------------------------------------------------------------
 
-    def _clean_launch_templates(self, region: str,
-                                cluster: str) -> list[tuple[str, str, list[str]]]:
-        ec2 = self._aws_client("ec2", region)
+    def _clean_launch_templates(self, region: str, cluster: str,
+                                account: Any) -> list[tuple[str, str, list[str]]]:
+        ec2 = self._aws_client("ec2", region, account=account)
         left: list[tuple[str, str, list[str]]] = []
         templates: list[tuple[str, str]] = []
         token = None
@@ -347,9 +352,9 @@ class KarpenterLeftoverCleanupProvider(AwsCalls, pulumi.dynamic.ResourceProvider
 
     # --- instance profiles ----------------------------------------------------------------
 
-    def _clean_instance_profiles(self, region: str,
-                                 cluster: str) -> list[tuple[str, str, list[str]]]:
-        iam = self._aws_client("iam", region)
+    def _clean_instance_profiles(self, region: str, cluster: str,
+                                 account: Any) -> list[tuple[str, str, list[str]]]:
+        iam = self._aws_client("iam", region, account=account)
         left: list[tuple[str, str, list[str]]] = []
         profiles, why = self._list_profiles(iam)
         if why is not None:

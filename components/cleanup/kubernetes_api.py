@@ -37,16 +37,17 @@ class KubernetesApi(AwsSession):
     #: Socket timeout of one request.
     request_timeout_seconds: float = 15.0
 
-    def _bearer_token(self, cluster_name: str, region: str) -> str:
-        # The same token `aws eks get-token` prints: a presigned STS GetCallerIdentity URL that
-        # names the cluster in a signed header. Presigning is local; the API server's
-        # authenticator is what calls STS with it.
+    def _bearer_token(self, cluster_name: str, region: str, account: Any) -> str:
+        """The same token `aws eks get-token` prints, signed with ``account``'s credentials
+        (``AwsSession._account``): a presigned STS GetCallerIdentity URL that names the
+        cluster in a signed header. Presigning is local; the API server's authenticator is
+        what calls STS with it."""
         import base64
 
         import boto3
 
         # Without account settings, a session of its own, as before they existed.
-        sts = (self._aws_session(region) if self._has_account()
+        sts = (self._aws_session(region, account) if self._has_account(account)
                else boto3.session.Session()).client("sts", region_name=region)
 
         def add_cluster_header(request: Any, **_kwargs: Any) -> None:
@@ -124,14 +125,15 @@ class KubernetesApi(AwsSession):
                 last = f"{method} {url} failed: {error!r}"
         raise RuntimeError(f"{last} (after {self.attempts} attempts)")
 
-    def _cluster_is_gone(self, cluster_name: str, region: str) -> bool:
-        """True only when EKS answers that the cluster does not exist (it was deleted outside
-        Pulumi): then nothing of it is left to clean up. Any other answer or failure: False."""
+    def _cluster_is_gone(self, cluster_name: str, region: str, account: Any) -> bool:
+        """True only when EKS answers, to ``account``'s credentials, that the cluster does not
+        exist (it was deleted outside Pulumi): then nothing of it is left to clean up. Any other
+        answer or failure: False."""
         try:
             from botocore.config import Config
 
             # In the wrong account (aws:allowedAccountIds) the session refuses: not gone.
-            eks = self._aws_client("eks", region, config=Config(
+            eks = self._aws_client("eks", region, account=account, config=Config(
                 retries={"max_attempts": 2}, connect_timeout=5, read_timeout=10))
             eks.describe_cluster(name=cluster_name)
         except Exception as error:  # noqa: BLE001 anything but NotFound means "maybe there"

@@ -159,10 +159,13 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
 
         selector = self.node_selector(props)
         props = self.check_props(props)
+        # This call's credentials, handed to every helper (never kept on the provider object,
+        # which the engine's concurrent deletes share: components/cleanup/aws_session.py).
+        account = self._account(props)
         # Its host first: a Node deleted while its kubelet runs is registered again. A cleanup
         # stored before cleanups took the instance id has none: its host was deleted first.
         if props.get("instanceId"):
-            self._terminate_host(props)
+            self._terminate_host(props, account)
         left: Optional[list[str]] = None
         # Nodes whose registration is settled (deregistered, or not this activation's), and
         # those whose deregistration failed: their Node is kept, so that the retried delete (the
@@ -171,14 +174,14 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
         registered: dict[str, str] = {}
         ssm: list[Any] = []
         try:
-            token = self._bearer_token(props["clusterName"], props["region"])
+            token = self._bearer_token(props["clusterName"], props["region"], account)
             opener = self._opener(props["certificateAuthority"])
             deadline = time.monotonic() + self.poll_seconds
             left = self._list_hybrid_nodes(opener, props, token, selector)
             while left:
                 for name in left:
                     if name not in settled and name not in registered:
-                        why = self._deregister(ssm, props, name)
+                        why = self._deregister(ssm, props, name, account)
                         if why is None:
                             settled.add(name)
                         else:
@@ -195,7 +198,7 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
                     raise RuntimeError(f"still listed after {self.poll_seconds:g} s")
                 time.sleep(self.poll_interval_seconds)
         except Exception as error:
-            if self._cluster_is_gone(props["clusterName"], props["region"]):
+            if self._cluster_is_gone(props["clusterName"], props["region"], account):
                 return  # deleted outside Pulumi: its Node objects went with it
             nodes = (", ".join(left) + " (as last listed)" if left
                      else "unknown (the node list did not succeed)")
@@ -215,15 +218,16 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
                          f"{region} --instance-id <mi-id> && kubectl delete node <mi-id>")
             raise Exception("\n".join(lines))
 
-    def _terminate_host(self, props: dict[str, str]) -> None:
-        """Terminates the host ``instanceId`` if it carries this stack's tag, and waits until
-        EC2 says it is terminated (or no longer knows it). Raises, keeping the Node, when the
-        instance is not this stack's or does not end in time."""
+    def _terminate_host(self, props: dict[str, str], account: Any) -> None:
+        """Terminates the host ``instanceId`` (with ``account``'s credentials) if it carries
+        this stack's tag, and waits until EC2 says it is terminated (or no longer knows it).
+        Raises, keeping the Node, when the instance is not this stack's or does not end in
+        time."""
         import time
 
         instance, region = props["instanceId"], props["region"]
         key, value = props["hostTagKey"], props["hostTagValue"]
-        ec2 = self._aws_client("ec2", region)
+        ec2 = self._aws_client("ec2", region, account=account)
         deadline = time.monotonic() + self.terminate_seconds
         asked = False
         while True:
@@ -257,11 +261,13 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
                                    f"{self.terminate_seconds:g} s; its Node is kept")
             time.sleep(self.terminate_interval_seconds)
 
-    def _deregister(self, ssm: list[Any], props: dict[str, str], name: str) -> Optional[str]:
+    def _deregister(self, ssm: list[Any], props: dict[str, str], name: str,
+                    account: Any) -> Optional[str]:
         """Deregisters the SSM managed instance ``name`` if it registered through this stack's
         activation. None once it is not (or no longer) registered through it, else why not.
 
-        ``ssm`` caches the client (built on first use: most deletes find nothing to do)."""
+        ``ssm`` caches the call's client, made with ``account``'s credentials on first use
+        (most deletes find nothing to do)."""
         import re
 
         # nodeadm names a hybrid Node after its managed instance (mi- and 17 hex digits, as
@@ -269,7 +275,7 @@ class NodeObjectCleanupProvider(KubernetesApi, AwsCalls, pulumi.dynamic.Resource
         if not re.fullmatch(r"mi-[0-9a-f]{17}", name):
             return None
         if not ssm:
-            ssm.append(self._aws_client("ssm", props["region"]))
+            ssm.append(self._aws_client("ssm", props["region"], account=account))
         client, activation = ssm[0], props["activationId"]
         # InvalidInstanceId: SSM knows no such instance (deregistered already).
         page, error = self._aws_call(

@@ -9,7 +9,10 @@ each of its functions as belonging to ``__main__`` makes dill pickle them *by va
 The rules that follow for a provider class:
 - keep all logic in its methods (a module-level helper would again be pickled by reference);
 - import boto3 and everything else inside the methods;
-- everything ``delete`` needs must be in the resource's outputs (``delete`` gets only those).
+- everything ``delete`` needs must be in the resource's outputs (``delete`` gets only those);
+- keep nothing of a call on the object or its class, not even per thread: one unpickled object
+  serves every concurrent call of its class (aws_session.py says why); what a call knows is
+  made in the call and passed down as arguments.
 
 The pickle must also be the same bytes for the same code in every process — the state stores
 it as an input, and a changed input is an update of the cleanup at every preview. pickle writes

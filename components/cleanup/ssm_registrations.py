@@ -78,9 +78,11 @@ class SsmRegistrationCleanupProvider(AwsCalls, pulumi.dynamic.ResourceProvider):
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         activation_id = self._plain(props["activationId"])
         region = self._plain(props["region"])
-        self._account_props(props)
+        # This call's credentials (never kept on the provider object, which the engine's
+        # concurrent deletes share: components/cleanup/aws_session.py).
+        account = self._account(props)
         try:
-            ssm = self._aws_client("ssm", region)
+            ssm = self._aws_client("ssm", region, account=account)
         except Exception as error:  # noqa: BLE001 - the wrong account, a profile that is gone
             raise Exception(f"SSM activation {activation_id} ({region}): its managed instances "
                             f"were not looked at: {error}") from None

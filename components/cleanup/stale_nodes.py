@@ -69,14 +69,16 @@ class StaleNodeSweepProvider(NodeObjectCleanupProvider):
                news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
         outs = self.check_props(news)
         if olds.get("instanceId") != outs["instanceId"]:
-            self._sweep(outs)
+            # This call's credentials (never kept on the provider object, which the engine's
+            # concurrent calls share: components/cleanup/aws_session.py).
+            self._sweep(outs, self._account(outs))
         return pulumi.dynamic.UpdateResult(outs)
 
     def delete(self, _id: str, _props: dict[str, Any]) -> None:
         return None  # the host's Node cleanup removes its Nodes at destroy
 
-    def _launched(self, props: dict[str, Any]) -> Any:
-        ec2 = self._aws_client("ec2", props["region"])
+    def _launched(self, props: dict[str, Any], account: Any) -> Any:
+        ec2 = self._aws_client("ec2", props["region"], account=account)
         answer, error = self._aws_call(ec2.describe_instances, InstanceIds=[props["instanceId"]])
         instances = [i for r in answer.get("Reservations") or [] for i in r.get("Instances") or []]
         if error is not None or not instances:
@@ -84,11 +86,13 @@ class StaleNodeSweepProvider(NodeObjectCleanupProvider):
                                f"({error or 'EC2 does not list it'})")
         return instances[0]["LaunchTime"]
 
-    def _registered(self, ssm: list[Any], props: dict[str, Any], name: str) -> Optional[Any]:
+    def _registered(self, ssm: list[Any], props: dict[str, Any], name: str,
+                    account: Any) -> Optional[Any]:
         """When the managed instance ``name`` registered through this stack's activation; None
-        when it did not (or SSM no longer knows it)."""
+        when it did not (or SSM no longer knows it). ``ssm`` caches the call's client, made
+        with ``account``'s credentials."""
         if not ssm:
-            ssm.append(self._aws_client("ssm", props["region"]))
+            ssm.append(self._aws_client("ssm", props["region"], account=account))
         page, error = self._aws_call(
             ssm[0].describe_instance_information, gone_codes=("InvalidInstanceId",),
             Filters=[{"Key": "InstanceIds", "Values": [name]},
@@ -100,12 +104,12 @@ class StaleNodeSweepProvider(NodeObjectCleanupProvider):
                 return info.get("RegistrationDate")
         return None
 
-    def _sweep(self, props: dict[str, Any]) -> None:
+    def _sweep(self, props: dict[str, Any], account: Any) -> None:
         import re
 
         selector = props["labelSelector"]
-        launched = self._launched(props)
-        token = self._bearer_token(props["clusterName"], props["region"])
+        launched = self._launched(props, account)
+        token = self._bearer_token(props["clusterName"], props["region"], account)
         opener = self._opener(props["certificateAuthority"])
         ssm: list[Any] = []
         left = []
@@ -114,10 +118,10 @@ class StaleNodeSweepProvider(NodeObjectCleanupProvider):
             # this lab's, and an unknown age is not stale.
             if not re.fullmatch(r"mi-[0-9a-f]{17}", name):
                 continue
-            registered = self._registered(ssm, props, name)
+            registered = self._registered(ssm, props, name, account)
             if registered is None or registered >= launched:
                 continue
-            why = self._deregister(ssm, props, name)
+            why = self._deregister(ssm, props, name, account)
             if why is not None:
                 left.append(f"{name}: {why}")
                 continue

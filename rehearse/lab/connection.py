@@ -66,9 +66,8 @@ def eks_token(cluster_name: str, region: str, account: Any = None) -> str:
     from components.cleanup.kubernetes_api import KubernetesApi
 
     api = KubernetesApi()
-    if account is not None:
-        api._account_props(account.cleanup_inputs())
-    return api._bearer_token(cluster_name, region)
+    settings = account.cleanup_inputs() if account is not None else {}
+    return api._bearer_token(cluster_name, region, api._account(settings))
 
 
 def signed_at(token: str) -> Optional[datetime.datetime]:

@@ -23,6 +23,11 @@ GPU_TAINT_TOLERATION = {"key": "gpu", "operator": "Equal", "value": "true",
 ON_HYBRID = {"key": "eks.amazonaws.com/compute-type", "operator": "In", "values": ["hybrid"]}
 # Cloud nodes carry no compute-type label; NotIn also matches a missing label.
 OFF_HYBRID = {"key": "eks.amazonaws.com/compute-type", "operator": "NotIn", "values": ["hybrid"]}
+#: The label Karpenter puts on every node it launches: the name of the NodePool it came from.
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+#: The burst NodePool's name when the caller gives none (stacks/layers/karpenter.py
+#: ``NODE_POOL``; tests/test_demo.py holds the two equal).
+BURST_POOL = "cloud-burst"
 
 
 def restricted_namespace(name: str) -> dict:
@@ -176,23 +181,41 @@ def prober(name: str, service_url: str, pod_url: str, *, on_hybrid: bool,
         volumes=[TMP_VOLUME])
 
 
+def burst_affinity(burst_pool: str) -> dict:
+    """Where burst pods may run, and where first: REQUIRED on a hybrid node or a node of the
+    ``burst_pool`` NodePool (the terms are ORed) — never on the system or gateway node groups,
+    whatever room they have — and PREFERRED (weight 100) on hybrid, so hybrid fills first.
+
+    The order of the terms matters to Karpenter, which reads them one at a time: it asks for
+    the first term with the hybrid preference, and when that fits nowhere it drops the FIRST
+    TERM (a required term goes before any preference), then the preference
+    (offline/karpenter_affinity.py cites its source). Hybrid's term first: hybrid, then the pool
+    with the preference (no node is both), then the pool alone, and Karpenter launches a pool
+    node. The pool's term first would be dropped on the first try, and Karpenter would never
+    launch one (tests/test_scheduling.py plants it)."""
+    on_pool = {"key": NODEPOOL_LABEL, "operator": "In", "values": [burst_pool]}
+    return {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [ON_HYBRID]}, {"matchExpressions": [on_pool]}]},
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "preference": {"matchExpressions": [ON_HYBRID]}}]}}
+
+
 def burst(name: str, replicas: int, cpu_request_m: int,
-          extra_tolerations: Sequence[dict] = ()) -> dict:
-    """Demo 2: prefers hybrid nodes (weight 100) and tolerates their taint, so hybrid fills
-    first and the overflow goes to the cloud-burst NodePool (whose taint ``extra_tolerations``
-    lets it onto, and nothing else). ``cpu_request_m`` is sized so exactly four pods fit on a
-    default hybrid node (``components.capacity.burst_cpu_request_m``)."""
-    spec = deployment(
+          extra_tolerations: Sequence[dict] = (), burst_pool: str = BURST_POOL) -> dict:
+    """Demo 2: runs only on hybrid nodes or the ``burst_pool`` NodePool's nodes, hybrid
+    preferred (``burst_affinity``), and tolerates the hybrid taint, so hybrid fills first and
+    the overflow goes to the cloud-burst NodePool (whose taint ``extra_tolerations`` lets it
+    onto, and nothing else). ``cpu_request_m`` is sized so exactly four pods fit on a default
+    hybrid node (``components.capacity.burst_cpu_request_m``)."""
+    return deployment(
         name, replicas=replicas, uid=101,
         containers=[nginx_container("web", f"{cpu_request_m}m", "1")],
+        affinity=burst_affinity(burst_pool),
         tolerations=[HYBRID_TAINT_TOLERATION, *extra_tolerations],
         volumes=[TMP_VOLUME],
         grace_seconds=10,
     )
-    spec["template"]["spec"]["affinity"] = {"nodeAffinity": {
-        "preferredDuringSchedulingIgnoredDuringExecution": [
-            {"weight": 100, "preference": {"matchExpressions": [ON_HYBRID]}}]}}
-    return spec
 
 
 def cpu_requested_m(spec: dict) -> int:

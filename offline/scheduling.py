@@ -14,8 +14,9 @@ A small, explicit model of the kube-scheduler and the DaemonSet controller, over
   present, else the render it recorded for exactly those values; a release with neither is
   listed as not modelled); the EKS add-ons' pods from their documented defaults
   (``EKS_ADDONS``).
-- **Rules**: nodeSelector, required node affinity (In, NotIn — which a missing label passes —
-  Exists, DoesNotExist, Gt, Lt), taints against tolerations (an empty key with Exists tolerates
+- **Rules**: nodeSelector, required node affinity (terms ORed, a term's expressions ANDed; In,
+  NotIn — which a missing label passes — Exists, DoesNotExist, Gt, Lt; Karpenter reads the
+  terms one at a time), taints against tolerations (an empty key with Exists tolerates
   everything; NoSchedule and NoExecute taints filter), the tolerations the DaemonSet controller
   and the DefaultTolerationSeconds admission plugin add by themselves, required pod
   anti-affinity (``offline/pod_conflicts.py``: by the terms' selectors and namespaces, both
@@ -47,7 +48,7 @@ import yaml
 
 from components.hybrid_user_data import INSTANCE_ID_MARK
 from components.instance_types import architecture
-from offline import chart_render
+from offline import chart_render, karpenter_affinity
 from components.capacity import HYBRID_MAX_PODS, allocatable
 from offline.pod_conflicts import PodFacts, host_port_taken, host_ports, refused_by_anti_affinity
 from offline.pod_requests import Request, cpu_millis, memory_mib, pod_request  # noqa: F401
@@ -219,14 +220,26 @@ def _terms(affinity: Mapping[str, Any]) -> Optional[list]:
     return required.get("nodeSelectorTerms")
 
 
+def _term_holds(node: Node, term: Mapping[str, Any]) -> bool:
+    """Whether one node selector term selects ``node``: its label and ``metadata.name`` field
+    expressions all hold; an empty term selects none (k8s.io/component-helpers v0.35.4
+    ``scheduling/corev1/nodeaffinity``: ``isEmptyNodeSelectorTerm``)."""
+    expressions = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not expressions and not fields:
+        return False
+    return (all(_expression_holds(node.labels, e) for e in expressions)
+            and all(_expression_holds({"metadata.name": node.name}, f) for f in fields))
+
+
 def _selector_problem(w: Workload, node: Node) -> Optional[str]:
-    """Why ``w``'s nodeSelector or required node affinity refuses ``node``, or None."""
+    """Why ``w``'s nodeSelector or required node affinity refuses ``node``, or None. The terms
+    are ORed (``LazyErrorNodeSelector.Match``, same package as ``_term_holds``)."""
     for key, value in w.node_selector.items():
         if node.labels.get(key) != str(value):
             return f"nodeSelector {key}={value}"
     terms = _terms(w.affinity)
-    if terms and not any(all(_expression_holds(node.labels, e)
-                              for e in term.get("matchExpressions") or []) for term in terms):
+    if terms and not any(_term_holds(node, term) for term in terms):
         return "required node affinity"
     return None
 
@@ -244,12 +257,26 @@ def placement_problem(w: Workload, node: Node, *, bootstrapping: bool = False) -
     return _selector_problem(w, node) or _taint_problem(w, node, bootstrapping)
 
 
+def karpenter_problem(w: Workload, node: Node) -> Optional[str]:
+    """Why Karpenter launches no node like the elastic ``node`` for ``w``'s pending pods, or
+    None: the scheduler's own rules must admit it, and one of the requirement sets Karpenter
+    tries in turn (offline/karpenter_affinity.py) must hold on its labels."""
+    if (problem := placement_problem(w, node)) is not None:
+        return problem
+    steps = karpenter_affinity.requirement_steps(w.affinity)
+    if steps is None:
+        return "Karpenter refuses a required node selector term with matchFields"
+    if not any(all(_expression_holds(node.labels, e) for e in step) for step in steps):
+        return ("Karpenter drops required node selector terms in order before the preferences, "
+                "so it never tries this pool's term with the preference gone")
+    return None
+
+
 def _preference(w: Workload, node: Node) -> int:
+    """The weights of the preferred terms that select ``node`` (``NewPreferredSchedulingTerms``)."""
     preferred = ((w.affinity.get("nodeAffinity") or {})
                  .get("preferredDuringSchedulingIgnoredDuringExecution") or [])
-    return sum(p["weight"] for p in preferred
-               if all(_expression_holds(node.labels, e)
-                      for e in p["preference"].get("matchExpressions") or []))
+    return sum(p["weight"] for p in preferred if _term_holds(node, p["preference"]))
 
 
 # --- the lab's nodes ----------------------------------------------------------------------------
@@ -510,7 +537,7 @@ class Schedule:
 def _why_not(w: Workload, nodes: Sequence[Node]) -> dict[str, str]:
     reasons = {}
     for node in nodes:
-        problem = placement_problem(w, node)
+        problem = karpenter_problem(w, node) if node.elastic else placement_problem(w, node)
         reasons.setdefault(node.role, problem or "no room")
     return reasons
 
@@ -564,7 +591,7 @@ def schedule(nodes: Sequence[Node], workloads: Sequence[Workload]) -> Schedule:
                 pods[node.name] += 1
                 placed[id(w), node.name] = (w.pod_facts, node.labels)
                 continue
-            if any(placement_problem(w, n) is None and
+            if any(karpenter_problem(w, n) is None and
                    w.request.fits(n.allocatable - used[n.name]) for n in elastic):
                 placement.karpenter += 1
                 continue

@@ -461,3 +461,25 @@ def host_port_case() -> tuple[list[scheduling.Node], list[list[scheduling.Worklo
              [workload("tcp", {}, [{"containerPort": 80, "hostPort": 9963}]),
               workload("udp", {}, [{"containerPort": 80, "hostPort": 9963, "protocol": "UDP"}])]]
     return [small_node("a", 1000)], steps
+
+
+def empty_term_case() -> tuple[list[scheduling.Node], list[scheduling.Workload]]:
+    """Two 1000m nodes, ``a`` and ``b``; ``ored``: two 600m replicas whose required node
+    affinity ORs a term selecting ``a`` with an empty term; ``empty``: one pod whose only term
+    is empty. An empty term selects no node, so one ``ored`` replica runs on ``a`` and the
+    other, and ``empty``, stay Pending."""
+    def workload(name, replicas, cpu, terms):
+        container = {"name": "c", "image": "registry.k8s.io/pause:3.10"}
+        if cpu:
+            container["resources"] = {"requests": {"cpu": cpu}}
+        template = {"metadata": {"labels": {"app": name}}, "spec": {
+            "containers": [container],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": terms}}}}}
+        return scheduling._pod_workload(
+            {"kind": "Deployment", "metadata": {"name": name, "namespace": "terms"},
+             "spec": {"replicas": replicas, "template": template}}, "test")
+
+    on_a = {"matchExpressions": [{"key": "probe", "operator": "In", "values": ["a"]}]}
+    return ([small_node("a", 1000), small_node("b", 1000)],
+            [workload("ored", 2, "600m", [on_a, {}]), workload("empty", 1, None, [{}])])

@@ -103,6 +103,18 @@ def test_demo_2_burst_deployment(lab):
     assert pod["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] == [
         {"weight": 100, "preference": {"matchExpressions": [demos.ON_HYBRID]}}]
     assert demos.HYBRID_TAINT_TOLERATION in pod["tolerations"]
+    # Required: a hybrid node, or a node of the burst NodePool as registered — nothing else,
+    # so no system or gateway node takes a burst pod whatever room it has. Hybrid's term first:
+    # Karpenter tries the terms in order (components/demos.py ``burst_affinity``).
+    pool_name = named(run, "karpenter-node-pool").inputs["metadata"]["name"]
+    assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "eks.amazonaws.com/compute-type", "operator": "In",
+                                   "values": ["hybrid"]}]},
+            {"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "In",
+                                   "values": [pool_name]}]}]}
+    # The default pool name components/demos.py falls back to is the layer's.
+    assert demos.BURST_POOL == pool_name
     # Only burst may go onto the cloud-burst pool's nodes.
     [pool_taint] = named(run, "karpenter-node-pool").inputs["spec"]["template"]["spec"]["taints"]
     assert {**pool_taint, "operator": "Equal"} in pod["tolerations"]

@@ -151,13 +151,26 @@ def _removed_places(found: dict) -> list[Counter]:
 
 def test_karpenter_provisions_the_overflow_through_the_labs_nodepool(runs):
     """At 15, 8 pods on the two hybrid nodes (4 each) and the 7 over on nodes Karpenter launched
-    for cloud-burst: one of the pool's instance types, its taint and label, within its limit."""
+    for cloud-burst (none on the system or gateway nodes): one of the pool's instance types,
+    its taint and label, within its limit."""
     found = runs("A")
     plan = found["plan"]
     pool = plan["nodepool"]["spec"]
     types = next(r["values"] for r in pool["template"]["spec"]["requirements"]
                  if r["key"] == "node.kubernetes.io/instance-type")
     peak = found["steps"][0]
+    # The pods ran with the lab's required affinity: a hybrid node, or a node of this pool,
+    # hybrid's term first. Karpenter reads only nodeSelectorTerms[0] until a pod fits nowhere
+    # with it, then drops that term (then the hybrid preference) and tries again
+    # (pkg/controllers/provisioning/scheduling/preferences.go Relax,
+    # removeRequiredNodeAffinityTerm): that it launched for them below shows it got past the
+    # hybrid term, which no node of the pool can satisfy.
+    terms = plan["deployment"]["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert [[(e["key"], e["operator"], e["values"]) for e in t["matchExpressions"]]
+            for t in terms] == [[("eks.amazonaws.com/compute-type", "In", ["hybrid"])],
+                                [("karpenter.sh/nodepool", "In", [karpenter_lab.NODEPOOL])]]
+    assert plan["nodepool"]["metadata"]["name"] == karpenter_lab.NODEPOOL
     assert peak["replicas"] == 15 and len(peak["after"]) == 15
     assert _places(peak["after"]) == {"hybrid": 8, "cloud": 7}
     assert Counter(e["node"] for e in peak["after"] if e["place"] == "hybrid") == {
@@ -190,6 +203,30 @@ def test_karpenter_provisions_the_overflow_through_the_labs_nodepool(runs):
     for event in nominations:
         named = set(re.findall(r"nodeclaim/([\w.-]+)", event["message"] or ""))
         assert named and named <= claim_names, event
+
+
+def test_with_the_pool_term_first_karpenter_launches_nothing(tmp_path):
+    """What offline/karpenter_affinity.py models, on the real Karpenter: burst's terms reversed,
+    [pool, hybrid]. The kube-scheduler would still bind the overflow to a pool node, but
+    Karpenter asks first for the pool's term with the hybrid preference (no node is both),
+    drops the pool's term (required terms go before preferences) and never tries it again:
+    the 7 over stay Pending, and Karpenter says why (scheduler.go Results.Record). The lab puts
+    hybrid's term first (components/demos.py burst_affinity) for this reason."""
+    bindir = _engines()
+    plan = karpenter_lab.plan("A")
+    plan["deployment"]["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"].reverse()
+    plan.update(mode="sequence", sequence=[3, 15], watch=0, bindir=str(bindir),
+                workdir=str(tmp_path / "work"))
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    found = run_in_netns(tmp_path / "plan.json", tmp_path / "out.json")
+    # The scenario script waits for all 15 Ready; it gives up (its 180 s) with the log tails.
+    assert "15 pods Ready" in found.get("error", ""), found.get("error")
+    failed = [line for line in found["logs"]["karpenter-kwok"].splitlines()
+              if "could not schedule pod" in line]
+    assert failed and all("eks.amazonaws.com/compute-type" in line for line in failed), failed
+    assert not [line for line in found["logs"]["karpenter-kwok"].splitlines()
+                if "created nodeclaim" in line]
 
 
 # --- scenario A and the consolidation question -----------------------------------------------------

@@ -4,7 +4,8 @@ labels, taints, allocatable CPU, memory, pods and GPUs as components/capacity.py
 and the lab's workloads (its Deployments, the charts' DaemonSets and Deployments as Helm renders
 them, the EKS add-ons' pods), placed by kube-scheduler and the DaemonSet controller
 (tests/real_placement.py), compared pod by pod with offline/scheduling.py for the dev and GPU
-stacks. Where they disagree the engine is right, and the model is fixed.
+stacks, and for the dev stack with system nodes that have room for burst pods. Where they
+disagree the engine is right, and the model is fixed.
 
 The comparison rule (``real_placement.disagreements``), and why it is sound: the model chooses
 among the nodes that admit and fit a pod by preference, then the most free CPU; the real
@@ -47,7 +48,10 @@ from tests.test_scheduling import HYBRID_TOLERATION, MEANT_FOR
 
 pytestmark = needs_helm
 
-STACKS = {"dev": {}, "gpu": {"gpuEnabled": True}}
+#: "roomy-system": system nodes (m6i.xlarge) with room for burst pods beside their own, which
+#: only burst's required node affinity keeps them off (demo 2: hybrid first, then Karpenter).
+STACKS = {"dev": {}, "gpu": {"gpuEnabled": True},
+          "roomy-system": {"systemNodeInstanceType": "m6i.xlarge"}}
 _serial = itertools.count()
 
 
@@ -203,6 +207,40 @@ def test_demo_two_holds_on_the_real_scheduler(scenario, stack):
     assert demo_two_problems(model, fixed, warm) == []
 
 
+def burst_roles(model: scheduling.SchedulingModel, seen: real_placement.Observed) -> Counter:
+    """Burst pods the real scheduler placed, by node role (every role of the lab counted)."""
+    roles = {n.name: n.role for n in model.nodes}
+    found = Counter({role: 0 for role in roles.values()})
+    for node, count in seen.on(scheduling.BURST).items():
+        found[roles[node]] += count
+    return found
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_burst_runs_only_on_hybrid_and_burst_nodes_on_the_real_scheduler(scenario, stack):
+    """Demo 2's required affinity (components/demos.py ``burst_affinity``) on the real
+    scheduler: no burst pod on a system or gateway node — in "roomy-system" the system nodes
+    have room for one (asserted) — and as many on the hybrid nodes as the model computes, at
+    the peak, with Karpenter's nodes there, and when burst is made again beside them."""
+    model, fixed, burst, warm = scenario(stack)
+    placement = model.result.of(scheduling.BURST)
+    roles = {n.name: n.role for n in model.nodes}
+    on_hybrid = sum(c for n, c in placement.nodes.items() if roles[n] == "hybrid")
+    assert on_hybrid == 8
+    if stack == "roomy-system":
+        # Room for a burst pod beside everything else the model puts there (burst's own aside).
+        request = placement.workload.request
+        assert any(request.fits(n.allocatable - model.result.used[n.name]
+                                + scheduling.Request(request.cpu_m * placement.nodes[n.name],
+                                                     request.memory_mib * placement.nodes[n.name]))
+                   for n in model.nodes if n.role == "system")
+    for seen in (fixed, burst, warm):
+        by_role = burst_roles(model, seen)
+        assert {role for role, count in by_role.items() if count} <= {"hybrid", "burst"}, \
+            dict(+by_role)
+        assert (by_role["system"], by_role["gateway"], by_role["hybrid"]) == (0, 0, on_hybrid)
+
+
 def choice_dependence(model: scheduling.SchedulingModel) -> list[str]:
     """Where the compared counts could depend on the scheduler's choice among admitting nodes
     (empty: the comparison rule is sound for this lab). The hybrid room for burst must be the
@@ -316,6 +354,21 @@ def test_a_zone_the_pod_cannot_tolerate_still_counts_for_its_spread(control_plan
     assert any("topology spread" in m for m in seen.messages["spread"])
     placed = scheduling.schedule(nodes, [workload]).of("spread")
     assert (sorted(placed.nodes.items()), placed.pending) == ([("a", 1), ("b", 1)], 2)
+
+
+def test_an_empty_node_selector_term_selects_no_node(control_plane):
+    """Found by reading the scheduler's rule for burst's ORed terms: the model took a term with
+    no expressions as one every node passes (``all`` of nothing), so ORed with another it
+    admitted any node, and alone every node. kube-scheduler skips an empty term — it selects
+    no node (component-helpers nodeaffinity ``isEmptyNodeSelectorTerm``): one ``ored`` replica
+    runs on ``a`` and the other stays Pending, as does ``empty``."""
+    nodes, workloads = real_placement.empty_term_case()
+    seen = _probe(control_plane, "terms", nodes, workloads)
+    real = {w: (dict(seen.on(w)), seen.pending(w)) for w in ("ored", "empty")}
+    assert real == {"ored": ({"a": 1}, 1), "empty": ({}, 1)}
+    assert any("affinity" in m for m in seen.messages["empty"]), seen.messages
+    model = scheduling.schedule(nodes, workloads)
+    assert {w: (dict(+model.of(w).nodes), model.of(w).pending) for w in real} == real
 
 
 def _probe(plane, name, nodes, *batches) -> real_placement.Observed:

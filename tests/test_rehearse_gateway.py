@@ -417,7 +417,7 @@ def test_a_healthy_lab_passes_every_check(scene, emulator, capsys):  # noqa: F81
     # The leader's health went through the API server's pod proxy, no port-forward.
     pod = scene.pods[leader.name]["metadata"]["name"]
     assert ("GET", f"/api/v1/namespaces/{GW_NS}/pods/{pod}:8088/proxy/healthz") in emulator.requests()
-    # The selectors went to the server too (the emulator ignores them; a real one does not).
+    # The selectors went to the server too (the emulator, like the API server, applies them).
     queries = emulator.do(lambda kmock: [r.url.query_string for r in kmock._requests])
     assert "labelSelector=app.kubernetes.io/name%3Deks-hybrid-nodes-gateway" in queries
     assert "labelSelector=app%3Dprober-hybrid" in queries

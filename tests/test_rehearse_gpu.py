@@ -194,7 +194,8 @@ def plant(emulator, *, gpu_allocatable: Optional[str] = "1", server: Optional[di
             pod_event("vllm-6d8f7c9b5-x2k4p", "Pulled", PULLED,
                       scheduled + datetime.timedelta(minutes=4, seconds=28))]):
         emulator.put(EVENTS, NS, f"vllm-6d8f7c9b5-x2k4p.{i}", event)
-    # Another pod's event in the namespace: the emulator lists it despite the field selector.
+    # Another pod's event in the namespace: the field selector keeps it out of the tool's list
+    # (the emulator applies it as the API server does).
     emulator.put(EVENTS, NS, "vllm-client-1.0", pod_event(
         "vllm-client-7b4c8d6f9-q9w8e", "Pulled", 'Successfully pulled image "busybox" in 1.2s', now))
     emulator.put(PODS, NS, "vllm-client-7b4c8d6f9-q9w8e", pod(

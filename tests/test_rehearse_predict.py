@@ -676,8 +676,8 @@ def test_live_reads_the_current_replicasets_pods_and_ranks_by_all_its_replicaset
         emulator, tmp_path, monkeypatch, capsys):  # noqa: F811 fixture
     """The Deployment's current ReplicaSet (revision 2) has 3 pods; an old one (revision 1)
     still has an active pod on n2, which makes n2's pod the doubled-up one. A pod of another
-    app on n2 and a pod being deleted do not count; the emulator ignores label selectors, so
-    the command filters itself."""
+    app on n2 and a pod being deleted do not count: the command lists every pod of the
+    namespace and matches them to the ReplicaSets' selectors itself."""
     ns = "demo-burst"
     owner = lambda kind, name, uid: [{"kind": kind, "name": name, "uid": uid, "controller": True}]  # noqa: E731
     emulator.put(DEPLOYMENTS, ns, "burst", {"metadata": {

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from offline import chart_render, plan, scheduling
+from offline import chart_render, karpenter_affinity, plan, scheduling
 from components.capacity import (allocatable, burst_cpu_request_m, hybrid_allocatable,
                              kube_reserved_cpu_m)
 from tests.helm_engine import needs_helm, release, with_registration
@@ -57,6 +57,8 @@ CONFIGS = [
     {"upToLayer": "hybrid"},
     {"upToLayer": "gateway"},
     {"upToLayer": "karpenter"},
+    # System nodes with room for burst pods: burst's required affinity keeps it off them.
+    {"systemNodeInstanceType": "m6i.xlarge"},
 ]
 
 
@@ -175,6 +177,71 @@ def test_demo_two_has_its_shape_eight_on_hybrid_seven_bursting(dev_run):
 
 
 @needs_helm
+def test_burst_stays_off_system_and_gateway_nodes_that_have_room(lab):
+    """Demo 2 is "hybrid first, then Karpenter's burst nodes": with system nodes that could
+    hold burst pods (m6i.xlarge, about 2.4 cores free each), the required affinity still keeps
+    every burst pod off them (and off the gateway nodes): 8 on hybrid, 7 for Karpenter."""
+    model = scheduling.evaluate(lab(systemNodeInstanceType="m6i.xlarge"))
+    burst = model.result.of("burst")
+    roles = {n.name: n.role for n in model.nodes}
+    by_role = {role: sum(c for n, c in burst.nodes.items() if roles[n] == role)
+               for role in ("hybrid", "system", "gateway")}
+    assert (by_role, burst.karpenter, burst.pending) == (
+        {"hybrid": 8, "system": 0, "gateway": 0}, 7, 0)
+    system = next(n for n in model.nodes if n.role == "system")
+    assert burst.workload.request.fits(system.allocatable - model.result.used[system.name])
+    for node in model.nodes:
+        problem = scheduling.placement_problem(burst.workload, node)
+        if node.role in ("system", "gateway"):
+            assert problem == "required node affinity", node.name
+        elif node.role in ("hybrid", "burst"):
+            assert problem is None, node.name
+
+
+def test_karpenter_tries_bursts_required_terms_one_at_a_time_in_order():
+    """offline/karpenter_affinity.py, after Karpenter v1.15.0's newPodRequirements and Relax:
+    the first term with the heaviest preference, the next term with it, then the last term
+    alone."""
+    from components import demos
+
+    hybrid = [demos.ON_HYBRID]
+    pool = [{"key": "karpenter.sh/nodepool", "operator": "In", "values": ["cloud-burst"]}]
+    assert karpenter_affinity.requirement_steps(demos.burst_affinity("cloud-burst")) == [
+        hybrid + hybrid, pool + hybrid, pool]
+    # No required terms: the preferences, heaviest first, then nothing.
+    light = {"matchExpressions": [{"key": "a", "operator": "Exists"}]}
+    heavy = {"matchExpressions": [{"key": "b", "operator": "Exists"}]}
+    assert karpenter_affinity.requirement_steps({"nodeAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 1, "preference": light}, {"weight": 9, "preference": heavy}]}}) == [
+        heavy["matchExpressions"], light["matchExpressions"], []]
+    assert karpenter_affinity.requirement_steps({"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n"]}]}]}}}) \
+        is None
+
+
+@needs_helm
+def test_the_model_catches_bursts_pool_term_put_first(dev_run):
+    """Planted: burst's terms reversed, [pool, hybrid]. The kube-scheduler ORs them (the
+    overflow could still run on a pool node), but Karpenter first asks for the pool and the
+    hybrid preference at once, which no node has, drops the pool's term, and never tries it
+    again: no node is launched and the 7 stay Pending."""
+    def reversed_terms(inputs):
+        required = inputs["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]
+        required["nodeSelectorTerms"].reverse()
+
+    model = scheduling.evaluate(with_registration(dev_run, "demo-burst", reversed_terms))
+    burst = model.result.of("burst")
+    assert (burst.karpenter, burst.pending) == (0, 7)
+    assert "never tries this pool's term" in burst.reasons["burst"]
+    pool_node = next(n for n in model.nodes if n.elastic)
+    assert scheduling.placement_problem(burst.workload, pool_node) is None
+    assert any(u.startswith("burst (lab): 7 of 15") for u in model.unschedulable)
+
+
+@needs_helm
 def test_the_karpenter_burst_within_its_cpu_cap(dev_run):
     cfg = dev_run.lab_config
     model = scheduling.evaluate(dev_run)
@@ -262,6 +329,52 @@ def test_notin_admits_nodes_without_the_label():
                                                  "operator": "NotIn", "values": ["hybrid"]})
     assert not scheduling._expression_holds(labels, {"key": "eks.amazonaws.com/compute-type",
                                                      "operator": "In", "values": ["hybrid"]})
+
+
+def _affinity_node(name: str, **labels: str) -> scheduling.Node:
+    return scheduling.Node(name, "system", "m6i.large", {scheduling.HOSTNAME: name, **labels},
+                           (), scheduling.Request(1000, 1000))
+
+
+def _required(*terms: dict) -> scheduling.Workload:
+    return scheduling.Workload("w", "Deployment", 1, scheduling.Request(), {}, {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}}},
+        (), False, "test")
+
+
+def test_required_node_affinity_terms_are_ored_and_an_empty_term_selects_nothing():
+    """k8s.io/component-helpers scheduling/corev1/nodeaffinity: a node passes when any term
+    selects it; a term's expressions are ANDed; a term with no expressions and no fields
+    selects no node; matchFields reads metadata.name."""
+    hybrid = _affinity_node("h", **{"eks.amazonaws.com/compute-type": "hybrid"})
+    pooled = _affinity_node("p", **{"karpenter.sh/nodepool": "cloud-burst"})
+    system = _affinity_node("s", role="system")
+    on_hybrid = {"matchExpressions": [{"key": "eks.amazonaws.com/compute-type",
+                                       "operator": "In", "values": ["hybrid"]}]}
+    on_pool = {"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "In",
+                                     "values": ["cloud-burst"]}]}
+    either = _required(on_hybrid, on_pool)
+    assert [scheduling.placement_problem(either, n) for n in (hybrid, pooled, system)] == \
+        [None, None, "required node affinity"]
+    both = _required({"matchExpressions": on_hybrid["matchExpressions"] + on_pool["matchExpressions"]})
+    assert scheduling.placement_problem(both, hybrid) == "required node affinity"
+    # An empty term ORed with another adds no node; alone, it admits none.
+    assert scheduling.placement_problem(_required(on_hybrid, {}), system) == "required node affinity"
+    assert scheduling.placement_problem(_required({"matchExpressions": []}), system) == \
+        "required node affinity"
+    by_name = _required({"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["s"]}]})
+    assert [scheduling.placement_problem(by_name, n) for n in (hybrid, system)] == \
+        ["required node affinity", None]
+
+
+def test_an_empty_preferred_term_scores_nothing():
+    node = _affinity_node("n", role="system")
+    w = scheduling.Workload("w", "Deployment", 1, scheduling.Request(), {}, {"nodeAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 50, "preference": {}},
+            {"weight": 7, "preference": {"matchExpressions": [
+                {"key": "role", "operator": "In", "values": ["system"]}]}}]}}, (), False, "test")
+    assert scheduling._preference(w, node) == 7
 
 
 def test_a_pods_request_is_the_larger_of_its_containers_and_init_containers():

@@ -104,7 +104,7 @@ def failures(probes: Iterable[Probe], path: str, start: Optional[datetime.dateti
 
 def prober_pods(client: Any, namespace: str, name: str) -> list[Any]:
     """The pods of prober ``name`` (label ``app=<name>``), as listed. The label is checked here
-    as well: a server that ignores the selector (the emulator, a careless proxy) lists them all."""
+    as well: a server that ignores the selector (a careless proxy) lists them all."""
     from lightkube.resources.core_v1 import Pod
 
     return [p for p in client.list(Pod, namespace=namespace, labels={"app": name})

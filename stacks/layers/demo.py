@@ -16,7 +16,7 @@ from stacks.config import LabConfig
 from stacks.layers.base import Layer
 from stacks.layers.cluster import ClusterLayer
 from stacks.layers.hybrid import HybridLayer
-from stacks.layers.karpenter import BURST_TOLERATION, KarpenterLayer
+from stacks.layers.karpenter import BURST_TOLERATION, NODE_POOL, KarpenterLayer
 
 GATEWAY_NS = "demo-gateway"
 BURST_NS = "demo-burst"
@@ -118,7 +118,8 @@ class DemoLayer(Layer):
         co_tenants = demos.cpu_requested_m(echo_hybrid) + demos.cpu_requested_m(prober_hybrid)
         burst_request = burst_cpu_request_m(cfg.hybrid_node_instance_type, co_tenants)
         workload(BURST_NS, "burst", demos.burst(
-            "burst", cfg.burst_replicas, burst_request, extra_tolerations=[BURST_TOLERATION]),
+            "burst", cfg.burst_replicas, burst_request, extra_tolerations=[BURST_TOLERATION],
+            burst_pool=NODE_POOL),
             depends_on=burst_needs)
         if cfg.burst_scenario == "C":
             # Present while Karpenter ranks pods (scenario C). Switching to A or B deletes it,

@@ -281,7 +281,7 @@ class Cluster:
         return sorted(found, key=lambda n: n["name"])
 
     def burst_pods(self) -> list[dict]:
-        """Raw burst pods (the label is sent and applied here again: the emulator ignores it)."""
+        """Raw burst pods (the label is sent and applied here again, for a server that ignores it)."""
         app = self.s.app
         found = self.list("Pod", self.s.namespace, labels={"app": app}) or []
         pods = [p for p in found if ((p.get("metadata") or {}).get("labels") or {}).get("app") == app]
@@ -345,7 +345,7 @@ class Cluster:
         for node in hybrid_nodes:
             for pod in self.list("Pod", "*", fields={"spec.nodeName": node}) or []:
                 if (pod.get("spec") or {}).get("nodeName") != node:
-                    continue  # the emulator ignores field selectors
+                    continue  # a server that ignores field selectors lists every pod
                 labels = (pod.get("metadata") or {}).get("labels") or {}
                 if (pod.get("metadata") or {}).get("namespace") == self.s.namespace \
                         and labels.get("app") == self.s.app:

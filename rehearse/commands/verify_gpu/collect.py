@@ -129,7 +129,7 @@ def _option(ctx: Any, key: str, default: Any) -> Any:
 
 def _pods(client: Any, pod_type: Any, namespace: str, app: str) -> list[dict]:
     """The pods labelled app=<app>: the selector is sent, and applied here again (a server that
-    ignores it, like the test emulator, must not widen the list)."""
+    ignores it must not widen the list)."""
     found = [p.to_dict() for p in client.list(pod_type, namespace=namespace, labels={"app": app})]
     return sorted((p for p in found if (p["metadata"].get("labels") or {}).get("app") == app),
                   key=lambda p: p["metadata"]["name"])

@@ -137,8 +137,9 @@ def pytest_sessionstart(session):
 #: endpoints that do not answer, every cleanup): run first. Collected in file order they came
 #: last, and the run ended with one worker waiting on the other's two-minute test alone; first,
 #: the other worker steals the short ones meanwhile (xdist's worksteal).
-_LONG_FIRST = ("test_real_pulumi_lab.py", "test_real_pulumi_unanswered.py",
-               "test_real_pulumi_cleanups.py", "test_real_pulumi_replacement.py")
+_LONG_FIRST = ("test_real_pulumi_lab.py", "test_real_karpenter.py", "test_real_scenarios.py",
+               "test_real_pulumi_unanswered.py", "test_real_pulumi_cleanups.py",
+               "test_real_pulumi_replacement.py")
 
 
 def pytest_collection_modifyitems(items):

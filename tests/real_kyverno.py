@@ -40,6 +40,7 @@ from typing import Any, Optional
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT / "engines"))
 from control_plane import ControlPlane, die_with_parent, free_port, stop_process  # noqa: E402
+from karpenter import NETNS_MARK  # noqa: E402
 
 COST = "controller.kubernetes.io/pod-deletion-cost"
 HYBRID = ("eks.amazonaws.com/compute-type", "hybrid")
@@ -109,6 +110,24 @@ def module_crds() -> list[dict]:
             for d in yaml.load_all(path.read_text(), Loader=loader) if isinstance(d, dict)]
 
 
+def controllers_plan(run, extra_crds: Optional[list[dict]] = None) -> dict:
+    """What ``Scenario.bring_up`` needs to run Kyverno as the lab's chart values install it,
+    from the lab's program run ``run``: the chart's objects Kyverno needs on the server (KINDS,
+    with the policies.kyverno.io CRDs) as ``renders["lab"]``, the chart's Deployments (the
+    controllers' args and env) and the lab's ClusterPolicy as registered — None where the run
+    registers none (scenario A installs Kyverno without it: stacks/layers/demo.py)."""
+    from offline import chart_render
+    from tests.real_placement import integers
+
+    [kyverno] = [r for r in chart_render.registered_releases(run) if r.name == "kyverno"]
+    rendered = _render(kyverno, kyverno.values)
+    policies = [r.inputs for r in run.registrations if r.type.endswith(":ClusterPolicy")]
+    extra_crds = module_crds() if extra_crds is None else extra_crds
+    return {"renders": {"lab": extra_crds + [d for d in rendered if d.get("kind") in KINDS]},
+            "chart_deployments": [d for d in rendered if d.get("kind") == "Deployment"],
+            "policy": {**integers(policies[0]), "kind": "ClusterPolicy"} if policies else None}
+
+
 def plan(run, cases=CASES, replicas: int = 10) -> dict:
     """What the scenario script needs, from the lab's program run ``run`` (burstScenario B)."""
     from offline import chart_render, scheduling
@@ -117,7 +136,8 @@ def plan(run, cases=CASES, replicas: int = 10) -> dict:
     [kyverno] = [r for r in chart_render.registered_releases(run) if r.name == "kyverno"]
     [karpenter] = [r for r in chart_render.registered_releases(run) if r.name == "karpenter"]
     regs = {(r.type, r.name): r for r in run.registrations}
-    policy = next(r.inputs for (t, _), r in regs.items() if t.endswith(":ClusterPolicy"))
+    extra_crds = module_crds()
+    controllers = controllers_plan(run, extra_crds)
     burst = next(r.inputs for (t, n), r in regs.items()
                  if t == "kubernetes:apps/v1:Deployment" and r.inputs["metadata"]["name"] == "burst")
     namespace = next(r.inputs for (t, _), r in regs.items()
@@ -136,15 +156,14 @@ def plan(run, cases=CASES, replicas: int = 10) -> dict:
     deployment["spec"]["replicas"] = replicas
     karpenter_deployment = next(d for d in chart_render.render_workloads(karpenter)
                                 if d["kind"] == "Deployment")
-    extra_crds = module_crds()
     return {
-        "renders": {case: extra_crds + [d for d in _render(kyverno, variant_values(kyverno.values, case))
-                                        if d.get("kind") in KINDS] for case in ("lab", *cases)},
-        "chart_deployments": [d for d in _render(kyverno, kyverno.values)
-                              if d.get("kind") == "Deployment"],
+        "renders": {"lab": controllers["renders"]["lab"],
+                    **{case: extra_crds + [d for d in _render(kyverno, variant_values(kyverno.values, case))
+                                           if d.get("kind") in KINDS] for case in cases}},
+        "chart_deployments": controllers["chart_deployments"],
         "values": {case: variant_values(kyverno.values, case) for case in ("lab", *cases)},
         "cases": list(cases),
-        "policy": {**integers(policy), "kind": "ClusterPolicy"},
+        "policy": controllers["policy"],
         "namespace": {**integers(namespace), "kind": "Namespace", "apiVersion": "v1"},
         "deployment": {**deployment, "kind": "Deployment", "apiVersion": "apps/v1"},
         "nodes": nodes,
@@ -158,12 +177,15 @@ def plan(run, cases=CASES, replicas: int = 10) -> dict:
     }
 
 
-def run_in_netns(bindir: Path, workdir: Path, the_plan: dict, timeout: float = 600) -> dict:
-    """Runs the scenario script in a private network namespace; its result (or why it failed)."""
+def run_in_netns(bindir: Path, workdir: Path, the_plan: dict, timeout: float = 600,
+                 module: str = "tests.real_kyverno") -> dict:
+    """Runs the scenario script (``python -m module BINDIR WORKDIR PLAN RESULT``, this one's
+    by default) in a private network namespace; its result (or why it failed). The namespace
+    is marked as private for engines/karpenter.py, which refuses to start outside one."""
     workdir.mkdir(parents=True, exist_ok=True)
     plan_file, result_file = workdir / "plan.json", workdir / "result.json"
     plan_file.write_text(json.dumps(the_plan))
-    inner = (f"ip link set lo up && exec {sys.executable} -m tests.real_kyverno "
+    inner = (f"ip link set lo up && exec env {NETNS_MARK}=1 {sys.executable} -m {module} "
              f"{bindir} {workdir} {plan_file} {result_file}")
     log = open(workdir / "scenario.log", "wb")
     # unshare and sh exec, so this PID ends as the scenario's Python; it gets SIGTERM when the
@@ -179,7 +201,7 @@ def run_in_netns(bindir: Path, workdir: Path, the_plan: dict, timeout: float = 6
         process.wait(30)
     if not result_file.exists():
         tail = "\n".join((workdir / "scenario.log").read_text(errors="replace").splitlines()[-40:])
-        raise RuntimeError(f"the Kyverno scenario wrote no result (exit {process.returncode}):\n{tail}")
+        raise RuntimeError(f"{module} wrote no result (exit {process.returncode}):\n{tail}")
     return json.loads(result_file.read_text())
 
 
@@ -300,15 +322,36 @@ class Scenario:
         self.plane.wait_for("Kyverno's admission controller /health/readiness", ready, timeout=180)
         return {"admission_ready_s": round(time.monotonic() - times["admission_started"], 2)}
 
+    def bring_up(self, plane: ControlPlane) -> dict:
+        """On ``plane``: the chart's objects for the lab's values, both controllers started and
+        ready, then the plan's ClusterPolicy (if any) until Kyverno says it is Ready. Returns
+        the timings (seconds)."""
+        self.plane = plane
+        self.install(self.plan["renders"]["lab"])
+        self.log("chart objects applied")
+        timings = self.start_kyverno()
+        self.log(f"kyverno ready {timings}")
+        if self.plan.get("policy") is not None:
+            t = time.monotonic()
+            self.ok(plane.apply(self.plan["policy"]), "policy")
+            plane.wait_for("the ClusterPolicy Ready", lambda: self.policy_status().get("conditions")
+                           and any(c["type"] == "Ready" and c["status"] == "True"
+                                   for c in self.policy_status()["conditions"]), timeout=120)
+            timings["policy_ready_s"] = round(time.monotonic() - t, 2)
+        return timings
+
     def check_kyverno(self) -> None:
         for role, process in self.kyverno.items():  # those meant to be running
             if process.poll() is not None:
                 tail = (self.work / f"kyverno-{role}.log").read_text(errors="replace")[-3000:]
                 raise RuntimeError(f"Kyverno's {role} controller exited {process.returncode}:\n{tail}")
 
-    def stop(self) -> None:
+    def stop_kyverno(self) -> None:
         for process in self.kyverno.values():
             stop_process(process)
+
+    def stop(self) -> None:
+        self.stop_kyverno()
         if self.plane is not None:
             self.plane.stop()
 
@@ -424,17 +467,7 @@ class Scenario:
         plane = self.plane
         for node in self.plan["nodes"]:
             self.ok(plane.apply(node), node["metadata"]["name"])
-        self.install(self.plan["renders"]["lab"])
-        self.log("chart objects applied")
-        started = self.start_kyverno()
-        result["timings"].update(started)
-        self.log(f"kyverno ready {started}")
-        t = time.monotonic()
-        self.ok(plane.apply(self.plan["policy"]), "policy")
-        plane.wait_for("the ClusterPolicy Ready", lambda: self.policy_status().get("conditions")
-                       and any(c["type"] == "Ready" and c["status"] == "True"
-                               for c in self.policy_status()["conditions"]), timeout=120)
-        result["timings"]["policy_ready_s"] = round(time.monotonic() - t, 2)
+        result["timings"].update(self.bring_up(plane))
         result["policy_status"] = self.policy_status()
         # The chart's Deployments of the two controllers too: verify burst reads their service
         # accounts from them, as on the lab. Their pods stay Pending (the lab's nodeSelector

@@ -82,56 +82,30 @@ class Step:
     between: tuple = ()
 
 
-class Scene:
-    def __init__(self, plane, prefix: str):
+def step_to_json(step: Step) -> dict:
+    """A Step as JSON (its clock moments as RFC 3339 with microseconds), for a step taken in
+    another process (tests/real_scenarios.py's scenario script)."""
+    return {"replicas": step.replicas, "forecast": step.forecast, "before": step.before,
+            "victims": sorted(step.victims), "elapsed": step.elapsed, "window": list(step.window),
+            "related": step.related, "between": [m.isoformat() for m in step.between]}
+
+
+def step_from_json(data: dict) -> Step:
+    return Step(data["replicas"], data["forecast"], data["before"], set(data["victims"]),
+                data["elapsed"], tuple(data["window"]), data["related"],
+                tuple(datetime.datetime.fromisoformat(m) for m in data["between"]))
+
+
+class Scaler:
+    """A Deployment already on the control plane, read and scaled as a presenter does:
+    ``scale_in`` runs ``rehearse predict`` first, then the scale request, and returns the
+    controller's victims beside the forecast (tests/real_scenarios.py drives the cluster of the
+    real Karpenter and Kyverno with it)."""
+
+    def __init__(self, plane, namespace: str = "", deployment: str = scheduling.BURST):
         self.plane = plane
-        self.prefix = prefix
-        self.scenario = real_placement.Scenario(plane, prefix)
-        self.namespace = ""
-        self.deployment = scheduling.BURST
-        self.cloud: list[scheduling.Node] = []
-        self.template: dict = {}
-
-    # --- building ---------------------------------------------------------------------------
-
-    def build(self, replicas: int = 3) -> None:
-        """The hybrid nodes, their other pods, and ``burst`` at ``replicas`` (at most the 8
-        that fit there). The cloud-burst nodes come later (``add_cloud_nodes``), as Karpenter
-        launches them for pods left Pending: with them there from the start, kube-scheduler's
-        default spreading puts some of the first pods on them despite burst's preference."""
-        nodes, others, burst = lab_pieces()
-        self.cloud = [n for n in nodes if n.role == "burst"]
-        self.scenario.add_nodes([n for n in nodes if n.role == "hybrid"])
-        if others:
-            self.scenario.add_workloads(others)
-        self.namespace = self.scenario.namespace(burst.namespace)
-        obj = real_placement.workload_object(burst, self.prefix, self.namespace)
-        obj["spec"]["replicas"] = replicas
-        self.template = obj
-        answer = self.plane.apply(obj)
-        assert answer.status in (200, 201), answer.body
-        self.wait_settled(replicas)
-
-    def scale_out_past_hybrid(self, replicas: int) -> list[dict]:
-        """Scales up past the hybrid nodes' room: the pods that do not fit stay Pending until
-        the cloud-burst nodes join (one of each instance type the NodePool may launch, standing
-        for Karpenter's), then every pod runs."""
-        self.scale(replicas)
-
-        def pending_rest():
-            pods = [p for p in self.all_pods() if not p["metadata"].get("deletionTimestamp")]
-            bound = [p for p in pods if p["spec"].get("nodeName")]
-            unschedulable = [p for p in pods if any(
-                c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
-                for c in p["status"].get("conditions") or [])]
-            return len(pods) == replicas and len(bound) + len(unschedulable) == replicas
-        self.plane.wait_for("burst's overflow Pending", pending_rest, timeout=60, interval=0.1)
-        self.scenario.add_nodes(self.cloud)
-        return self.wait_settled(replicas)
-
-    def hybrid_nodes(self) -> set[str]:
-        return {name for name, node in self.scenario.nodes.items()
-                if node.labels.get(HYBRID[0]) == HYBRID[1]}
+        self.namespace = namespace
+        self.deployment = deployment
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -175,15 +149,6 @@ class Scene:
                                  {"metadata": {"annotations": annotations}},
                                  content_type="application/merge-patch+json")
         assert answer.status == 200, answer.body
-
-    def cost_on_hybrid(self, value: str = "1") -> None:
-        """Scenario B: what Kyverno's policy writes (components/kyverno.py), on every active pod
-        bound to a hybrid node; cloud pods keep none."""
-        hybrid = self.hybrid_nodes()
-        for pod in self.active():
-            if pod["spec"].get("nodeName") in hybrid and \
-                    (pod["metadata"].get("annotations") or {}).get(COST) != value:
-                self.annotate(pod["metadata"]["name"], {COST: value})
 
     def patch_status(self, pod: str, status: dict) -> None:
         """The pods/status subresource, strategic merge (conditions merge by type, container
@@ -262,6 +227,65 @@ class Scene:
         return Step(replicas, forecast, before, names - kept,
                     (seen - snapshot).total_seconds(), (early, late), related, (sent, seen))
 
+
+class Scene(Scaler):
+    def __init__(self, plane, prefix: str):
+        super().__init__(plane)
+        self.prefix = prefix
+        self.scenario = real_placement.Scenario(plane, prefix)
+        self.cloud: list[scheduling.Node] = []
+        self.template: dict = {}
+
+    # --- building ---------------------------------------------------------------------------
+
+    def build(self, replicas: int = 3) -> None:
+        """The hybrid nodes, their other pods, and ``burst`` at ``replicas`` (at most the 8
+        that fit there). The cloud-burst nodes come later (``add_cloud_nodes``), as Karpenter
+        launches them for pods left Pending: with them there from the start, kube-scheduler's
+        default spreading puts some of the first pods on them despite burst's preference."""
+        nodes, others, burst = lab_pieces()
+        self.cloud = [n for n in nodes if n.role == "burst"]
+        self.scenario.add_nodes([n for n in nodes if n.role == "hybrid"])
+        if others:
+            self.scenario.add_workloads(others)
+        self.namespace = self.scenario.namespace(burst.namespace)
+        obj = real_placement.workload_object(burst, self.prefix, self.namespace)
+        obj["spec"]["replicas"] = replicas
+        self.template = obj
+        answer = self.plane.apply(obj)
+        assert answer.status in (200, 201), answer.body
+        self.wait_settled(replicas)
+
+    def scale_out_past_hybrid(self, replicas: int) -> list[dict]:
+        """Scales up past the hybrid nodes' room: the pods that do not fit stay Pending until
+        the cloud-burst nodes join (one of each instance type the NodePool may launch, standing
+        for Karpenter's), then every pod runs."""
+        self.scale(replicas)
+
+        def pending_rest():
+            pods = [p for p in self.all_pods() if not p["metadata"].get("deletionTimestamp")]
+            bound = [p for p in pods if p["spec"].get("nodeName")]
+            unschedulable = [p for p in pods if any(
+                c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
+                for c in p["status"].get("conditions") or [])]
+            return len(pods) == replicas and len(bound) + len(unschedulable) == replicas
+        self.plane.wait_for("burst's overflow Pending", pending_rest, timeout=60, interval=0.1)
+        self.scenario.add_nodes(self.cloud)
+        return self.wait_settled(replicas)
+
+    def hybrid_nodes(self) -> set[str]:
+        return {name for name, node in self.scenario.nodes.items()
+                if node.labels.get(HYBRID[0]) == HYBRID[1]}
+
+    def cost_on_hybrid(self, value: str = "1") -> None:
+        """Scenario B: what Kyverno's policy writes (components/kyverno.py), on every active pod
+        bound to a hybrid node; cloud pods keep none."""
+        hybrid = self.hybrid_nodes()
+        for pod in self.active():
+            if pod["spec"].get("nodeName") in hybrid and \
+                    (pod["metadata"].get("annotations") or {}).get(COST) != value:
+                self.annotate(pod["metadata"]["name"], {COST: value})
+
     def delete(self) -> None:
         self.scenario.delete()
 
@@ -325,6 +349,22 @@ def rule_inputs(pod: dict, related: list[dict]) -> tuple:
     return (bool(node), pod["status"].get("phase"), ready,
             (pod["metadata"].get("annotations") or {}).get(COST), rank, _ready_time(pod),
             _restarts(pod), pod["metadata"]["creationTimestamp"])
+
+
+def hidden_ties(step: Step) -> list[str]:
+    """Victims predict calls decided that have every input equal to a pod the controller kept
+    (a tie it won by chance, which predict must call random)."""
+    kept = [p for p in step.before if p["metadata"]["name"] not in step.victims]
+    by_name = {p["metadata"]["name"]: p for p in step.before}
+    found = []
+    for victim in step.forecast["delete"]:
+        if victim["tie"] or victim["clock"] or victim["name"] not in step.victims:
+            continue
+        mine = rule_inputs(by_name[victim["name"]], step.related)
+        for pod in kept:
+            if rule_inputs(pod, step.related) == mine:
+                found.append(f"{victim['name']} called decided, ties with kept {pod['metadata']['name']}")
+    return found
 
 
 def false_ties(step: Step) -> list[str]:

@@ -216,11 +216,13 @@ def test_with_the_pool_term_first_karpenter_launches_nothing(tmp_path):
     plan = karpenter_lab.plan("A")
     plan["deployment"]["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"].reverse()
+    # Karpenter decides within its batch window (at most 10 s, BATCH_MAX_DURATION) and logs the
+    # refusal on that pass: 45 s leaves it several passes without the default 180 s wait.
     plan.update(mode="sequence", sequence=[3, 15], watch=0, bindir=str(bindir),
-                workdir=str(tmp_path / "work"))
+                workdir=str(tmp_path / "work"), ready_timeout=45)
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     found = run_in_netns(tmp_path / "plan.json", tmp_path / "out.json")
-    # The scenario script waits for all 15 Ready; it gives up (its 180 s) with the log tails.
+    # The scenario script waits for all 15 Ready; it gives up (ready_timeout) with the log tails.
     assert "15 pods Ready" in found.get("error", ""), found.get("error")
     failed = [line for line in found["logs"]["karpenter-kwok"].splitlines()
               if "could not schedule pod" in line]

@@ -35,7 +35,7 @@ import pytest
 
 from tests import real_scale_in
 from tests.real_cluster import started
-from tests.real_scale_in import COST, Scene, false_ties, judge, verdicts
+from tests.real_scale_in import COST, Scene, false_ties, hidden_ties, judge, verdicts
 
 _serial = itertools.count()
 
@@ -65,22 +65,6 @@ def scene(control_plane):
         yield made
     finally:
         made.delete()
-
-
-def hidden_ties(step: real_scale_in.Step) -> list[str]:
-    """Victims predict calls decided that have every input equal to a pod the controller kept
-    (a tie it won by chance, which predict must call random)."""
-    kept = [p for p in step.before if p["metadata"]["name"] not in step.victims]
-    by_name = {p["metadata"]["name"]: p for p in step.before}
-    found = []
-    for victim in step.forecast["delete"]:
-        if victim["tie"] or victim["clock"] or victim["name"] not in step.victims:
-            continue
-        mine = real_scale_in.rule_inputs(by_name[victim["name"]], step.related)
-        for pod in kept:
-            if real_scale_in.rule_inputs(pod, step.related) == mine:
-                found.append(f"{victim['name']} called decided, ties with kept {pod['metadata']['name']}")
-    return found
 
 
 #: Every step's verdicts and what the controller's sort made of them, for the report at the end.

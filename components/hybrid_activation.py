@@ -32,8 +32,10 @@ class HybridActivationArgs:
     cluster_arn: pulumi.Input[str]
     #: The activation's region: the registrations cleanup deregisters managed instances there.
     region: str
-    #: How many machines may register through the activation; SSM refuses one more. A host
-    #: that re-joins registers again, so leave room for that.
+    #: How many machines may register through the activation; SSM refuses one more. Every
+    #: registration counts, a deregistered host's and a re-join's too, and each replaced host
+    #: registers again: a RegistrationBudget (components/cleanup/registration_budget.py) in
+    #: front of the hosts stops a change that needs more than are left.
     registration_limit: int
     #: Days the activation accepts registrations (SSM allows at most 30).
     valid_days: int

@@ -150,6 +150,7 @@ def render(run: ProgramRun, out: TextIO, stack_file: Optional[Path] = None, *,
 
     render_versions(run, out)
     render_nodeadm(run, out)
+    render_activation(run, out)
     _render_costs(run, out)
     _render_times(run, out)
     plan_charts.render(run, out)
@@ -219,6 +220,26 @@ def render_nodeadm(run: ProgramRun, out: TextIO,
                       if expires > today else ": EXPIRED, no host can install nodeadm with SSM"))
         count = f"{len(hosts)} host" + ("s" if len(hosts) != 1 else "")
         out.write(f"  nodeadm {release} on {count} ({', '.join(sorted(hosts))}): {key}\n")
+
+
+#: The registration budget in front of the hybrid hosts (components/cleanup/registration_budget.py).
+BUDGET_TYPE = "pulumi-python:dynamic/cleanup:SsmRegistrationBudget"
+
+
+def render_activation(run: ProgramRun, out: TextIO) -> None:
+    """The SSM activation's registration limit, what a first `pulumi up` registers and how many
+    replacements of every host that leaves: each registers every host again, and a change that
+    needs more than are left stops at preview (docs/hybrid-nodes.md#activation-registrations)."""
+    for budget in run.of_type(BUDGET_TYPE):
+        limit = int(budget.inputs.get("registrationLimit") or 0)
+        hosts = list(budget.inputs.get("hostNames") or [])
+        name = budget.inputs.get("activationName")
+        replacements = (limit - len(hosts)) // len(hosts) if hosts else 0
+        out.write(f"\nSSM hybrid activation {name} (docs/hybrid-nodes.md#activation-registrations)\n"
+                  f"  registration limit {limit}; a first pulumi up registers {len(hosts)} "
+                  f"({', '.join(hosts) or 'no hosts'}), leaving {limit - len(hosts)}: "
+                  f"{replacements} replacement{'s' if replacements != 1 else ''} of every host "
+                  "(an edit of the join script) before preview asks for a new activationGeneration\n")
 
 
 def _render_values_not_read(run: ProgramRun, out: TextIO) -> None:

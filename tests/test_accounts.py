@@ -126,7 +126,9 @@ def test_without_settings_the_kubeconfig_and_the_cleanups_are_as_before(dev_run)
 CLEANUPS = {"gateway-gateway-route-cleanup", "karpenter-karpenter-leftovers",
             "hybrid-activation-registrations", "hybrid-hosts-node-0-node",
             "hybrid-hosts-node-1-node", "demo-deletion-cost-ranks",
-            "hybrid-hosts-node-0-stale-nodes", "hybrid-hosts-node-1-stale-nodes"}
+            "hybrid-hosts-node-0-stale-nodes", "hybrid-hosts-node-1-stale-nodes",
+            # Its check reads the activation's registrations with the stack's settings.
+            "hybrid-registration-budget"}
 
 
 def test_every_cleanup_stores_the_account_settings_for_its_delete(pinned_run):
@@ -334,7 +336,7 @@ def test_preflight_uses_the_stacks_profile_and_shows_the_account_it_sees(
     from ops.preflight import cli
     from ops.preflight.checks import _credentials
 
-    def credentials_and_account(session, needs, which, run, now, account):
+    def credentials_and_account(session, needs, which, run, now, account, activation=None):
         # The rest would ask in-process moto for what it lacks (default service quotas).
         credentials, caller_arn = _credentials(session, needs.region)
         return [credentials, check_account(caller_arn, account)]
@@ -355,6 +357,7 @@ def test_preflight_in_another_account_fails_and_checks_nothing_there(moto, tmp_p
     assert code == 1 and statuses["account"] == FAIL
     assert [n for n, s in statuses.items() if s == SKIP] == [
         "region", "availability zones", "instance types", "quotas", "names in the region",
+        "hybrid activation",
         "spot service-linked role", "admin access entries"]
 
 

@@ -32,6 +32,7 @@ from ops.preflight.cli import lab_needs, main
 from ops.preflight.nodeadm_key import NAME as NODEADM_KEY, check_nodeadm_ssm_key, utc_now
 from tests.test_nodeadm_pin import EXPIRES as NODEADM_KEY_EXPIRES, DAY, far_from_expiry
 from tests.test_cleanup_gateway_routes import moto_server  # noqa: F401 (fixture)
+from tests.fake_ssm_activations import FakeActivations
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 DEV_STACK = yaml.safe_load((PROJECT_DIR / "Pulumi.dev.yaml").read_text())
@@ -122,6 +123,9 @@ class CachingSession:
         return kwargs
 
     def client(self, service_name, *args, **kwargs):
+        if service_name == "ssm":
+            # moto implements no SSM activations: the test's stand-in table answers.
+            return ACTIVATIONS.table.client(kwargs.get("region_name") or self.region_name)
         if service_name not in self.cached:
             kwargs = self._kwargs(args, kwargs)
             key = _pool_key(service_name, args, kwargs)
@@ -137,6 +141,15 @@ class CachingSession:
         client = _module_session().client(service_name, *args, **self._kwargs(args, kwargs))
         self.cached[service_name] = client
         return Stubber(client)
+
+
+class _Activations:
+    """The SSM activations the in-process tests' account holds (tests/fake_ssm_activations.py):
+    none, unless a test adds some (the ``aws`` fixture empties the table)."""
+    table = FakeActivations()
+
+
+ACTIVATIONS = _Activations()
 
 
 def stub_quotas(session: boto3.Session, region: str, answers: dict) -> Stubber:
@@ -237,6 +250,7 @@ def aws(monkeypatch):
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
     monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # 5,000 AMIs: most of moto's start
+    ACTIVATIONS.table = FakeActivations()
     mock = mock_aws()
     mock.start(reset=not _ACCOUNT.planted)
     writes: list[str] = []
@@ -295,7 +309,9 @@ def preflight(tmp_path, capsys, quotas=None, tools=None, session=None, cli_regio
     The run of the dev stack as it is (no argument but the fixtures) is made once for the
     tests that read it, while the account they share is unchanged."""
     default = ((quotas, tools, session, cli_region, now, settings)
-               == (None, None, None, None, far_from_expiry, {}))
+               == (None, None, None, None, far_from_expiry, {})
+               # No activation planted in the stand-in SSM (nor a failure queued).
+               and not (ACTIVATIONS.table.activations or ACTIVATIONS.table.failures))
     if default and _ACCOUNT.default_run is not None and not _ACCOUNT.changed:
         code, lines, by_name = _ACCOUNT.default_run
         return code, list(lines), dict(by_name)
@@ -337,7 +353,8 @@ DEFAULT_CHECKS = [
     f"quota EC2-VPC Elastic IPs ({EIPS})",
     f"quota Running On-Demand Standard instances vCPUs ({STANDARD})",
     f"quota Running On-Demand Standard instances vCPUs ({STANDARD}) during an upgrade",
-    "names in the region", "spot service-linked role", "admin access entries",
+    "names in the region", "hybrid activation", "spot service-linked role",
+    "admin access entries",
     "aws CLI", "pulumi CLI", NODEADM_KEY,
 ]
 
@@ -387,7 +404,7 @@ def test_too_few_zones_names_the_setting_and_the_zones(aws, tmp_path, capsys):
     assert "it has 2: us-west-1a, us-west-1b" in line
     assert "pulumi config set availabilityZoneCount 2" in fix_of(lines, line)
     assert checks["instance types"].startswith("SKIP  ")
-    assert lines[-1] == "preflight: 14 passed, 0 warnings, 1 failed (1 skipped)"
+    assert lines[-1] == "preflight: 15 passed, 0 warnings, 1 failed (1 skipped)"
 
 
 def test_zones_eks_does_not_support_are_left_out(aws, tmp_path, capsys):
@@ -472,7 +489,7 @@ def test_quota_lookups_denied_warn(aws, tmp_path, capsys):
     for line in quota_lines:
         assert line.startswith("WARN  ") and "quota lookup not permitted" in line
         assert "servicequotas:GetServiceQuota" in fix_of(lines, line)
-    assert lines[-1] == "preflight: 14 passed, 5 warnings, 0 failed"
+    assert lines[-1] == "preflight: 15 passed, 5 warnings, 0 failed"
 
 
 def test_quota_without_an_applied_value_uses_the_aws_default(aws, tmp_path, capsys):
@@ -538,11 +555,12 @@ def test_no_credentials_fails_and_skips_the_aws_checks(monkeypatch, tmp_path, ca
     assert line.startswith("FAIL  credentials: no AWS credentials found")
     assert fix_of(lines, line) == "      fix: configure AWS credentials (aws configure / AWS_PROFILE)"
     for name in ("region", "availability zones", "instance types", "quotas",
-                 "names in the region", "spot service-linked role", "admin access entries"):
+                 "names in the region", "hybrid activation", "spot service-linked role",
+                 "admin access entries"):
         assert checks[name] == (f"SKIP  {name}: not checked: no working AWS credentials "
                                 "(see credentials)")
     assert checks["aws CLI"].startswith("PASS  ") and checks["pulumi CLI"].startswith("PASS  ")
-    assert lines[-1] == "preflight: 3 passed, 0 warnings, 1 failed (7 skipped)"
+    assert lines[-1] == "preflight: 3 passed, 0 warnings, 1 failed (8 skipped)"
 
 
 def test_refused_credentials_fail(aws, tmp_path, capsys):
@@ -647,13 +665,14 @@ def test_command_against_a_moto_server(tmp_path, monkeypatch, fresh_account, mot
                            f"{MOTO_ACCOUNT}")
     statuses = [(line.split("  ", 1)[0], line.split("  ", 1)[1].split(": ", 1)[0])
                 for line in reported[2:-1]]
-    # A fresh account: no Spot service-linked role yet.
+    # A fresh account: no Spot service-linked role yet; moto's server implements no SSM
+    # activations (DescribeActivations answers an error), which must be a WARN, not a crash.
     assert statuses == [
         (key, name) if name == NODEADM_KEY else
         (PASS, name) if name not in (f"quota EC2-VPC Elastic IPs ({EIPS})",
                                      f"quota Running On-Demand Standard instances vCPUs ({STANDARD})",
                                      f"quota Running On-Demand Standard instances vCPUs ({STANDARD}) during an upgrade",
-                                     "spot service-linked role")
+                                     "hybrid activation", "spot service-linked role")
         else (WARN, name)
         for name in DEFAULT_CHECKS
     ]
@@ -661,7 +680,7 @@ def test_command_against_a_moto_server(tmp_path, monkeypatch, fresh_account, mot
     assert any(line.startswith(f"WARN  quota EC2-VPC Elastic IPs ({EIPS}): could not read the quota")
                for line in reported)
     tally = [[s for s, _ in statuses].count(s) for s in (PASS, WARN, FAIL)]
-    assert tally == [len(DEFAULT_CHECKS) - 4 - (key != PASS), 4 + (key == WARN), key == FAIL]
+    assert tally == [len(DEFAULT_CHECKS) - 5 - (key != PASS), 5 + (key == WARN), key == FAIL]
     assert reported[-1] == f"preflight: {tally[0]} passed, {tally[1]} warnings, {tally[2]} failed"
 
 
@@ -845,3 +864,76 @@ def test_a_stack_file_is_checked_as_the_stack_its_name_gives(aws, tmp_path, caps
     out = capsys.readouterr().out
     assert out.startswith(f"eks-hybrid-lab preflight for stack 'prod' in {REGION}")
     assert "hybrid-lab-prod, /aws/eks/hybrid-lab-prod/cluster, hybrid-lab-prod-karpenter" in out
+
+
+# --- the stack's SSM hybrid activation ----------------------------------------------------------
+
+DEV_ACTIVATION = "hybrid-lab-dev-hybrid-nodes"  # the program's name for it (test_hybrid.py)
+ACTIVATION_ID = "3f1c2a7e-5b8d-4c21-9e0f-6a7b8c9d0e1f"
+GENERATION_FIX = ("pulumi config set activationGeneration 2 (a new activation with 6 "
+                  "registrations; every hybrid host is replaced)")
+
+
+def test_no_activation_yet_says_what_the_first_up_registers(aws, tmp_path, capsys):
+    _, _, checks = preflight(tmp_path, capsys)
+    assert checks["hybrid activation"] == (
+        f"PASS  hybrid activation: {DEV_ACTIVATION}: none yet in {REGION}; the first pulumi up "
+        "creates it with 6 registrations and registers 2 hosts, leaving 4")
+
+
+def test_the_activation_reports_used_limit_and_left(aws, tmp_path, capsys):
+    ACTIVATIONS.table.add(ACTIVATION_ID, DEV_ACTIVATION, limit=6, count=2, tags=LAB_TAG)
+    # Another stack's activation of the same name, and one of another name: not this stack's.
+    ACTIVATIONS.table.add("9d8c7b6a-0f1e-4d2c-8b3a-1e2f3a4b5c6d", DEV_ACTIVATION, limit=6,
+                          count=6, tags={"eks-hybrid-lab:stack": "eks-hybrid-lab/prod"})
+    ACTIVATIONS.table.add("0a0b0c0d-0f1e-4d2c-8b3a-1e2f3a4b5c6d", "other", limit=1, count=1)
+    code, _, checks = preflight(tmp_path, capsys, gpuEnabled=True)
+    assert code == 0
+    assert checks["hybrid activation"] == (
+        f"PASS  hybrid activation: {DEV_ACTIVATION} ({ACTIVATION_ID}): 2 of 6 registrations "
+        "used, 4 left for 3 hosts")
+    assert ACTIVATIONS.table.calls == [{"Filters": [
+        {"FilterKey": "DefaultInstanceName", "FilterValues": [DEV_ACTIVATION]}]}]
+
+
+def test_fewer_left_than_hosts_warns_with_the_command_for_a_new_activation(aws, tmp_path, capsys):
+    # Two hosts: the first up and one edit of the join script made 4; one more deregistered
+    # nothing back; 1 left.
+    ACTIVATIONS.table.add(ACTIVATION_ID, DEV_ACTIVATION, limit=6, count=5, tags=LAB_TAG)
+    code, lines, checks = preflight(tmp_path, capsys)
+    assert code == 0
+    line = checks["hybrid activation"]
+    assert line == (f"WARN  hybrid activation: {DEV_ACTIVATION} ({ACTIVATION_ID}): 5 of 6 "
+                    "registrations used, 1 left for 2 hosts: a change that replaces every host "
+                    "(an edit of the join script, a new Kubernetes version) stops at preview")
+    assert fix_of(lines, line) == f"      fix: {GENERATION_FIX}"
+
+
+def test_an_expired_activation_warns(aws, tmp_path, capsys):
+    ACTIVATIONS.table.add(ACTIVATION_ID, DEV_ACTIVATION, limit=6, count=2, expired=True,
+                          tags=LAB_TAG)
+    _, lines, checks = preflight(tmp_path, capsys)
+    assert checks["hybrid activation"].startswith("WARN  hybrid activation: ")
+    assert "it has EXPIRED: no host can register with it" in checks["hybrid activation"]
+    assert fix_of(lines, checks["hybrid activation"]) == f"      fix: {GENERATION_FIX}"
+
+
+def test_a_denied_activation_lookup_warns(aws, tmp_path, capsys):
+    ACTIVATIONS.table.failures = ["AccessDeniedException"]
+    code, _, checks = preflight(tmp_path, capsys)
+    assert code == 0
+    assert checks["hybrid activation"] == (
+        "WARN  hybrid activation: not checked: ssm:DescribeActivations failed "
+        "(AccessDeniedException: AccessDeniedException (stand-in))")
+
+
+def test_the_activation_checked_is_the_one_the_program_creates(dev_run):
+    from ops.preflight.activation import activation_need
+
+    need = activation_need(dev_run.lab_config)
+    [activation] = dev_run.of_type("aws:ssm/activation:Activation")
+    assert need.name == activation.inputs["name"] == DEV_ACTIVATION
+    assert need.limit == activation.inputs["registrationLimit"]
+    hosts = [r for r in dev_run.of_type("aws:ec2/instance:Instance")
+             if r.name.startswith("hybrid-hosts-")]
+    assert need.hosts == len(hosts)

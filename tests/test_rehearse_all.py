@@ -249,9 +249,9 @@ def test_the_pre_check_records_ops_preflights_checks_as_a_run(tmp_path, monkeypa
 
     seen = {}
 
-    def run_preflight(session, needs, account):
+    def run_preflight(session, needs, account, activation):
         seen["region"], seen["cluster"] = session.region_name, needs.cluster_name
-        seen["account"] = account
+        seen["account"], seen["activation"] = account, activation
         return [preflight_checks.Check("credentials", "PASS", "arn:aws:iam::111122223333:user/me"),
                 preflight_checks.Check("quotas", "WARN", "4 vCPUs of headroom", "ask for more"),
                 preflight_checks.Check("region", "FAIL", "opt-in region", "enable it"),
@@ -272,6 +272,8 @@ def test_the_pre_check_records_ops_preflights_checks_as_a_run(tmp_path, monkeypa
     assert seen["region"] == "ap-northeast-2" and seen["cluster"]
     # The stack's account settings, for the account check (the dev stack has none).
     assert seen["account"] == AwsAccount()
+    # And its activation, as python -m ops.preflight checks it (ops/preflight/activation.py).
+    assert seen["activation"].name == "hybrid-lab-stage-hybrid-nodes" and seen["activation"].limit == 6
     report = outcome.analyse_run(precheck_analysis.analyse, record.read_events(tmp_path / "run"))
     assert [(c.name, c.status) for c in report.checks] == [
         ("credentials", PASS), ("quotas", "WARN"), ("region", FAIL), ("instance types", "SKIP")]

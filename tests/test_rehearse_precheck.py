@@ -97,6 +97,7 @@ def record_preflight(folder: Path, stack: str = rehearsal_evening.STACK,
     from ops.preflight.checks import SPOT_ROLE
     from rehearse.run.context import Context
     from rehearse.lab.outputs import StackOutputs
+    from tests.fake_ssm_activations import install_in_moto
     from tests.test_preflight import ROOMY, fake_tools, stub_quotas
 
     clock = simulated_clock(started)
@@ -120,6 +121,9 @@ def record_preflight(folder: Path, stack: str = rehearsal_evening.STACK,
             return session
 
         patch.setattr(AwsAccount, "boto3_session", session_with_stubbed_quotas)
+        # moto has no SSM activations: the stand-in answers, with none made yet (before the
+        # first pulumi up).
+        install_in_moto(patch)
         # The CLIs and the date the checks see: the fake tools, and the run's own clock.
         which, run = fake_tools()
         patch.setattr(sequence, "run_preflight", functools.partial(

@@ -18,7 +18,7 @@ from rehearse import charts
 from rehearse.run import record
 from rehearse.pages import run_page
 from rehearse.pages import summary_page
-from rehearse.run.report import FAIL, NOT_READ, PASS, SKIP, Chart, Check, Measurement, Report
+from rehearse.run.report import FAIL, NOT_READ, PASS, SKIP, WARN, Chart, Check, Measurement, Report
 from tests.page_checks import SVG, XHTML, assert_no_fractional_times, assert_self_contained, parse
 from tests.report_replays import replayed
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.charts
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rehearse"
 RECORDINGS = sorted(p.name for p in FIXTURES.iterdir() if (p / "events.jsonl").is_file())
-RANK = {FAIL: 0, NOT_READ: 1, PASS: 2, SKIP: 2}
+RANK = {FAIL: 0, NOT_READ: 1, WARN: 2, PASS: 3, SKIP: 3}
 TINY_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" width="40" height="20">'
             '<text x="2" y="14">{title}</text></svg>')
 

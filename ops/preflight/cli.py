@@ -4,12 +4,14 @@
 
 Reads ``Pulumi.<stack>.yaml`` and checks, with Describe/List/Get calls only: the AWS
 credentials (made as the program makes them: the stack's aws:profile and aws:assumeRoles), that
-they are for the account the stack is pinned to (aws:allowedAccountIds), the region, the availability zones, the instance types, the quota headroom, that
+they are for the account the stack is pinned to (aws:allowedAccountIds), the region, the
+availability zones, the instance types, the quota headroom, that
 the names the stack takes in the region (cluster, log group, interruption queue) are free or
-already its own, the account's Spot service-linked role, that adminRoleArns does not hold the
-deployer's own role, the AWS CLI v2 and the Pulumi CLI, and that the pinned nodeadm's SSM
-signing key has not expired (a WARN from 60 days before). Each line is PASS, WARN or FAIL (with
-the fix); SKIP marks an AWS check an earlier failure left nothing to run with. Exits 1 on any
+already its own, the registrations its SSM hybrid activation has left, the account's Spot
+service-linked role, that adminRoleArns does not hold the deployer's own role, the AWS CLI v2
+and the Pulumi CLI, and that the pinned nodeadm's SSM signing key has not expired (a WARN
+from 60 days before). Each line is PASS, WARN or FAIL (with the fix); SKIP marks an AWS check
+an earlier failure left nothing to run with. Exits 1 on any
 FAIL, 2 on bad usage or an invalid config.
 """
 
@@ -25,6 +27,7 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from components.zones import EKS_UNSUPPORTED_ZONE_IDS
+from ops.preflight.activation import stack_activation
 from ops.preflight.checks import (FAIL, PASS, SKIP, WARN, Check, InstanceNeed, LabNeeds, Run, Which,
                                   run_command)
 from ops.preflight.nodeadm_key import Clock, utc_now
@@ -143,7 +146,8 @@ def main(argv: Optional[list[str]] = None, *, session: Optional[boto3.Session] =
                       f"{source}")
                 for warning in unknown_provider_keys(raw)]
     checks = settings + run_preflight(session, lab_needs(cfg), which=which, run=run,
-                                      now=now, account=cfg.aws_account)
+                                      now=now, account=cfg.aws_account,
+                                      activation=stack_activation(cfg))
     render(checks, sys.stdout)
     return 1 if any(c.status == FAIL for c in checks) else 0
 

@@ -13,6 +13,7 @@ import boto3
 
 from components.aws_account import AwsAccount
 from ops.preflight.account import check_account
+from ops.preflight.activation import ActivationNeed, check_activation
 from ops.preflight.checks import (FAIL, PASS, SKIP, WARN, Check, LabNeeds, Run, Which, _credentials,
                                   check_admin_roles, check_availability_zones, check_aws_cli,
                                   check_instance_types, check_names_free, check_pulumi_cli,
@@ -42,16 +43,18 @@ class _ClientPerService:
 
 def run_preflight(session: boto3.Session, needs: LabNeeds, *, which: Which = shutil.which,
                   run: Run = run_command, now: Clock = utc_now,
-                  account: AwsAccount = AwsAccount()) -> list[Check]:
+                  account: AwsAccount = AwsAccount(),
+                  activation: Optional[ActivationNeed] = None) -> list[Check]:
     """Every check, in order. An AWS check that cannot run because an earlier one failed
     (no credentials, another account than the stack's, a disabled region, too few zones) is
     reported as SKIP, not attempted. ``account``: the stack's account settings; ``session``
-    must have been made from them (``AwsAccount.boto3_session``)."""
+    must have been made from them (``AwsAccount.boto3_session``). ``activation``: the stack's
+    SSM hybrid activation, whose registrations left are reported (ops/preflight/activation.py)."""
     session = _ClientPerService(session)
     credentials, caller_arn = _credentials(session, needs.region)
     checks = [credentials]
     regional = ("region", "availability zones", "instance types", "quotas",
-                "names in the region")
+                "names in the region") + (("hybrid activation",) if activation else ())
     account_wide = ("spot service-linked role", "admin access entries")
     if caller_arn is not None:
         checks.append(check_account(caller_arn, account))
@@ -78,6 +81,8 @@ def run_preflight(session: boto3.Session, needs: LabNeeds, *, which: Which = shu
             checks += check_quotas(session, needs, zones)
             if needs.cluster_name:
                 checks.append(check_names_free(session, needs))
+            if activation is not None:
+                checks.append(check_activation(session, activation))
         # IAM is global: these hold whatever the region.
         checks.append(check_spot_role(session, needs.region))
         checks.append(check_admin_roles(caller_arn, needs))

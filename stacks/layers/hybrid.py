@@ -4,16 +4,18 @@ that make their removal complete."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from typing import Optional
 
 import pulumi
 
 from components.cilium import Cilium, CiliumArgs
+from components.cleanup.registration_budget import RegistrationBudget
 from components.demos import VLLM
 from components.eks_cluster import cluster_arn
 from components.hybrid_activation import HybridActivation, HybridActivationArgs
-from components.hybrid_hosts import HostSpec, HybridHosts, HybridHostsArgs
+from components.hybrid_hosts import HostSpec, HybridHosts, HybridHostsArgs, _Host
 from components.hybrid_node_role import HybridNodeRole, HybridNodeRoleArgs
 from components.nvidia_device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from stacks.config import CILIUM_NODE_MASK, LabConfig
@@ -31,12 +33,34 @@ LABEL_PREFIX = "eks-hybrid-lab.io/"
 STACK_LABEL = f"{LABEL_PREFIX}stack"
 
 
+def registration_limit(cfg: LabConfig) -> int:
+    """The activation's registration limit: every host once, plus one re-join each; the GPU
+    host's share is reserved even when it is off, so switching it on does not replace the
+    activation (and the hosts). A change that needs more than are left stops at preview
+    (components/cleanup/registration_budget.py; docs/hybrid-nodes.md#activation-registrations)."""
+    return 2 * (cfg.hybrid_node_count + 1)
+
+
+def host_fingerprints(name: str, args: HybridHostsArgs) -> dict[str, pulumi.Output[str]]:
+    """Each host's generation, as HybridHosts ``name`` computes it from ``args``: exactly what
+    replaces the host's instance (its user data and subnet). Computed by HybridHosts' own code,
+    so the registration budget counts the hosts the engine replaces, no more and no fewer
+    (tests/test_registration_budget.py holds the two equal)."""
+    return {spec.name: HybridHosts._generation(_Host.of(name, spec, args), args)
+            for spec in args.hosts}
+
+
 def _taint(key: str, value: str, effect: str) -> str:
     return f"{key}={value}:{effect}"
 
 
 def _toleration(key: str, value: str, effect: str) -> dict:
     return {"key": key, "operator": "Equal", "value": value, "effect": effect}
+
+
+def activation_name(cfg: LabConfig) -> str:
+    """The activation's name (SSM's DefaultInstanceName): what the preflight finds it by."""
+    return f"{cfg.cluster_name}-hybrid-nodes"
 
 
 def stack_label_value(cfg: LabConfig) -> str:
@@ -47,6 +71,8 @@ def stack_label_value(cfg: LabConfig) -> str:
 class HybridLayer(Layer):
     role: HybridNodeRole
     activation: HybridActivation
+    #: The hosts depend on it: its check stops a change the activation cannot register.
+    registration_budget: RegistrationBudget
     hosts: HybridHosts
     cilium: Cilium
     device_plugin: Optional[NvidiaDevicePlugin]
@@ -68,12 +94,10 @@ class HybridLayer(Layer):
             # wait for none of the cluster.
             cluster_arn=cluster_arn(cfg.region, account_id, cfg.cluster_name),
             region=cfg.region,
-            # Every host once, plus one re-join each; the GPU host's share is reserved even when
-            # it is off, so switching it on does not replace the activation (and the hosts).
-            registration_limit=2 * (cfg.hybrid_node_count + 1),
+            registration_limit=registration_limit(cfg),
             valid_days=ACTIVATION_DAYS,
             generation=cfg.activation_generation,
-            name=f"{cfg.cluster_name}-hybrid-nodes",
+            name=activation_name(cfg),
             description=f"{cfg.project}/{cfg.stack}: hybrid nodes of EKS cluster {cfg.cluster_name}",
             wait_for=self.role.policies,
             account=cfg.aws_account,
@@ -101,7 +125,8 @@ class HybridLayer(Layer):
                 node_labels={**labels, "nvidia.com/gpu.present": "true"},
                 node_taints=[_taint(*HYBRID_TAINT), _taint(*GPU_TAINT)]))
 
-        self.hosts = HybridHosts(self.child_name("hosts"), HybridHostsArgs(
+        hosts_name = self.child_name("hosts")
+        hosts_args = HybridHostsArgs(
             vpc_id=network.on_prem.vpc_id,
             subnet_id=network.on_prem.private_subnet_ids[0],
             cloud_vpc_cidr=network.cloud.cidr_block,
@@ -125,7 +150,19 @@ class HybridLayer(Layer):
             # The access entry and the policy that reads the cluster outlive the hosts.
             cleanup_wait_for=self.role.attachments,
             account=cfg.aws_account,
-        ), opts=self.child())
+        )
+        # Before any host is created or replaced: a change creating more hosts than the
+        # activation has registrations left stops at its check, at preview.
+        self.registration_budget = RegistrationBudget(
+            self.child_name("registration-budget"),
+            activation_id=self.activation.activation_id, activation_name=activation_name(cfg),
+            registration_limit=registration_limit(cfg),
+            activation_generation=cfg.activation_generation, region=cfg.region,
+            hosts=host_fingerprints(hosts_name, hosts_args), account=cfg.aws_account,
+            opts=self.child())
+        self.hosts = HybridHosts(hosts_name, dataclasses.replace(
+            hosts_args, wait_for=[*hosts_args.wait_for, self.registration_budget]),
+            opts=self.child())
 
         hybrid_toleration = _toleration(*HYBRID_TAINT)
         self.cilium = Cilium(self.child_name("cilium"), CiliumArgs(

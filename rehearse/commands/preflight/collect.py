@@ -36,6 +36,7 @@ def collect(ctx: Any, record: Any) -> None:
     from botocore.exceptions import BotoCoreError, ClientError
 
     from ops.preflight import cli as preflight, sequence
+    from ops.preflight.activation import stack_activation
 
     stack = ctx.outputs.stack
     cfg = stack_config(ctx)
@@ -48,5 +49,6 @@ def collect(ctx: Any, record: Any) -> None:
         raise RunError(f"the pre-check cannot use the stack's AWS credentials "
                        f"({cfg.aws_account.describe()}): {error}") from None
     for check in sequence.run_preflight(session, preflight.lab_needs(cfg),
-                                        account=cfg.aws_account):
+                                        account=cfg.aws_account,
+                                        activation=stack_activation(cfg)):
         record(CHECKED, name=check.name, status=check.status, detail=check.detail, fix=check.fix)

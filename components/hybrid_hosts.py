@@ -236,6 +236,14 @@ class HybridHosts(pulumi.ComponentResource):
             opts=child)
         return group
 
+    @classmethod
+    def generations_of(cls, name: str, args: HybridHostsArgs) -> dict[str, pulumi.Output[str]]:
+        """Each host's generation (``_generation``) as ``HybridHosts(name, args)`` will compute
+        it, before the component exists: what a check in front of the hosts (the registration
+        budget) counts replacements by, with exactly the hosts' own rule."""
+        return {spec.name: cls._generation(_Host.of(name, spec, args), args)
+                for spec in args.hosts}
+
     @staticmethod
     def _generation(host: _Host, args: HybridHostsArgs) -> pulumi.Output[str]:
         """The host's generation: what the host boots with, so exactly what replaces the

@@ -184,9 +184,7 @@ def render_versions(run: ProgramRun, out: TextIO) -> None:
               "docs/eks-support.md#upgrades)\n")
     width = max(len(name) for _, name, _ in rows)
     for role, name, version in rows:
-        shown = version if isinstance(version, str) else (
-            "not set: EKS picks it at create and never upgrades the group")
-        out.write(f"  {role:<13}  {name:<{width}}  {shown}\n")
+        out.write(f"  {role:<13}  {name:<{width}}  {version}\n")
 
 
 _NODEADM_RELEASE = re.compile(r"^NODEADM_URL='[^']*/releases/([^/']+)/bin/linux/", re.M)

@@ -96,7 +96,12 @@ def _session() -> Any:
 
 def install(monkeypatch: pytest.MonkeyPatch, region: str) -> FakeSsm:
     """Makes ``boto3.client("ssm", region_name=region)`` the fake; other services unchanged."""
-    fake = FakeSsm()
+    return install_ssm_client(monkeypatch, region, FakeSsm())
+
+
+def install_ssm_client(monkeypatch: pytest.MonkeyPatch, region: str, fake: Any) -> Any:
+    """Makes ``boto3.client("ssm", region_name=region)`` answer ``fake.client(region)`` (any
+    SSM stand-in with that method); other services unchanged. Returns ``fake``."""
     real_client = boto3.client
 
     def client(service: str, *args: Any, **kwargs: Any) -> Any:

@@ -103,18 +103,9 @@ class FakeActivations:
 def install(monkeypatch: pytest.MonkeyPatch, region: str) -> FakeActivations:
     """Makes ``boto3.client("ssm", region_name=region)`` the stand-in; other services as they
     are."""
-    fake = FakeActivations()
-    real_client = boto3.client
+    from tests.fake_ssm import install_ssm_client
 
-    def client(service: str, *args: Any, **kwargs: Any) -> Any:
-        if service != "ssm":
-            return real_client(service, *args, **kwargs)
-        assert kwargs.get("region_name") == region, kwargs
-        assert "endpoint_url" not in kwargs, kwargs
-        return fake.client(region)
-
-    monkeypatch.setattr(boto3, "client", client)
-    return fake
+    return install_ssm_client(monkeypatch, region, FakeActivations())
 
 
 def install_in_moto(monkeypatch: pytest.MonkeyPatch) -> FakeActivations:

@@ -15,7 +15,7 @@ from components.cleanup.registration_budget import RegistrationBudget
 from components.demos import VLLM
 from components.eks_cluster import cluster_arn
 from components.hybrid_activation import HybridActivation, HybridActivationArgs
-from components.hybrid_hosts import HostSpec, HybridHosts, HybridHostsArgs, _Host
+from components.hybrid_hosts import HostSpec, HybridHosts, HybridHostsArgs
 from components.hybrid_node_role import HybridNodeRole, HybridNodeRoleArgs
 from components.nvidia_device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from stacks.config import CILIUM_NODE_MASK, LabConfig
@@ -39,15 +39,6 @@ def registration_limit(cfg: LabConfig) -> int:
     activation (and the hosts). A change that needs more than are left stops at preview
     (components/cleanup/registration_budget.py; docs/hybrid-nodes.md#activation-registrations)."""
     return 2 * (cfg.hybrid_node_count + 1)
-
-
-def host_fingerprints(name: str, args: HybridHostsArgs) -> dict[str, pulumi.Output[str]]:
-    """Each host's generation, as HybridHosts ``name`` computes it from ``args``: exactly what
-    replaces the host's instance (its user data and subnet). Computed by HybridHosts' own code,
-    so the registration budget counts the hosts the engine replaces, no more and no fewer
-    (tests/test_registration_budget.py holds the two equal)."""
-    return {spec.name: HybridHosts._generation(_Host.of(name, spec, args), args)
-            for spec in args.hosts}
 
 
 def _taint(key: str, value: str, effect: str) -> str:
@@ -158,7 +149,9 @@ class HybridLayer(Layer):
             activation_id=self.activation.activation_id, activation_name=activation_name(cfg),
             registration_limit=registration_limit(cfg),
             activation_generation=cfg.activation_generation, region=cfg.region,
-            hosts=host_fingerprints(hosts_name, hosts_args), account=cfg.aws_account,
+            # Each host's generation, by HybridHosts' own rule: exactly what replaces its
+            # instance, so the budget counts the hosts the engine replaces (a test holds it).
+            hosts=HybridHosts.generations_of(hosts_name, hosts_args), account=cfg.aws_account,
             opts=self.child())
         self.hosts = HybridHosts(hosts_name, dataclasses.replace(
             hosts_args, wait_for=[*hosts_args.wait_for, self.registration_budget]),
